@@ -1,0 +1,173 @@
+-- sparkboard's one store. Schema version 1.
+--
+-- The collector writes every table; the verdict engine writes comparisons, gates and
+-- verdicts; the site generator only reads. Strings a PR author controls (title, author,
+-- labels, branch, log tails) are stored exactly as given and escaped where they are shown.
+-- Axis names: 'decode@128', 'prefill@4096', 'concurrent@8' (see collector/axes.py).
+
+CREATE TABLE IF NOT EXISTS schema_meta (
+    key   VARCHAR PRIMARY KEY,           -- 'version'
+    value VARCHAR NOT NULL
+);
+
+-- One measuring round: one main commit, one box, one policy.
+CREATE TABLE IF NOT EXISTS rounds (
+    round_id      VARCHAR PRIMARY KEY,   -- from the manifest, e.g. '2026-11-30-gpu'
+    created_at    TIMESTAMP NOT NULL,
+    finished_at   TIMESTAMP,             -- NULL while the round is incomplete
+    engine_repo   VARCHAR NOT NULL,
+    base_ref      VARCHAR NOT NULL,
+    main_commit   VARCHAR NOT NULL,      -- the exact commit every PR is merged onto
+    profile       VARCHAR NOT NULL,      -- 'cpu' | 'gpu'
+    policy_json   JSON NOT NULL,         -- the policy in force, resolved for the profile
+    device_name   VARCHAR,               -- e.g. 'NVIDIA H200' or the CPU model
+    driver        VARCHAR,
+    manifest_toml VARCHAR NOT NULL       -- the manifest as read, for reproduction
+);
+
+-- A PR as seen in one round (titles and labels change between rounds).
+CREATE TABLE IF NOT EXISTS prs (
+    round_id   VARCHAR NOT NULL,
+    pr         INTEGER NOT NULL,
+    title      VARCHAR NOT NULL,
+    author     VARCHAR NOT NULL,
+    labels     VARCHAR[] NOT NULL,
+    targets    VARCHAR[] NOT NULL,       -- model names the PR claims to speed up
+    source     VARCHAR NOT NULL,         -- 'ref:<git ref>' or 'patch:<path>'
+    branch     VARCHAR,
+    expect     VARCHAR,                  -- the verdict a demo PR should get, if stated
+    PRIMARY KEY (round_id, pr)
+);
+
+-- The PR tip merged onto the round's main commit; what was actually built and measured.
+CREATE TABLE IF NOT EXISTS candidates (
+    round_id      VARCHAR NOT NULL,
+    pr            INTEGER NOT NULL,
+    pr_commit     VARCHAR,               -- the PR tip (for a patch: the commit made from it)
+    main_commit   VARCHAR NOT NULL,
+    merged_commit VARCHAR,               -- the merge result measured; NULL if it did not merge
+    status        VARCHAR NOT NULL,      -- 'ready' | 'needs-rebase' | 'harness-touched' | 'error'
+    detail        VARCHAR,               -- conflicting or harness files, or the error
+    PRIMARY KEY (round_id, pr)
+);
+
+-- One harness subprocess run. side 'main' sessions have pr = 0.
+CREATE TABLE IF NOT EXISTS sessions (
+    session_id   VARCHAR PRIMARY KEY,    -- '<round>/<side>/<pr>/<slot>/<kind>/<model>'
+    round_id     VARCHAR NOT NULL,
+    side         VARCHAR NOT NULL,       -- 'main' | 'pr'
+    pr           INTEGER NOT NULL,
+    slot         INTEGER NOT NULL,       -- position in the interleaved schedule
+    kind         VARCHAR NOT NULL,       -- 'sweep' | 'concurrent' | 'score' | 'prefill-check' | 'guard'
+    model        VARCHAR NOT NULL,
+    commit       VARCHAR NOT NULL,       -- the commit the subprocess ran
+    started_at   TIMESTAMP NOT NULL,
+    wall_s       DOUBLE NOT NULL,
+    exit_code    INTEGER,                -- NULL when killed on timeout
+    status       VARCHAR NOT NULL,       -- 'ok' | 'crash' | 'timeout' | 'malformed' | 'implausible' | 'infra'
+    fault        VARCHAR NOT NULL,       -- 'none' | 'pr' | 'infra'
+    detail       VARCHAR,                -- why the status, in plain words
+    log_tail     VARCHAR,                -- last lines of stderr, untrusted
+    device_name  VARCHAR,
+    driver       VARCHAR,
+    vram_free_after_load BIGINT,
+    vram_peak    BIGINT,
+    kv_cache_bytes BIGINT,
+    document     JSON                    -- the parsed document (score logits dropped)
+);
+
+-- Raw measurements: one row per repetition (or per complete concurrent run).
+CREATE TABLE IF NOT EXISTS samples (
+    session_id VARCHAR NOT NULL,
+    round_id   VARCHAR NOT NULL,
+    side       VARCHAR NOT NULL,
+    pr         INTEGER NOT NULL,         -- 0 for main
+    model      VARCHAR NOT NULL,
+    axis       VARCHAR NOT NULL,         -- 'decode@128' | 'prefill@512' | 'concurrent@8'
+    rep        INTEGER NOT NULL,
+    value      DOUBLE NOT NULL,          -- tokens/s
+    PRIMARY KEY (session_id, axis, rep)
+);
+
+-- Teacher-forced accuracy of a PR's model against main's, over the evaluation corpus.
+CREATE TABLE IF NOT EXISTS accuracy (
+    round_id   VARCHAR NOT NULL,
+    pr         INTEGER NOT NULL,         -- 0: main against main (calibration)
+    model      VARCHAR NOT NULL,
+    n_tokens   INTEGER NOT NULL,
+    top1       DOUBLE NOT NULL,          -- argmax agreement
+    kl         DOUBLE NOT NULL,          -- mean KL(main || PR) over the top-k union
+    ppl_main   DOUBLE NOT NULL,
+    ppl_pr     DOUBLE NOT NULL,
+    PRIMARY KEY (round_id, pr, model)
+);
+
+-- Batched prefill against the token loop, inside one build, per side and prefix.
+CREATE TABLE IF NOT EXISTS prefill_checks (
+    session_id VARCHAR NOT NULL,
+    round_id   VARCHAR NOT NULL,
+    side       VARCHAR NOT NULL,
+    pr         INTEGER NOT NULL,
+    model      VARCHAR NOT NULL,
+    prefix     INTEGER NOT NULL,
+    top1       DOUBLE NOT NULL,
+    kl_mean    DOUBLE NOT NULL,
+    kl_max     DOUBLE NOT NULL,
+    PRIMARY KEY (session_id, prefix)
+);
+
+-- Per-axis comparison, PR against main, for target and guard models.
+CREATE TABLE IF NOT EXISTS comparisons (
+    round_id    VARCHAR NOT NULL,
+    pr          INTEGER NOT NULL,
+    model       VARCHAR NOT NULL,
+    role        VARCHAR NOT NULL,        -- 'target' | 'guard'
+    axis        VARCHAR NOT NULL,
+    main_value  DOUBLE NOT NULL,         -- median tok/s
+    pr_value    DOUBLE NOT NULL,
+    delta       DOUBLE NOT NULL,         -- (PR - main) / main
+    ci_low      DOUBLE NOT NULL,         -- bootstrap 95% interval of delta
+    ci_high     DOUBLE NOT NULL,
+    noise       DOUBLE NOT NULL,         -- the round's main-vs-main spread on this axis
+    tier        VARCHAR NOT NULL,        -- 'none' | 'XS' | ... | 'XL'
+    significant BOOLEAN NOT NULL,        -- clears both the tier gate and the noise
+    below_floor BOOLEAN NOT NULL,        -- under the regression floor (98% of main)
+    implausible BOOLEAN NOT NULL,        -- a gain beyond the implausible-gain guard
+    PRIMARY KEY (round_id, pr, model, axis)
+);
+
+-- Every gate of a PR's verdict, with its reason in plain words.
+CREATE TABLE IF NOT EXISTS gates (
+    round_id VARCHAR NOT NULL,
+    pr       INTEGER NOT NULL,
+    gate     VARCHAR NOT NULL,           -- 'floor', 'accuracy:<model>', 'prefill-path:<model>', 'guard:<model>', 'run:<model>'
+    status   VARCHAR NOT NULL,           -- 'pass' | 'fail' | 'warn' | 'skip'
+    reason   VARCHAR NOT NULL,
+    PRIMARY KEY (round_id, pr, gate)
+);
+
+CREATE TABLE IF NOT EXISTS verdicts (
+    round_id    VARCHAR NOT NULL,
+    pr          INTEGER NOT NULL,
+    commit      VARCHAR,                 -- the PR commit the verdict holds for
+    label       VARCHAR NOT NULL,        -- 'XL'..'XS' | 'none' | 'REJECT' | 'needs-rebase' | 'harness-touched' | 'pending'
+    best_model  VARCHAR,
+    best_axis   VARCHAR,
+    best_delta  DOUBLE,
+    ci_low      DOUBLE,
+    ci_high     DOUBLE,
+    reason      VARCHAR NOT NULL,
+    merge_first BOOLEAN NOT NULL,
+    decided_at  TIMESTAMP NOT NULL,
+    PRIMARY KEY (round_id, pr)
+);
+
+-- A possibly-flaky PR failure; a REJECT for it needs two rounds at the same commit.
+CREATE TABLE IF NOT EXISTS strikes (
+    pr          INTEGER NOT NULL,
+    commit      VARCHAR NOT NULL,
+    failure_key VARCHAR NOT NULL,        -- e.g. 'crash:concurrent:llama-1b'
+    round_id    VARCHAR NOT NULL,
+    detail      VARCHAR,
+    PRIMARY KEY (pr, commit, failure_key, round_id)
+);

@@ -1,0 +1,5 @@
+"""Errors meant for the user: the CLIs print their message on one line and exit non-zero."""
+
+
+class EngineError(Exception):
+    """Bad input or an unusable environment, described in one line."""

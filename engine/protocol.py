@@ -1,0 +1,165 @@
+"""The bench protocol: the JSON documents the harness commands write.
+
+This module is the contract between the engine (which writes these documents) and the
+collector (which reads them from a subprocess it does not trust). Every model forbids
+unknown fields and non-finite numbers, so a malformed document fails validation instead of
+slipping a NaN or an extra claim into a verdict.
+
+Bump SCHEMA_VERSION on any incompatible change; the collector refuses other versions.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+SCHEMA_VERSION = 1
+
+NonNegFloat = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+PosFloat = Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+LogProb = Annotated[float, Field(le=1e-6, allow_inf_nan=False)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DeviceInfo(Strict):
+    """What the numbers were measured on."""
+
+    backend: Literal["numpy", "cupy"]
+    name: str = Field(min_length=1, max_length=200)  # "NVIDIA H200" or the CPU model
+    driver: str | None = Field(default=None, max_length=100)  # CUDA driver version
+    runtime: str | None = Field(default=None, max_length=100)  # CUDA runtime / NumPy version
+    host: str = Field(default="", max_length=200)
+
+
+class VramInfo(Strict):
+    """GPU memory in bytes; absent on the NumPy backend."""
+
+    total_bytes: int = Field(ge=0)
+    free_after_load_bytes: int = Field(ge=0)
+    peak_bytes: int = Field(ge=0)  # peak in use by this process during the run
+    kv_cache_bytes: int = Field(ge=0)  # KV cache for the requested context
+
+
+class Header(Strict):
+    """Fields every document carries."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    model: str = Field(min_length=1, max_length=100)  # model name as given, e.g. "llama-8b:q4_0"
+    model_id: str = Field(min_length=1, max_length=200)  # file sha256 prefix or dummy spec
+    engine_commit: str = Field(min_length=1, max_length=64)  # git HEAD of the engine, or "unknown"
+    device: DeviceInfo
+    started_at: str = Field(max_length=40)  # ISO 8601, UTC
+    wall_s: NonNegFloat
+
+
+class ContextSample(Strict):
+    """One context of a sweep: every repetition's raw value."""
+
+    ctx: int = Field(gt=0)
+    decode_tokens: int = Field(gt=0)  # tokens generated per decode repetition
+    decode_tok_s: list[PosFloat] = Field(min_length=1)
+    prefill_tok_s: list[PosFloat] = Field(min_length=1)
+    vram: VramInfo | None = None
+
+
+class SweepResult(Header):
+    kind: Literal["sweep"] = "sweep"
+    tokens: int = Field(gt=0)
+    reps: int = Field(gt=0)
+    contexts: list[ContextSample] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _reps_match(self) -> SweepResult:
+        for c in self.contexts:
+            if len(c.decode_tok_s) != self.reps or len(c.prefill_tok_s) != self.reps:
+                raise ValueError(f"ctx {c.ctx}: expected {self.reps} repetitions")
+        return self
+
+
+class WidthRun(Strict):
+    """One run of N sequences decoded together."""
+
+    tokens_expected: int = Field(gt=0)  # width * tokens
+    tokens_decoded: int = Field(ge=0)  # fewer than expected: the run is incomplete
+    seconds: PosFloat
+    tok_s: NonNegFloat  # aggregate: tokens_decoded / seconds
+
+    @property
+    def complete(self) -> bool:
+        return self.tokens_decoded == self.tokens_expected
+
+
+class WidthSample(Strict):
+    width: int = Field(gt=0)
+    prompt_len: int = Field(gt=0)  # each sequence's prompt length before decoding
+    runs: list[WidthRun] = Field(min_length=1)
+
+
+class ConcurrentResult(Header):
+    kind: Literal["concurrent"] = "concurrent"
+    tokens: int = Field(gt=0)  # tokens decoded per sequence
+    widths: list[WidthSample] = Field(min_length=1)
+    vram: VramInfo | None = None
+
+
+class ScoredPosition(Strict):
+    """Position i predicts token i+1 from tokens 0..i."""
+
+    argmax: int = Field(ge=0)
+    target_logprob: LogProb
+    topk: list[tuple[int, LogProb]] = Field(min_length=1)
+
+
+class ScoreResult(Header):
+    kind: Literal["score"] = "score"
+    topk: int = Field(gt=0)
+    tokens: list[int] = Field(min_length=2)
+    positions: list[ScoredPosition]
+
+    @model_validator(mode="after")
+    def _one_per_prediction(self) -> ScoreResult:
+        if len(self.positions) != len(self.tokens) - 1:
+            raise ValueError(
+                f"{len(self.tokens)} tokens need {len(self.tokens) - 1} positions, "
+                f"got {len(self.positions)}"
+            )
+        return self
+
+
+class PrefixCheck(Strict):
+    """Batched prefill against the token-by-token loop, at one prefix length."""
+
+    prefix: int = Field(gt=0)
+    positions: int = Field(gt=0)
+    top1: Annotated[float, Field(ge=0.0, le=1.0)]  # argmax agreement over the positions
+    kl_mean: NonNegFloat  # KL(loop || batched), mean over the positions, nats
+    kl_max: NonNegFloat
+
+
+class PrefillCheckResult(Header):
+    kind: Literal["prefill-check"] = "prefill-check"
+    prefixes: list[PrefixCheck] = Field(min_length=1)
+
+
+BenchDocument = SweepResult | ConcurrentResult | ScoreResult | PrefillCheckResult
+
+DOCUMENT_TYPES: dict[str, type[Header]] = {
+    "sweep": SweepResult,
+    "concurrent": ConcurrentResult,
+    "score": ScoreResult,
+    "prefill-check": PrefillCheckResult,
+}
+
+
+def parse_document(raw: str | bytes, expected_kind: str) -> BenchDocument:
+    """Parse one harness document strictly; raises pydantic.ValidationError or ValueError."""
+    try:
+        cls = DOCUMENT_TYPES[expected_kind]
+    except KeyError:
+        raise ValueError(f"unknown document kind {expected_kind!r}") from None
+    return cls.model_validate_json(raw)  # type: ignore[return-value]

@@ -1,0 +1,296 @@
+"""Speed commands of the bench protocol: `sweep` (decode/prefill per context) and `concurrent`.
+
+    python -m engine.bench sweep --model M --ctx 128,512 --tokens N --reps R --out FILE
+    python -m engine.bench concurrent --model M --widths 2,4 --tokens N --runs R --out FILE
+
+Each writes one JSON document (engine.protocol.SweepResult / ConcurrentResult) holding every
+repetition's raw value. The collector runs these from a candidate's checkout but pins this file
+to main's copy, so a pull request cannot change how it is measured.
+
+Timing rule: the runner is synchronized before every clock read (time.perf_counter), and one
+untimed warm-up (a short prefill and a few decode steps) runs first, so kernel compilation and
+graph capture stay out of the numbers.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Sequence
+
+import click
+import numpy as np
+
+from engine.errors import EngineError
+from engine.harness_io import (
+    BACKENDS,
+    Clock,
+    EngineOutputError,
+    cli_main,
+    corpus_prompt_ids,
+    cycled,
+    header,
+    parse_int_list,
+    progress,
+    require_positive,
+    write_document,
+)
+from engine.protocol import ConcurrentResult, ContextSample, SweepResult, WidthRun, WidthSample
+from engine.runner import Runner
+
+WARMUP_PROMPT = 8
+WARMUP_STEPS = 4
+# Each concurrent sequence starts at a different place in the corpus, so prompts differ.
+PROMPT_STRIDE = 97
+_MIN_SECONDS = 1e-9  # a clock that did not move must not divide by zero
+
+
+def _elapsed(runner: Runner, t0: float) -> float:
+    runner.synchronize()
+    return max(time.perf_counter() - t0, _MIN_SECONDS)
+
+
+def warm_up(runner: Runner, prompt: Sequence[int]) -> None:
+    """One untimed pass through prefill and decode so compilation stays out of the timings."""
+    n = min(WARMUP_PROMPT, runner.config.max_context - WARMUP_STEPS)
+    runner.reset(1, n + WARMUP_STEPS)
+    logits = runner.prefill(0, cycled(prompt, n))
+    first = np.array([int(np.argmax(logits))], dtype=np.int64)
+    runner.decode_greedy([0], first, WARMUP_STEPS)
+    runner.synchronize()
+
+
+def _first_tokens(logits: np.ndarray) -> np.ndarray:
+    logits = np.asarray(logits)
+    if logits.ndim != 1 or not np.all(np.isfinite(logits)):
+        raise EngineOutputError("prefill returned no usable logits (wrong shape or non-finite)")
+    return np.array([int(np.argmax(logits))], dtype=np.int64)
+
+
+def measure_context(
+    runner: Runner, prompt: Sequence[int], ctx: int, tokens: int, reps: int
+) -> ContextSample:
+    """`reps` timed repetitions at one context: prefill `ctx` tokens, then decode `tokens`."""
+    decode_tok_s: list[float] = []
+    prefill_tok_s: list[float] = []
+    ids = cycled(prompt, ctx)
+    for _ in range(reps):
+        runner.reset(1, ctx + tokens)
+        runner.synchronize()
+        t0 = time.perf_counter()
+        logits = runner.prefill(0, ids)
+        prefill_tok_s.append(ctx / _elapsed(runner, t0))
+
+        first = _first_tokens(logits)
+        runner.synchronize()
+        t0 = time.perf_counter()
+        runner.decode_greedy([0], first, tokens)
+        decode_tok_s.append(tokens / _elapsed(runner, t0))
+    return ContextSample(
+        ctx=ctx,
+        decode_tokens=tokens,
+        decode_tok_s=decode_tok_s,
+        prefill_tok_s=prefill_tok_s,
+        vram=runner.vram(kv_tokens=ctx + tokens),
+    )
+
+
+def count_decoded(out: object, prompt_lens: Sequence[int], runner: Runner, tokens: int) -> int:
+    """Tokens actually decoded: valid ids (0 <= id < vocab) in each sequence's column, capped
+    by how far that sequence's KV cache really grew, and by `tokens`."""
+    arr = np.asarray(out)
+    width = len(prompt_lens)
+    if arr.ndim != 2 or arr.shape[1] != width:
+        return 0
+    arr = arr[:tokens]
+    if np.issubdtype(arr.dtype, np.integer):
+        valid = (arr >= 0) & (arr < runner.config.vocab_size)
+    elif np.issubdtype(arr.dtype, np.floating):
+        finite = np.isfinite(arr)
+        safe = np.where(finite, arr, -1.0)
+        valid = finite & (safe == np.floor(safe)) & (safe >= 0) & (safe < runner.config.vocab_size)
+    else:
+        return 0
+    total = 0
+    for seq, plen in enumerate(prompt_lens):
+        grown = runner.seq_len(seq) - plen
+        total += max(0, min(int(valid[:, seq].sum()), grown, tokens))
+    return total
+
+
+def measure_width(
+    runner: Runner, prompt: Sequence[int], width: int, prompt_len: int, tokens: int
+) -> WidthRun:
+    """One run: `width` sequences with prompts of prompt_len + i tokens, decoded together."""
+    runner.reset(width, prompt_len + tokens + width)
+    prompt_lens = [prompt_len + i for i in range(width)]
+    firsts = np.empty(width, dtype=np.int64)
+    for seq, plen in enumerate(prompt_lens):
+        logits = runner.prefill(seq, cycled(prompt, plen, offset=seq * PROMPT_STRIDE))
+        firsts[seq] = _first_tokens(logits)[0]
+    runner.synchronize()
+    t0 = time.perf_counter()
+    out = runner.decode_greedy(list(range(width)), firsts, tokens)
+    seconds = _elapsed(runner, t0)
+    decoded = count_decoded(out, prompt_lens, runner, tokens)
+    return WidthRun(
+        tokens_expected=width * tokens,
+        tokens_decoded=decoded,
+        seconds=seconds,
+        tok_s=decoded / seconds,
+    )
+
+
+# --- command line --------------------------------------------------------------------------
+
+MODEL_HELP = "Model name, e.g. tiny, smollm2-135m, llama-8b:q4_0."
+BACKEND_HELP = "numpy, cupy, or auto (CuPy when a GPU is usable)."
+OUT_HELP = "Where to write the JSON document ('-' = stdout); written atomically."
+
+
+def _open(model: str, backend: str) -> Runner:
+    from engine.models import open_runner  # late: keeps --help fast
+
+    return open_runner(model, backend)
+
+
+@click.group(name="engine.bench")
+def bench() -> None:
+    """Speed measurements of the bench protocol; each command writes one JSON document."""
+
+
+@bench.command()
+@click.option("--model", required=True, help=MODEL_HELP)
+@click.option(
+    "--ctx",
+    "ctx_list",
+    default="128,512",
+    show_default=True,
+    help="Comma-separated context lengths (prompt tokens prefilled before decoding).",
+)
+@click.option(
+    "--tokens", default=32, show_default=True, help="Tokens decoded per repetition (greedy)."
+)
+@click.option("--reps", default=3, show_default=True, help="Timed repetitions per context.")
+@click.option("--out", default="-", show_default=True, help=OUT_HELP)
+@click.option(
+    "--backend", type=click.Choice(BACKENDS), default="auto", show_default=True, help=BACKEND_HELP
+)
+def sweep(model: str, ctx_list: str, tokens: int, reps: int, out: str, backend: str) -> None:
+    """Decode and prefill tok/s per context, every repetition's raw value."""
+    clock = Clock()
+    ctxs = parse_int_list(ctx_list, "ctx")
+    require_positive(tokens, "--tokens")
+    require_positive(reps, "--reps")
+    runner = _open(model, backend)
+    max_ctx = runner.config.max_context
+    for ctx in ctxs:
+        if ctx + tokens > max_ctx:
+            raise EngineError(
+                f"ctx {ctx} + tokens {tokens} = {ctx + tokens} exceeds {model}'s context of {max_ctx}"
+            )
+    prompt = corpus_prompt_ids(model, runner.config.vocab_size)
+    warm_up(runner, prompt)
+    contexts = []
+    for ctx in ctxs:
+        sample = measure_context(runner, prompt, ctx, tokens, reps)
+        progress(
+            f"sweep {model} ctx {ctx}: decode {np.median(sample.decode_tok_s):.1f} tok/s, "
+            f"prefill {np.median(sample.prefill_tok_s):.1f} tok/s (median of {reps})"
+        )
+        contexts.append(sample)
+    doc = SweepResult(**header(model, runner, clock), tokens=tokens, reps=reps, contexts=contexts)
+    write_document(doc, out)
+
+
+@bench.command()
+@click.option("--model", required=True, help=MODEL_HELP)
+@click.option(
+    "--widths",
+    "width_list",
+    default="2,4",
+    show_default=True,
+    help="Comma-separated numbers of sequences decoded together.",
+)
+@click.option("--tokens", default=32, show_default=True, help="Tokens decoded per sequence.")
+@click.option("--runs", default=3, show_default=True, help="Timed runs per width.")
+@click.option(
+    "--prompt-len",
+    default=64,
+    show_default=True,
+    help="Prompt tokens of the first sequence; sequence i gets prompt-len + i (GPU: use 128).",
+)
+@click.option("--out", default="-", show_default=True, help=OUT_HELP)
+@click.option(
+    "--backend", type=click.Choice(BACKENDS), default="auto", show_default=True, help=BACKEND_HELP
+)
+def concurrent(
+    model: str, width_list: str, tokens: int, runs: int, prompt_len: int, out: str, backend: str
+) -> None:
+    """Aggregate decode tok/s with N sequences in flight, tokens expected and decoded."""
+    clock = Clock()
+    widths = parse_int_list(width_list, "widths")
+    require_positive(tokens, "--tokens")
+    require_positive(runs, "--runs")
+    require_positive(prompt_len, "--prompt-len")
+    runner = _open(model, backend)
+    max_ctx = runner.config.max_context
+    for w in widths:
+        need = prompt_len + tokens + w
+        if need > max_ctx:
+            raise EngineError(
+                f"width {w}: prompt-len {prompt_len} + tokens {tokens} + {w} = {need} "
+                f"exceeds {model}'s context of {max_ctx}"
+            )
+    prompt = corpus_prompt_ids(model, runner.config.vocab_size)
+    warm_up(runner, prompt)
+    samples = []
+    for w in widths:
+        width_runs = [measure_width(runner, prompt, w, prompt_len, tokens) for _ in range(runs)]
+        progress(
+            f"concurrent {model} width {w}: "
+            f"{np.median([r.tok_s for r in width_runs]):.1f} tok/s (median of {runs}), "
+            f"{sum(r.tokens_decoded for r in width_runs)}/"
+            f"{sum(r.tokens_expected for r in width_runs)} tokens"
+        )
+        samples.append(WidthSample(width=w, prompt_len=prompt_len, runs=width_runs))
+    widest = max(widths)
+    doc = ConcurrentResult(
+        **header(model, runner, clock),
+        tokens=tokens,
+        widths=samples,
+        vram=runner.vram(kv_tokens=widest * (prompt_len + tokens + widest)),
+    )
+    write_document(doc, out)
+
+
+# --- extra commands --------------------------------------------------------------------------
+# Modules listed here add commands to this group when they import (`python -m engine.bench
+# roofline ...`). Each exposes `register(group: click.Group) -> None`, or else every click
+# command it defines is added. A module that is absent or cannot import (no CuPy on this
+# machine) is skipped, so sweep and concurrent always work. Add a name here; nothing else in
+# this file needs to change.
+EXTRA_COMMAND_MODULES = ("engine.roofline", "engine.peers")
+
+
+def _register_extra_commands(group: click.Group) -> None:
+    for name in EXTRA_COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        register = getattr(module, "register", None)
+        if callable(register):
+            register(group)
+            continue
+        for obj in vars(module).values():
+            if isinstance(obj, click.Command) and getattr(obj.callback, "__module__", "") == name:
+                group.add_command(obj)
+
+
+_register_extra_commands(bench)
+
+main = cli_main(bench)
+
+if __name__ == "__main__":
+    main()

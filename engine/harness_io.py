@@ -1,0 +1,232 @@
+"""Plumbing shared by the bench-protocol commands (engine.bench, engine.score).
+
+One job: everything around a measurement that is not the measurement itself — parsing the
+comma lists the commands take, the document header (model id, engine commit, device, clock),
+the evaluation corpus, writing the JSON atomically, and turning user errors into one line on
+stderr with exit code 2.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+import numpy as np
+from pydantic import BaseModel
+
+from engine.device_info import describe_device
+from engine.errors import EngineError
+from engine.protocol import DeviceInfo
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CORPUS = REPO_ROOT / "data" / "corpus.txt"
+BACKENDS = ("numpy", "cupy", "auto")
+GIT_TIMEOUT_S = 10
+
+# Exit codes: 2 = bad input or unusable environment (EngineError, click usage errors);
+# 1 = the engine under test produced output the protocol cannot carry (NaN logits, ...).
+EXIT_BAD_INPUT = 2
+EXIT_BAD_OUTPUT = 1
+
+
+class EngineOutputError(Exception):
+    """The engine under test returned something unusable (non-finite logits, wrong shape)."""
+
+
+# --- command-line values -------------------------------------------------------------------
+
+
+def parse_int_list(text: str, what: str) -> list[int]:
+    """'128,512' -> [128, 512]; positive, distinct integers, else an EngineError naming `what`."""
+    parts = [p.strip() for p in text.split(",")]
+    if not text.strip() or any(not p for p in parts):
+        raise EngineError(
+            f"bad {what} list {text!r}: expected comma-separated integers, e.g. 128,512"
+        )
+    values: list[int] = []
+    for p in parts:
+        try:
+            v = int(p, 10)
+        except ValueError:
+            raise EngineError(f"bad {what} list {text!r}: {p!r} is not an integer") from None
+        if v <= 0:
+            raise EngineError(f"bad {what} list {text!r}: {v} is not positive")
+        if v in values:
+            raise EngineError(f"bad {what} list {text!r}: {v} appears twice")
+        values.append(v)
+    return values
+
+
+def require_positive(value: int, option: str) -> None:
+    if value <= 0:
+        raise EngineError(f"{option} must be positive, got {value}")
+
+
+# --- the document header -------------------------------------------------------------------
+
+
+def utc_now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def engine_commit() -> str:
+    """git HEAD of the checkout this engine package lives in, or 'unknown'."""
+    try:
+        res = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=GIT_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    head = res.stdout.strip()
+    if res.returncode != 0 or not head or len(head) > 64 or not head.isalnum():
+        return "unknown"
+    return head
+
+
+def model_id_of(runner: object, model: str) -> str:
+    """The weights' identity (file sha256 prefix or dummy spec), from the runner if it says."""
+    for attr in ("model_id", "weights_id"):
+        value = getattr(runner, attr, None)
+        if isinstance(value, str) and value:
+            return value[:200]
+    return model
+
+
+class Clock:
+    """Start time and wall clock of one command, for the document header."""
+
+    def __init__(self) -> None:
+        self.started_at = utc_now_iso()
+        self._t0 = time.perf_counter()
+
+    def wall_s(self) -> float:
+        return time.perf_counter() - self._t0
+
+
+def header(model: str, runner: object, clock: Clock) -> dict[str, object]:
+    """Fields every document carries (see engine.protocol.Header)."""
+    device: DeviceInfo = describe_device(getattr(runner, "backend", "numpy"))
+    return {
+        "model": model,
+        "model_id": model_id_of(runner, model),
+        "engine_commit": engine_commit(),
+        "device": device,
+        "started_at": clock.started_at,
+        "wall_s": clock.wall_s(),
+    }
+
+
+# --- the corpus ----------------------------------------------------------------------------
+
+
+def read_text_file(path: str | Path) -> str:
+    """A UTF-8 text file that must contain something besides whitespace."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise EngineError(f"cannot read text file {str(path)!r}: {e}") from None
+    if not text.strip():
+        raise EngineError(f"text file {str(path)!r} is empty")
+    return text
+
+
+def encode_with_bos(tokenizer: object, text: str) -> list[int]:
+    """Token ids of `text`, starting with BOS as the model expects (added once)."""
+    ids = [int(i) for i in tokenizer.encode(text)]  # type: ignore[attr-defined]
+    bos = getattr(tokenizer, "bos_id", None)
+    if bos is not None and (not ids or ids[0] != bos):
+        ids.insert(0, int(bos))
+    return ids
+
+
+def cycled(ids: Sequence[int], length: int, offset: int = 0) -> np.ndarray:
+    """`length` ids taken from `ids` repeated end to end, starting at `offset`."""
+    if not ids:
+        raise EngineError("no tokens to build a prompt from")
+    src = np.asarray(ids, dtype=np.int64)
+    idx = (np.arange(length, dtype=np.int64) + offset) % len(src)
+    return src[idx]
+
+
+def corpus_prompt_ids(model: str, vocab_size: int) -> list[int]:
+    """Deterministic prompt material: the corpus tokenized for `model`, folded into its vocab.
+
+    Speed runs only need realistic, repeatable ids; folding keeps a dummy model whose vocab is
+    smaller than its tokenizer's in range.
+    """
+    from engine.models import open_tokenizer  # late: the engine core is heavy to import
+
+    ids = encode_with_bos(open_tokenizer(model), read_text_file(DEFAULT_CORPUS))
+    return [i % vocab_size for i in ids]
+
+
+# --- output --------------------------------------------------------------------------------
+
+
+def write_document(doc: BaseModel, out: str) -> None:
+    """Write `doc` as JSON to `out` ('-' = stdout) atomically: FILE.tmp, then rename."""
+    text = doc.model_dump_json(indent=1) + "\n"
+    if out == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    path = Path(out)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise EngineError(f"cannot write {out!r}: {e}") from None
+
+
+def progress(message: str) -> None:
+    """One plain progress line on stderr (stdout may carry the document)."""
+    click.echo(message, err=True)
+
+
+# --- running a command group ---------------------------------------------------------------
+
+
+def run_cli(group: click.Group, args: Sequence[str] | None = None) -> int:
+    """Run a click group; user errors become one `error: ...` line and exit code 2."""
+
+    def fail(message: str, code: int) -> int:
+        line = " ".join(str(message).split()) or "failed"
+        click.echo(f"error: {line}", err=True)
+        return code
+
+    try:
+        rc = group.main(args=args, prog_name=group.name, standalone_mode=False)
+    except EngineError as e:
+        return fail(str(e), EXIT_BAD_INPUT)
+    except EngineOutputError as e:
+        return fail(str(e), EXIT_BAD_OUTPUT)
+    except click.exceptions.Abort:
+        return fail("aborted", 1)
+    except click.ClickException as e:
+        return fail(e.format_message(), EXIT_BAD_INPUT)
+    return rc if isinstance(rc, int) else 0
+
+
+def cli_main(group: click.Group) -> Callable[[], None]:
+    """Entry point for `python -m ...`: run the group and exit with its code."""
+
+    def main() -> None:
+        sys.exit(run_cli(group))
+
+    return main

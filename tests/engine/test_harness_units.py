@@ -1,0 +1,315 @@
+"""The bench-protocol measurement logic against small fake runners (no model, no subprocess)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from engine import harness_io
+from engine.bench import count_decoded, measure_context, measure_width
+from engine.config import ModelConfig
+from engine.errors import EngineError
+from engine.harness_io import cycled, encode_with_bos, parse_int_list, write_document
+from engine.protocol import ContextSample, WidthRun, parse_document
+from engine.runner import Runner
+from engine.score import check_prefix, log_softmax, read_tokens_file, score_tokens
+
+VOCAB = 40
+DIM = 8
+
+
+class FakeRunner(Runner):
+    """A deterministic toy model: a decaying sum of token embeddings, projected to logits.
+
+    Logits at a position depend on every token before it, so feeding tokens in a different
+    order or at the wrong offset changes them. Both paths compute each position with the same
+    float32 recurrence, so a correct runner agrees with itself exactly.
+    """
+
+    backend = "numpy"
+
+    def __init__(self, max_context: int = 512) -> None:
+        self.config = ModelConfig(
+            arch="llama", n_layers=1, dim=DIM, ffn_dim=DIM, n_heads=1, n_kv_heads=1,
+            head_dim=DIM, vocab_size=VOCAB, max_context=max_context, rope_base=1e4,
+            norm_eps=1e-5, tied_embeddings=False, qk_norm=False,
+        )  # fmt: skip
+        rng = np.random.default_rng(0)
+        self.embed = rng.standard_normal((VOCAB, DIM)).astype(np.float32)
+        self.out = (rng.standard_normal((DIM, VOCAB)) * 2.0).astype(np.float32)
+        self.seqs: list[list[int]] = []
+        self.state: list[np.ndarray] = []
+        self.max_len = 0
+
+    def reset(self, n_seqs: int, max_len: int) -> None:
+        self.seqs = [[] for _ in range(n_seqs)]
+        self.state = [np.zeros(DIM, dtype=np.float32) for _ in range(n_seqs)]
+        self.max_len = max_len
+
+    def seq_len(self, seq: int) -> int:
+        return len(self.seqs[seq])
+
+    def truncate(self, seq: int, length: int) -> None:
+        kept = self.seqs[seq][:length]
+        self.reset_seq(seq)
+        for t in kept:
+            self._step(seq, t)
+
+    def reset_seq(self, seq: int) -> None:
+        self.seqs[seq] = []
+        self.state[seq] = np.zeros(DIM, dtype=np.float32)
+
+    def _step(self, seq: int, token: int) -> np.ndarray:
+        assert len(self.seqs[seq]) < self.max_len, "KV cache overflow"
+        self.seqs[seq].append(int(token))
+        self.state[seq] = np.float32(0.7) * self.state[seq] + self.embed[int(token)]
+        return self.state[seq] @ self.out
+
+    def prefill(self, seq: int, tokens: np.ndarray, all_logits: bool = False) -> np.ndarray:
+        rows = np.stack([self._step(seq, int(t)) for t in tokens])
+        return rows if all_logits else rows[-1]
+
+    def decode(self, seqs: Sequence[int], tokens: np.ndarray) -> np.ndarray:
+        return np.stack([self._step(s, int(t)) for s, t in zip(seqs, tokens, strict=True)])
+
+
+class OffByOnePrefill(FakeRunner):
+    """A broken batched path: every row of all_logits is the previous position's."""
+
+    def prefill(self, seq: int, tokens: np.ndarray, all_logits: bool = False) -> np.ndarray:
+        rows = super().prefill(seq, tokens, all_logits=True)
+        shifted = np.concatenate([rows[:1], rows[:-1]])
+        return shifted if all_logits else rows[-1]
+
+
+class LosesTokens(FakeRunner):
+    """Concurrent decode that stops sequence 0 early and reports -1 for the missing ids."""
+
+    def decode_greedy(self, seqs: Sequence[int], tokens: np.ndarray, steps: int) -> np.ndarray:
+        out = super().decode_greedy(seqs, tokens, steps)
+        out[steps // 2 :, 0] = -1
+        return out
+
+
+def corpus(n: int = 300) -> list[int]:
+    return [int(x) for x in np.random.default_rng(1).integers(0, VOCAB, n)]
+
+
+# --- sweep and concurrent ------------------------------------------------------------------
+
+
+def test_measure_context_records_every_repetition() -> None:
+    runner = FakeRunner()
+    sample = measure_context(runner, corpus(), ctx=50, tokens=7, reps=4)
+    assert isinstance(sample, ContextSample)
+    assert len(sample.decode_tok_s) == 4 and len(sample.prefill_tok_s) == 4
+    assert all(v > 0 for v in sample.decode_tok_s + sample.prefill_tok_s)
+    assert sample.ctx == 50 and sample.decode_tokens == 7
+    # the sequence holds the prompt and the decoded tokens, nothing more
+    assert runner.seq_len(0) == 50 + 7
+
+
+def test_measure_width_counts_every_token_when_nothing_is_lost() -> None:
+    runner = FakeRunner()
+    run = measure_width(runner, corpus(), width=3, prompt_len=20, tokens=9)
+    assert isinstance(run, WidthRun)
+    assert run.tokens_expected == 27 and run.tokens_decoded == 27 and run.complete
+    assert run.tok_s == pytest.approx(27 / run.seconds)
+    # prompts of different lengths: sequence i holds prompt_len + i + tokens
+    assert [runner.seq_len(i) for i in range(3)] == [29, 30, 31]
+    # and different content
+    assert runner.seqs[0][:20] != runner.seqs[1][:20]
+
+
+def test_measure_width_reports_lost_tokens() -> None:
+    run = measure_width(LosesTokens(), corpus(), width=2, prompt_len=10, tokens=8)
+    assert run.tokens_expected == 16
+    assert run.tokens_decoded == 12  # sequence 0 lost its last 4 ids
+    assert not run.complete
+
+
+def test_count_decoded_rejects_out_of_range_ids_and_caps_by_cache_growth() -> None:
+    runner = FakeRunner()
+    runner.reset(2, 64)
+    runner.prefill(0, np.arange(5))
+    runner.prefill(1, np.arange(6))
+    runner.decode([0, 1], np.array([1, 2]))
+    runner.decode([0, 1], np.array([1, 2]))  # both sequences grew by 2
+    out = np.array([[1, 2], [VOCAB, 3], [4, 5]])  # 3 steps claimed, one id out of range
+    # sequence 0: 2 valid ids; sequence 1: 3 valid ids but its cache grew by only 2
+    assert count_decoded(out, [5, 6], runner, tokens=3) == 2 + 2
+    assert count_decoded(out.astype(np.float32), [5, 6], runner, tokens=3) == 2 + 2
+    assert count_decoded(out, [5, 6], runner, tokens=1) == 1 + 1
+    assert count_decoded(np.zeros((3, 3)), [5, 6], runner, tokens=3) == 0  # wrong width
+    assert count_decoded(np.array([[0.5, np.nan]]), [5, 6], runner, tokens=1) == 0
+
+
+# --- score ---------------------------------------------------------------------------------
+
+
+def test_score_positions_match_a_direct_teacher_forced_pass() -> None:
+    runner = FakeRunner()
+    tokens = corpus(30)
+    positions = score_tokens(runner, tokens, topk=5, chunk=7)  # several chunks
+    assert len(positions) == len(tokens) - 1
+    ref = FakeRunner()
+    ref.reset(1, 64)
+    expected = log_softmax(ref.prefill(0, np.array(tokens[:-1]), all_logits=True), "ref")
+    for i, p in enumerate(positions):
+        assert p.argmax == int(np.argmax(expected[i]))
+        assert p.target_logprob == pytest.approx(expected[i][tokens[i + 1]], abs=1e-12)
+        lps = [lp for _, lp in p.topk]
+        assert lps == sorted(lps, reverse=True) and len(p.topk) == 5
+        assert all(lp <= 0 for lp in lps)
+        assert p.topk[0][0] == p.argmax
+        if tokens[i + 1] == p.argmax:
+            assert p.target_logprob == p.topk[0][1]
+    assert score_tokens(FakeRunner(), tokens, topk=5, chunk=256) == positions
+
+
+def test_log_softmax_refuses_non_finite_logits() -> None:
+    with pytest.raises(harness_io.EngineOutputError):
+        log_softmax(np.array([[0.0, np.nan]]), "here")
+    lp = log_softmax(np.array([[1000.0, 0.0, -1000.0]], dtype=np.float32), "x")
+    assert np.all(lp <= 0) and np.exp(lp).sum() == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("[1, 2", "not valid JSON"),
+        ('{"a": 1}', "JSON list of integer"),
+        ("[1, 2.5]", "JSON list of integer"),
+        ("[true, 2]", "JSON list of integer"),
+        ("[3]", "at least 2"),
+    ],
+)
+def test_tokens_file_must_be_a_list_of_ids(tmp_path, content: str, message: str) -> None:
+    f = tmp_path / "t.json"
+    f.write_text(content)
+    with pytest.raises(EngineError, match=message):
+        read_tokens_file(str(f))
+
+
+def test_tokens_file_missing(tmp_path) -> None:
+    with pytest.raises(EngineError, match="cannot read"):
+        read_tokens_file(str(tmp_path / "absent.json"))
+
+
+# --- prefill-check -------------------------------------------------------------------------
+
+
+def test_prefill_check_of_a_consistent_runner_agrees() -> None:
+    check = check_prefix(FakeRunner(), cycled(corpus(), 40), prefix=24, positions=16)
+    assert check.top1 == 1.0
+    assert check.kl_mean == pytest.approx(0.0, abs=1e-9) and check.kl_max < 1e-9
+
+
+def test_prefill_check_catches_a_wrong_batched_path() -> None:
+    check = check_prefix(OffByOnePrefill(), cycled(corpus(), 40), prefix=24, positions=16)
+    assert check.top1 < 0.5
+    assert check.kl_mean > 0.5
+
+
+def test_prefill_check_compares_the_positions_right_after_the_prefix() -> None:
+    """Only rows prefix..prefix+positions-1 count: a path wrong before them is not blamed,
+    one wrong at the first compared row is."""
+
+    class WrongRow(FakeRunner):
+        def __init__(self, row: int) -> None:
+            super().__init__()
+            self.row = row
+
+        def prefill(self, seq: int, tokens: np.ndarray, all_logits: bool = False) -> np.ndarray:
+            rows = super().prefill(seq, tokens, all_logits=True).copy()
+            rows[self.row] = rows[self.row][::-1]
+            return rows if all_logits else rows[-1]
+
+    ids = cycled(corpus(), 30)
+    assert check_prefix(WrongRow(19), ids, prefix=20, positions=10).kl_max < 1e-9
+    assert check_prefix(WrongRow(20), ids, prefix=20, positions=10).kl_max > 0.1
+    assert check_prefix(WrongRow(29), ids, prefix=20, positions=10).kl_max > 0.1
+
+
+# --- plumbing ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["", "128,", "a,2", "0,4", "-1", "4,4", " , "])
+def test_bad_int_lists_are_refused(text: str) -> None:
+    with pytest.raises(EngineError, match="bad ctx list"):
+        parse_int_list(text, "ctx")
+
+
+def test_int_lists() -> None:
+    assert parse_int_list("128, 512,4096", "ctx") == [128, 512, 4096]
+
+
+def test_cycled_wraps_and_offsets() -> None:
+    assert cycled([1, 2, 3], 7).tolist() == [1, 2, 3, 1, 2, 3, 1]
+    assert cycled([1, 2, 3], 4, offset=2).tolist() == [3, 1, 2, 3]
+
+
+def test_encode_with_bos_adds_it_once() -> None:
+    class Tok:
+        bos_id = 1
+
+        def __init__(self, with_bos: bool) -> None:
+            self.with_bos = with_bos
+
+        def encode(self, text: str) -> list[int]:
+            return ([1] if self.with_bos else []) + [5, 6]
+
+    assert encode_with_bos(Tok(False), "x") == [1, 5, 6]
+    assert encode_with_bos(Tok(True), "x") == [1, 5, 6]
+
+
+def _sample_document():
+    from engine.protocol import PrefillCheckResult, PrefixCheck
+
+    return PrefillCheckResult(
+        model="tiny",
+        model_id="fake",
+        engine_commit="unknown",
+        device=harness_io.describe_device("numpy"),
+        started_at=harness_io.utc_now_iso(),
+        wall_s=0.5,
+        prefixes=[PrefixCheck(prefix=8, positions=4, top1=1.0, kl_mean=0.0, kl_max=0.0)],
+    )
+
+
+def test_write_document_round_trips(tmp_path) -> None:
+    out = tmp_path / "doc.json"
+    write_document(_sample_document(), str(out))
+    assert parse_document(out.read_text(), "prefill-check") == _sample_document().model_copy(
+        update={"started_at": json.loads(out.read_text())["started_at"]}
+    )
+    assert os.listdir(tmp_path) == ["doc.json"]
+
+
+def test_a_failed_write_leaves_no_partial_file(tmp_path, monkeypatch) -> None:
+    out = tmp_path / "doc.json"
+    out.write_text("previous complete document")
+
+    def crash(fd: int) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(harness_io.os, "fsync", crash)
+    with pytest.raises(EngineError, match="disk full"):
+        write_document(_sample_document(), str(out))
+    assert out.read_text() == "previous complete document"
+    assert os.listdir(tmp_path) == ["doc.json"]
+
+
+def test_engine_commit_is_a_hash_or_unknown() -> None:
+    commit = harness_io.engine_commit()
+    assert commit == "unknown" or (len(commit) == 40 and int(commit, 16) >= 0)
+
+
+def test_device_info_on_the_cpu() -> None:
+    info = harness_io.describe_device("numpy")
+    assert info.backend == "numpy" and info.name
+    assert info.runtime == f"numpy {np.__version__}"

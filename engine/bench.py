@@ -21,6 +21,7 @@ from collections.abc import Sequence
 import click
 import numpy as np
 
+from engine.config import ModelConfig
 from engine.errors import EngineError
 from engine.harness_io import (
     BACKENDS,
@@ -148,8 +149,15 @@ BACKEND_HELP = "numpy, cupy, or auto (CuPy when a GPU is usable)."
 OUT_HELP = "Where to write the JSON document ('-' = stdout); written atomically."
 
 
+def _config(model: str) -> ModelConfig:
+    """The model's config without loading weights, so bad input fails before any work."""
+    from engine.models import model_config  # late: keeps --help fast
+
+    return model_config(model)
+
+
 def _open(model: str, backend: str) -> Runner:
-    from engine.models import open_runner  # late: keeps --help fast
+    from engine.models import open_runner
 
     return open_runner(model, backend)
 
@@ -182,13 +190,13 @@ def sweep(model: str, ctx_list: str, tokens: int, reps: int, out: str, backend: 
     ctxs = parse_int_list(ctx_list, "ctx")
     require_positive(tokens, "--tokens")
     require_positive(reps, "--reps")
-    runner = _open(model, backend)
-    max_ctx = runner.config.max_context
+    max_ctx = _config(model).max_context
     for ctx in ctxs:
         if ctx + tokens > max_ctx:
             raise EngineError(
                 f"ctx {ctx} + tokens {tokens} = {ctx + tokens} exceeds {model}'s context of {max_ctx}"
             )
+    runner = _open(model, backend)
     prompt = corpus_prompt_ids(model, runner.config.vocab_size)
     warm_up(runner, prompt)
     contexts = []
@@ -233,8 +241,7 @@ def concurrent(
     require_positive(tokens, "--tokens")
     require_positive(runs, "--runs")
     require_positive(prompt_len, "--prompt-len")
-    runner = _open(model, backend)
-    max_ctx = runner.config.max_context
+    max_ctx = _config(model).max_context
     for w in widths:
         need = prompt_len + tokens + w
         if need > max_ctx:
@@ -242,6 +249,7 @@ def concurrent(
                 f"width {w}: prompt-len {prompt_len} + tokens {tokens} + {w} = {need} "
                 f"exceeds {model}'s context of {max_ctx}"
             )
+    runner = _open(model, backend)
     prompt = corpus_prompt_ids(model, runner.config.vocab_size)
     warm_up(runner, prompt)
     samples = []

@@ -211,13 +211,19 @@ def run_cli(group: click.Group, args: Sequence[str] | None = None) -> int:
         return code
 
     try:
-        rc = group.main(args=args, prog_name=group.name, standalone_mode=False)
+        rc = group.main(args=args, prog_name=f"python -m {group.name}", standalone_mode=False)
     except EngineError as e:
         return fail(str(e), EXIT_BAD_INPUT)
     except EngineOutputError as e:
         return fail(str(e), EXIT_BAD_OUTPUT)
     except click.exceptions.Abort:
         return fail("aborted", 1)
+    except click.UsageError as e:
+        if type(e).__name__ == "NoArgsIsHelpError":  # bare `python -m engine.bench`: help
+            click.echo(e.ctx.get_help() if e.ctx else "", err=True)
+            return EXIT_BAD_INPUT
+        hint = f" (see: {e.ctx.command_path} --help)" if e.ctx else ""
+        return fail(e.format_message() + hint, EXIT_BAD_INPUT)
     except click.ClickException as e:
         return fail(e.format_message(), EXIT_BAD_INPUT)
     return rc if isinstance(rc, int) else 0

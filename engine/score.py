@@ -24,6 +24,7 @@ from pathlib import Path
 import click
 import numpy as np
 
+from engine.config import ModelConfig
 from engine.errors import EngineError
 from engine.harness_io import (
     BACKENDS,
@@ -190,8 +191,15 @@ BACKEND_HELP = "numpy, cupy, or auto (CuPy when a GPU is usable)."
 OUT_HELP = "Where to write the JSON document ('-' = stdout); written atomically."
 
 
+def _config(model: str) -> ModelConfig:
+    """The model's config without loading weights, so bad input fails before any work."""
+    from engine.models import model_config  # late: keeps --help fast
+
+    return model_config(model)
+
+
 def _open(model: str, backend: str) -> Runner:
-    from engine.models import open_runner  # late: keeps --help fast
+    from engine.models import open_runner
 
     return open_runner(model, backend)
 
@@ -229,21 +237,20 @@ def score_command(
     if text_file is not None and tokens_file is not None:
         raise EngineError("give --text-file or --tokens-file, not both")
     require_positive(topk, "--topk")
+    cfg = _config(model)
     if tokens_file is not None:
         tokens = read_tokens_file(tokens_file)
-        runner = _open(model, backend)
     else:
-        text = read_text_file(text_file if text_file is not None else DEFAULT_CORPUS)
-        runner = _open(model, backend)
         from engine.models import open_tokenizer
 
+        text = read_text_file(text_file if text_file is not None else DEFAULT_CORPUS)
         tokens = encode_with_bos(open_tokenizer(model), text)
         if len(tokens) < 2:
             raise EngineError("the text encodes to fewer than 2 tokens; nothing to score")
-    cfg = runner.config
     check_tokens(tokens, cfg.vocab_size, cfg.max_context, model)
     if topk > cfg.vocab_size:
         raise EngineError(f"--topk {topk} exceeds {model}'s vocab of {cfg.vocab_size}")
+    runner = _open(model, backend)
     positions = score_tokens(runner, tokens, topk)
     nll = -float(np.mean([p.target_logprob for p in positions]))
     progress(f"score {model}: {len(positions)} positions, perplexity {np.exp(nll):.3f}")
@@ -275,14 +282,14 @@ def prefill_check(model: str, prefix_list: str, positions: int, out: str, backen
     clock = Clock()
     prefixes = parse_int_list(prefix_list, "prefix")
     require_positive(positions, "--positions")
-    runner = _open(model, backend)
-    max_ctx = runner.config.max_context
+    max_ctx = _config(model).max_context
     for p in prefixes:
         if p + positions > max_ctx:
             raise EngineError(
                 f"prefix {p} + positions {positions} = {p + positions} exceeds {model}'s "
                 f"context of {max_ctx}"
             )
+    runner = _open(model, backend)
     corpus = corpus_prompt_ids(model, runner.config.vocab_size)
     checks = []
     for p in prefixes:

@@ -141,13 +141,11 @@ def read_text_file(path: str | Path) -> str:
     return text
 
 
-def encode_with_bos(tokenizer: object, text: str) -> list[int]:
-    """Token ids of `text`, starting with BOS as the model expects (added once)."""
-    ids = [int(i) for i in tokenizer.encode(text)]  # type: ignore[attr-defined]
-    bos = getattr(tokenizer, "bos_id", None)
-    if bos is not None and (not ids or ids[0] != bos):
-        ids.insert(0, int(bos))
-    return ids
+def encode_text(tokenizer: object, text: str) -> list[int]:
+    """Token ids of `text` as the model expects them: the tokenizer adds BOS exactly when the
+    model's GGUF says so (tokenizer.ggml.add_bos_token, as llama.cpp does). SmolLM2's says
+    false, so its score starts at the text's first token."""
+    return [int(i) for i in tokenizer.encode(text)]  # type: ignore[attr-defined]
 
 
 def cycled(ids: Sequence[int], length: int, offset: int = 0) -> np.ndarray:
@@ -167,7 +165,7 @@ def corpus_prompt_ids(model: str, vocab_size: int) -> list[int]:
     """
     from engine.models import open_tokenizer  # late: the engine core is heavy to import
 
-    ids = encode_with_bos(open_tokenizer(model), read_text_file(DEFAULT_CORPUS))
+    ids = encode_text(open_tokenizer(model), read_text_file(DEFAULT_CORPUS))
     return [i % vocab_size for i in ids]
 
 

@@ -34,7 +34,7 @@ from engine.harness_io import (
     cli_main,
     corpus_prompt_ids,
     cycled,
-    encode_with_bos,
+    encode_text,
     header,
     parse_int_list,
     progress,
@@ -214,7 +214,8 @@ def score_group() -> None:
 @click.option(
     "--text-file",
     default=None,
-    help=f"UTF-8 text to score, encoded with BOS [default: {DEFAULT_CORPUS.relative_to(DEFAULT_CORPUS.parents[1])}].",
+    help="UTF-8 text to score, encoded by the model's tokenizer (BOS as its GGUF says) "
+    f"[default: {DEFAULT_CORPUS.relative_to(DEFAULT_CORPUS.parents[1])}].",
 )
 @click.option(
     "--tokens-file", default=None, help="JSON list of token ids to score as given (no BOS added)."
@@ -244,7 +245,7 @@ def score_command(
         from engine.models import open_tokenizer
 
         text = read_text_file(text_file if text_file is not None else DEFAULT_CORPUS)
-        tokens = encode_with_bos(open_tokenizer(model), text)
+        tokens = encode_text(open_tokenizer(model), text)
         if len(tokens) < 2:
             raise EngineError("the text encodes to fewer than 2 tokens; nothing to score")
     check_tokens(tokens, cfg.vocab_size, cfg.max_context, model)

@@ -107,8 +107,10 @@ def test_score_defaults_to_the_corpus_from_any_directory(tmp_path: Path) -> None
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     doc = parse_document(proc.stdout, "score")
-    assert len(doc.tokens) >= 1200  # the corpus, with BOS first
-    assert doc.tokens[0] == 1
+    from engine.models import open_tokenizer
+
+    corpus = (REPO / "data" / "corpus.txt").read_text(encoding="utf-8")
+    assert doc.tokens == open_tokenizer("tiny").encode(corpus)
     assert len(doc.positions) == len(doc.tokens) - 1
 
 
@@ -198,6 +200,14 @@ def test_bad_score_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
         assert captured.err.startswith("error: "), (args, captured.err)
         assert captured.err.count("\n") == 1, (args, captured.err)
         assert captured.out == "", args
+
+
+def test_corpus_size() -> None:
+    """1,200+ tokens for the accuracy gates, and room for BOS in a 2,048-token context."""
+    from engine.models import open_tokenizer
+
+    ids = open_tokenizer("smollm2-135m").encode((REPO / "data" / "corpus.txt").read_text())
+    assert 1200 <= len(ids) <= 2047
 
 
 def test_help_on_every_command() -> None:

@@ -13,7 +13,7 @@ from engine import harness_io
 from engine.bench import count_decoded, measure_context, measure_width
 from engine.config import ModelConfig
 from engine.errors import EngineError
-from engine.harness_io import cycled, encode_with_bos, parse_int_list, write_document
+from engine.harness_io import cycled, parse_int_list, write_document
 from engine.protocol import ContextSample, WidthRun, parse_document
 from engine.runner import Runner
 from engine.score import check_prefix, log_softmax, read_tokens_file, score_tokens
@@ -251,20 +251,6 @@ def test_int_lists() -> None:
 def test_cycled_wraps_and_offsets() -> None:
     assert cycled([1, 2, 3], 7).tolist() == [1, 2, 3, 1, 2, 3, 1]
     assert cycled([1, 2, 3], 4, offset=2).tolist() == [3, 1, 2, 3]
-
-
-def test_encode_with_bos_adds_it_once() -> None:
-    class Tok:
-        bos_id = 1
-
-        def __init__(self, with_bos: bool) -> None:
-            self.with_bos = with_bos
-
-        def encode(self, text: str) -> list[int]:
-            return ([1] if self.with_bos else []) + [5, 6]
-
-    assert encode_with_bos(Tok(False), "x") == [1, 5, 6]
-    assert encode_with_bos(Tok(True), "x") == [1, 5, 6]
 
 
 def _sample_document():

@@ -1,0 +1,70 @@
+/* sparkboard: draw every chart of the page with the vendored vega-embed.
+ * A chart is <figure class="sb-chart"><div class="sb-chart-view"></div>
+ * <script type="application/json">SPEC</script></figure>; the spec is inline so pages work
+ * from a local folder (file://), where fetching a JSON file is not allowed.
+ * Charts are redrawn with the dark theme when Material's palette switches to slate. */
+(function () {
+  "use strict";
+
+  function isDark() {
+    return document.body.getAttribute("data-md-color-scheme") === "slate";
+  }
+
+  function draw(fig) {
+    var view = fig.querySelector(".sb-chart-view");
+    var source = fig.querySelector('script[type="application/json"]');
+    if (!view || !source || typeof window.vegaEmbed !== "function") {
+      return;
+    }
+    var spec;
+    try {
+      spec = JSON.parse(source.textContent);
+    } catch (err) {
+      fig.setAttribute("data-sb-error", "unreadable chart spec");
+      return;
+    }
+    if (fig._sbResult) {
+      fig._sbResult.finalize();
+      fig._sbResult = null;
+    }
+    var options = { actions: false, renderer: "svg", mode: "vega-lite" };
+    if (isDark()) {
+      options.theme = "dark";
+      options.config = { background: "transparent" };
+    }
+    window.vegaEmbed(view, spec, options).then(
+      function (result) {
+        fig._sbResult = result;
+        fig.setAttribute("data-sb-rendered", isDark() ? "dark" : "light");
+      },
+      function (err) {
+        fig.setAttribute("data-sb-error", String(err));
+        console.error("sparkboard chart:", err);
+      }
+    );
+  }
+
+  function drawAll() {
+    var figs = document.querySelectorAll("figure.sb-chart");
+    for (var i = 0; i < figs.length; i++) {
+      draw(figs[i]);
+    }
+  }
+
+  function start() {
+    drawAll();
+    var last = isDark();
+    new MutationObserver(function () {
+      if (isDark() !== last) {
+        last = isDark();
+        drawAll();
+      }
+    }).observe(document.body, { attributes: true, attributeFilter: ["data-md-color-scheme"] });
+  }
+
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", start);
+  } else {
+    start();
+  }
+})();

@@ -1,0 +1,326 @@
+"""The build: database -> docs folder (Markdown, data JSON, assets) -> MkDocs -> site folder.
+
+    build_site(db, out)            # docs in a scratch folder beside `out`, removed afterwards
+    build_site(db, out, docs_dir)  # keep the generated docs folder
+
+The same database gives the same files: no build-time clocks (MkDocs' sitemap date comes from
+SOURCE_DATE_EPOCH, set to the newest time in the database), stable ordering everywhere,
+deterministic SVGs and exports.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from datetime import UTC, datetime
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from sitegen import charts, pages, queries, tiers
+from sitegen.escape import block
+
+VENDOR_JS = ["vega.min.js", "vega-lite.min.js", "vega-embed.min.js"]
+
+Log = Callable[[str], None]
+
+
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+class BuildError(Exception):
+    """A build that cannot go on (a missing database, an output inside the repo's site/)."""
+
+
+def _write(path: Path, content: str | bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content, encoding="utf-8")
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value)
+
+
+def _dump(data: Any) -> str:
+    return (
+        json.dumps(data, default=_json_default, sort_keys=True, indent=1, ensure_ascii=False) + "\n"
+    )
+
+
+def _check_out(out: Path) -> None:
+    """Refuse to build into the generator's own folder (MkDocs' default `site/`)."""
+    source = Path(resources.files("sitegen")).resolve().parent  # the repo's site/
+    o = out.resolve()
+    if o == source or source in o.parents:
+        raise BuildError(f"refusing to build into {out}: that is the generator's own site/ folder")
+
+
+def mkdocs_config(docs: Path, out: Path, site: pages.Site) -> dict[str, Any]:
+    nav: list[Any] = [{"Leaderboard": "index.md"}]
+    nav.append(
+        {
+            "Rounds": ["rounds/index.md"]
+            + [f"rounds/{site.round_slug[r['round_id']]}.md" for r in reversed(site.rounds)]
+        }
+    )
+    nav.append({"Tiers": ["tiers/index.md"] + [f"tiers/{t}.md" for t in tiers.ORDER]})
+    nav.append(
+        {"Models": ["models/index.md"] + [f"models/{site.model_slug[m]}.md" for m in site.models]}
+    )
+    nav.append({"Rules": "rules.md"})
+    nav.append({"Data": "data.md"})
+    return {
+        "site_name": "sparkboard",
+        "docs_dir": str(docs),
+        "site_dir": str(out),
+        "use_directory_urls": False,  # pages work from a local folder and under any path
+        "strict": False,
+        "theme": {
+            "name": "material",
+            "font": False,  # no Google Fonts: the site loads nothing from the network
+            "palette": [
+                {
+                    "scheme": "default",
+                    "primary": "indigo",
+                    "toggle": {"icon": "material/weather-night", "name": "Dark mode"},
+                },
+                {
+                    "scheme": "slate",
+                    "primary": "indigo",
+                    "toggle": {"icon": "material/weather-sunny", "name": "Light mode"},
+                },
+            ],
+            "features": ["navigation.sections"],
+        },
+        "plugins": [],  # no search: its worker cannot load from file:// and it is not needed
+        "markdown_extensions": ["tables", "attr_list", "md_in_html", {"toc": {"permalink": False}}],
+        "extra_css": ["assets/sparkboard.css"],
+        "extra_javascript": [f"assets/vendor/{f}" for f in VENDOR_JS] + ["assets/sparkboard.js"],
+        "extra": {"generator": False},
+        "nav": nav,
+        "validation": {
+            "omitted_files": "ignore",
+            "absolute_links": "warn",
+            "unrecognized_links": "warn",
+            "anchors": "ignore",
+        },
+    }
+
+
+def export_rounds(db: Path, docs: Path, site: pages.Site) -> dict[str, dict[str, list[str]]]:
+    """Each round's rows of every table as Parquet, CSV and JSON, under docs/data/<round>/."""
+    con = queries.connect(db)
+    try:
+        present = {
+            r[0]
+            for r in con.execute(
+                "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main'"
+            ).fetchall()
+        }
+        with_round = {
+            r[0]
+            for r in con.execute(
+                "SELECT table_name FROM duckdb_columns() WHERE column_name = 'round_id'"
+            ).fetchall()
+        }
+        con.execute("SET preserve_insertion_order = true")
+        con.execute("SET threads = 1")  # one writer order: identical bytes build after build
+        out: dict[str, dict[str, list[str]]] = {}
+        for rnd in site.rounds:
+            rid = rnd["round_id"]
+            slug = site.round_slug[rid]
+            folder = docs / "data" / slug
+            folder.mkdir(parents=True, exist_ok=True)
+            lit = "'" + rid.replace("'", "''") + "'"
+            files: dict[str, list[str]] = {}
+            for table in pages.EXPORT_TABLES:
+                if table not in present or table not in with_round:
+                    continue
+                query = f"SELECT * FROM {table} WHERE round_id = {lit} ORDER BY ALL"
+                names = []
+                for fmt_ in pages.EXPORT_FORMATS:
+                    target = folder / f"{table}.{fmt_}"
+                    opts = {
+                        "parquet": "FORMAT parquet, COMPRESSION zstd",
+                        "csv": "FORMAT csv, HEADER true",
+                        "json": "FORMAT json, ARRAY true",
+                    }[fmt_]
+                    con.execute(f"COPY ({query}) TO '{target.as_posix()}' ({opts})")
+                    names.append(f"data/{slug}/{table}.{fmt_}")
+                files[table] = names
+            out[rid] = files
+        return out
+    finally:
+        con.close()
+
+
+def _schema_text() -> str | None:
+    try:
+        return resources.files("collector").joinpath("schema.sql").read_text()
+    except (ModuleNotFoundError, FileNotFoundError, OSError):
+        return None
+
+
+def _copy_assets(docs: Path) -> None:
+    assets = Path(str(resources.files("sitegen").joinpath("assets")))
+    shutil.copytree(
+        assets, docs / "assets", dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.md")
+    )
+    for label in [*tiers.ORDER, "unknown"]:
+        _write(docs / "assets" / "badges" / f"{label}.svg", tiers.badge_svg(label))
+
+
+def _pr_pages(site: pages.Site, docs: Path, prs: list[int]) -> None:
+    for pr in prs:
+        _write(docs / "pr" / f"{pr}.md", site.pr_page(pr))
+        _write(docs / "data" / "pr" / f"{pr}.json", _dump(site.pr_data(pr)))
+
+
+_WORKER_SITE: pages.Site | None = None
+
+
+def _worker_init(db: str) -> None:
+    global _WORKER_SITE
+    _WORKER_SITE = pages.Site(queries.load(db))
+
+
+def _worker_pr_pages(args: tuple[str, list[int]]) -> int:
+    docs, prs = args
+    assert _WORKER_SITE is not None
+    _pr_pages(_WORKER_SITE, Path(docs), prs)
+    return len(prs)
+
+
+def generate_docs(db: Path, docs: Path, jobs: int = 1, log: Log = _stderr) -> pages.Site:
+    """Write the whole docs folder (Markdown, data, assets) for `db` into `docs`."""
+    t0 = time.perf_counter()
+    site = pages.Site(queries.load(db))
+    log(
+        f"loaded {len(site.data.evaluations)} evaluations of {len(site.data.by_pr)} PRs in {len(site.rounds)} rounds ({time.perf_counter() - t0:.1f} s)"
+    )
+    if docs.exists():
+        shutil.rmtree(docs)
+    docs.mkdir(parents=True)
+    _copy_assets(docs)
+
+    t1 = time.perf_counter()
+    prs = list(site.data.by_pr)
+    if jobs > 1 and len(prs) > 200:
+        chunks = [prs[i::jobs] for i in range(jobs)]
+        with ProcessPoolExecutor(jobs, initializer=_worker_init, initargs=(str(db),)) as pool:
+            list(pool.map(_worker_pr_pages, [(str(docs), c) for c in chunks]))
+    else:
+        _pr_pages(site, docs, prs)
+    log(f"wrote {len(prs)} PR pages ({time.perf_counter() - t1:.1f} s)")
+
+    headline = False
+    if site.latest:
+        rows = site.leaderboard_chart_rows(site.latest["round_id"])
+        if rows:
+            for name, look in (("light", charts.LIGHT), ("dark", charts.DARK)):
+                svg = charts.svg(charts.leaderboard(rows, look))
+                _write(docs / "assets" / "charts" / f"leaderboard-{name}.svg", svg)
+            headline = True
+    _write(docs / "index.md", site.home_page(headline))
+    _write(docs / "rounds" / "index.md", site.rounds_index())
+    for rnd in site.rounds:
+        _write(docs / "rounds" / f"{site.round_slug[rnd['round_id']]}.md", site.round_page(rnd))
+    members = site.tier_members()
+    _write(docs / "tiers" / "index.md", site.tiers_index(members))
+    for label in tiers.ORDER:
+        _write(docs / "tiers" / f"{label}.md", site.tier_page(label, members.get(label, [])))
+    _write(docs / "models" / "index.md", site.models_index())
+    for model in site.models:
+        _write(docs / "models" / f"{site.model_slug[model]}.md", site.model_page(model))
+    _write(docs / "rules.md", site.rules_page())
+    t2 = time.perf_counter()
+    exports = export_rounds(db, docs, site)
+    log(f"exported {len(exports)} rounds ({time.perf_counter() - t2:.1f} s)")
+    schema = _schema_text()
+    _write(docs / "data.md", site.data_page(exports, block(schema, 0) if schema else None))
+    log(f"docs written in {time.perf_counter() - t0:.1f} s")
+    return site
+
+
+def _source_date(db: Path) -> int:
+    """The newest time recorded in the database, as the build's date (sitemap lastmod)."""
+    con = queries.connect(db)
+    try:
+        row = con.execute(
+            "SELECT max(greatest(created_at, coalesce(finished_at, created_at))) FROM rounds"
+        ).fetchone()
+    except duckdb.Error:
+        row = None
+    finally:
+        con.close()
+    when = row[0] if row and row[0] else datetime(2026, 1, 1)
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return int(when.timestamp())
+
+
+def run_mkdocs(config: dict[str, Any], source_date: int, log: Log = _stderr) -> None:
+    """Build with MkDocs' Python API from a generated mkdocs.yml beside the docs folder."""
+    from mkdocs.commands.build import build
+    from mkdocs.config import load_config
+
+    docs = Path(config["docs_dir"])
+    cfg_path = docs.parent / f"{docs.name}.mkdocs.yml"
+    cfg_path.write_text(json.dumps(config, indent=1), encoding="utf-8")  # JSON is valid YAML
+    old = os.environ.get("SOURCE_DATE_EPOCH")
+    os.environ["SOURCE_DATE_EPOCH"] = str(source_date)
+    for name in ("mkdocs", "mkdocs.structure.pages", "mkdocs.structure.files"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    try:
+        cfg = load_config(config_file=str(cfg_path))
+        build(cfg)
+    finally:
+        if old is None:
+            os.environ.pop("SOURCE_DATE_EPOCH", None)
+        else:
+            os.environ["SOURCE_DATE_EPOCH"] = old
+        cfg_path.unlink(missing_ok=True)
+
+
+def build_site(
+    db: Path, out: Path, docs_dir: Path | None = None, jobs: int = 1, log: Log = _stderr
+) -> dict[str, float]:
+    """Generate the docs and build the site into `out`. Returns seconds per stage."""
+    db, out = Path(db), Path(out)
+    if not db.is_file():
+        raise BuildError(f"no database at {db}")
+    _check_out(out)
+    t0 = time.perf_counter()
+    scratch = None
+    if docs_dir is None:
+        scratch = tempfile.mkdtemp(prefix="sparkboard-docs-")
+        docs = Path(scratch) / "docs"
+    else:
+        docs = Path(docs_dir)
+    try:
+        site = generate_docs(db, docs, jobs=jobs, log=log)
+        t1 = time.perf_counter()
+        if out.exists():
+            shutil.rmtree(out)
+        run_mkdocs(mkdocs_config(docs.resolve(), out.resolve(), site), _source_date(db), log)
+        t2 = time.perf_counter()
+        log(f"mkdocs built {out} in {t2 - t1:.1f} s")
+    finally:
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return {"docs_s": t1 - t0, "mkdocs_s": t2 - t1, "total_s": t2 - t0}

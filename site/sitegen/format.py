@@ -1,0 +1,108 @@
+"""Number, status and link formatting shared by the page builders and templates.
+
+Every function returns Markup (safe to print) built only from numbers, fixed words and
+escaped text, so templates can print the results without escaping them twice.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from markupsafe import Markup
+
+from sitegen.escape import text
+
+ICONS = {"pass": "✅", "fail": "❌", "warn": "⚠️", "skip": "⏭️"}
+DASH = Markup("–")
+
+
+def pct(value: float | None, digits: int = 1) -> Markup:
+    if value is None:
+        return DASH
+    return Markup(f"{value * 100:+.{digits}f}%")
+
+
+def interval(lo: float | None, hi: float | None) -> Markup:
+    if lo is None or hi is None:
+        return DASH
+    return Markup(f"[{lo * 100:+.1f}%, {hi * 100:+.1f}%]")
+
+
+def num(value: float | None, digits: int = 2) -> Markup:
+    if value is None:
+        return DASH
+    return Markup(f"{value:,.{digits}f}")
+
+
+def ratio(value: float | None, digits: int = 4) -> Markup:
+    if value is None:
+        return DASH
+    return Markup(f"×{value:.{digits}f}")
+
+
+def icon(status: str | None) -> Markup:
+    return Markup(ICONS.get(status or "", "❔"))
+
+
+def status_cell(status: str | None) -> Markup:
+    """✅ pass / ❌ fail / ⚠️ warn / ⏭️ skip (unknown statuses shown escaped)."""
+    return Markup(f"{icon(status)} {text(status or 'unknown')}")
+
+
+def commit(sha: str | None, n: int = 9) -> Markup:
+    if not sha:
+        return DASH
+    return Markup(f"<code>{text(sha[:n])}</code>")
+
+
+def short_ctx(n: int) -> str:
+    return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
+
+
+_AXIS = re.compile(r"^(decode|prefill|concurrent)@([0-9]+)$")
+
+
+def parse_axis(name: str) -> tuple[str, int] | None:
+    m = _AXIS.match(name or "")
+    return (m.group(1), int(m.group(2))) if m else None
+
+
+def axis_label(name: str | None) -> Markup:
+    """'decode@4096' -> 'decode@4k', 'concurrent@8' -> 'c8'; anything else escaped."""
+    parsed = parse_axis(name or "")
+    if not parsed:
+        return text(name) if name else DASH
+    kind, n = parsed
+    if kind == "concurrent":
+        return Markup(f"c{n}")
+    return Markup(f"{kind}@{short_ctx(n)}")
+
+
+def axis_order(name: str) -> tuple[int, int, int]:
+    parsed = parse_axis(name)
+    if not parsed:
+        return (9, 0, 0)
+    kind, n = parsed
+    if kind == "concurrent":
+        return (1, n, 0)
+    return (0, n, 0 if kind == "decode" else 1)
+
+
+_SLUG = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def slug(value: str) -> str:
+    """A file-name-safe slug (round ids, model names); never empty, never hidden."""
+    s = _SLUG.sub("-", value).strip("-.") or "x"
+    return s[:80]
+
+
+def policy_get(policy: dict[str, Any], path: str, default: Any = None) -> Any:
+    """Look up 'a.b.c' in the policy JSON, tolerating a missing or differently shaped key."""
+    node: Any = policy
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return default
+        node = node[part]
+    return node

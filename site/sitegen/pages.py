@@ -1,0 +1,487 @@
+"""Page builders: SiteData -> Markdown pages (through Jinja2 templates) and data JSON files.
+
+Each `*_page` function returns the Markdown of one page. Templates are compiled once. Every
+`{{ }}` in a template is escaped by `escape.finalize` unless the value is Markup built here from
+numbers, fixed words and escaped text. Database strings are never used as templates.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter, defaultdict
+from importlib import resources
+from typing import Any
+
+import jinja2
+from markupsafe import Markup
+
+from sitegen import charts, tiers
+from sitegen import format as fmt
+from sitegen.escape import block, finalize, script_json, text
+from sitegen.queries import Evaluation, Row, SiteData
+
+EXPORT_TABLES = [
+    "rounds",
+    "prs",
+    "candidates",
+    "verdicts",
+    "comparisons",
+    "gates",
+    "accuracy",
+    "prefill_checks",
+    "sessions",
+    "samples",
+    "score_dumps",
+    "strikes",
+]
+EXPORT_FORMATS = ["parquet", "csv", "json"]
+
+
+def environment() -> jinja2.Environment:
+    loader = jinja2.FileSystemLoader(str(resources.files("sitegen").joinpath("templates")))
+    return jinja2.Environment(
+        loader=loader,
+        autoescape=False,  # Markdown, not HTML: `finalize` escapes for both instead
+        finalize=finalize,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+
+
+def chart(spec: dict[str, Any], caption: str, cid: str) -> Markup:
+    """A chart container: the spec inline as JSON (works from file://), drawn by sparkboard.js."""
+    return Markup(
+        f'<figure class="sb-chart" id="{text(cid)}"><div class="sb-chart-view"></div>'
+        f'<script type="application/json">{script_json(spec)}</script>'
+        f"<figcaption>{text(caption)}</figcaption></figure>"
+    )
+
+
+class Site:
+    """Everything the templates need, derived once from the database."""
+
+    def __init__(self, data: SiteData) -> None:
+        self.data = data
+        self.env = environment()
+        self.rounds = data.rounds
+        self.round_by_id = {r["round_id"]: r for r in data.rounds}
+        self.round_order = {r["round_id"]: i for i, r in enumerate(data.rounds)}
+        self.round_slug = {r["round_id"]: fmt.slug(r["round_id"]) for r in data.rounds}
+        self.latest = data.rounds[-1] if data.rounds else None
+        self.models = sorted({t["model"] for t in data.main_trend})
+        self.model_slug = {m: fmt.slug(m) for m in self.models}
+        self.trend = defaultdict(list)
+        for row in data.main_trend:
+            self.trend[(row["round_id"], row["model"])].append(row)
+        self.policy = self.latest["policy"] if self.latest else {}
+        self._templates: dict[str, jinja2.Template] = {}
+
+    # --- helpers used by templates -------------------------------------------------------
+    def render(self, name: str, **ctx: Any) -> str:
+        tpl = self._templates.get(name)
+        if tpl is None:
+            tpl = self._templates[name] = self.env.get_template(name)
+        return tpl.render(site=self, fmt=fmt, tiers=tiers, **ctx)
+
+    def badge(self, label: str, root: str) -> Markup:
+        return tiers.badge(label, root)
+
+    def pr_link(self, pr: int, root: str, anchor: str = "") -> Markup:
+        return Markup(f"[#{int(pr)}]({root}pr/{int(pr)}.md{anchor})")
+
+    def round_link(self, round_id: str, root: str) -> Markup:
+        return Markup(f"[{text(round_id)}]({root}rounds/{self.round_slug[round_id]}.md)")
+
+    def model_link(self, model: str, root: str) -> Markup:
+        if model not in self.model_slug:
+            return text(model)
+        return Markup(f"[{text(model)}]({root}models/{self.model_slug[model]}.md)")
+
+    def tier_link(self, label: str, root: str) -> Markup:
+        return Markup(f"[{tiers.badge(label, root)}]({root}tiers/{tiers.slug(label)}.md)")
+
+    def gate_summary(self, ev: Evaluation) -> Markup:
+        counts = Counter(g["status"] for g in ev.gates)
+        parts = [
+            f"{fmt.ICONS[s]} {counts[s]}" for s in ("pass", "fail", "warn", "skip") if counts[s]
+        ]
+        return Markup(" · ".join(parts)) if parts else fmt.DASH
+
+    def eval_anchor(self, ev: Evaluation) -> str:
+        return f"#round-{self.round_slug.get(ev.round_id, fmt.slug(ev.round_id))}"
+
+    # --- leaderboard ------------------------------------------------------------------------
+    def ranked(self, round_id: str) -> list[Evaluation]:
+        evs = self.data.by_round.get(round_id, [])
+
+        def key(ev: Evaluation) -> tuple:
+            first = bool(ev.verdict and ev.verdict["merge_first"])
+            return (not first, tiers.rank_key(ev.label), -_delta(ev), ev.pr)
+
+        return sorted(evs, key=key)
+
+    def baseline(self, round_id: str) -> list[dict[str, Any]]:
+        """main's medians of the round, one row per model and kind of axis."""
+        rows = []
+        for model in self.models:
+            trend = self.trend.get((round_id, model))
+            if not trend:
+                continue
+            by_kind: dict[str, list[Row]] = defaultdict(list)
+            for t in sorted(trend, key=lambda t: fmt.axis_order(t["axis"])):
+                parsed = fmt.parse_axis(t["axis"])
+                by_kind[parsed[0] if parsed else "other"].append(t)
+            for kind in ("decode", "prefill", "concurrent", "other"):
+                if kind not in by_kind:
+                    continue
+                values = " · ".join(
+                    f"{fmt.axis_label(t['axis']).split('@')[-1]}: {fmt.num(t['value'], 1)}"
+                    for t in by_kind[kind]
+                )
+                rows.append({"model": model, "kind": kind, "values": Markup(values)})
+        return rows
+
+    def leaderboard_rows(self, round_id: str) -> list[dict[str, Any]]:
+        rows = []
+        for rank, ev in enumerate(self.ranked(round_id), start=1):
+            v = ev.verdict or {}
+            rows.append(
+                {
+                    "rank": rank,
+                    "ev": ev,
+                    "model": v.get("best_model"),
+                    "axis": v.get("best_axis"),
+                    "delta": v.get("best_delta"),
+                    "lo": v.get("ci_low"),
+                    "hi": v.get("ci_high"),
+                    "merge_first": bool(v.get("merge_first")),
+                }
+            )
+        return rows
+
+    def leaderboard_chart_rows(self, round_id: str, limit: int = 40) -> list[dict[str, Any]]:
+        rows = []
+        for row in self.leaderboard_rows(round_id):
+            if row["delta"] is None or row["ev"].label not in tiers.TIERS:
+                continue
+            rows.append(
+                {
+                    "pr": f"#{row['ev'].pr}",
+                    "rank": row["rank"],
+                    "tier": row["ev"].label,
+                    "axis": str(fmt.axis_label(row["axis"])),
+                    "delta": round(row["delta"], 5),
+                    "lo": round(row["lo"] if row["lo"] is not None else row["delta"], 5),
+                    "hi": round(row["hi"] if row["hi"] is not None else row["delta"], 5),
+                }
+            )
+            if len(rows) >= limit:
+                break
+        return rows
+
+    # --- per-PR ----------------------------------------------------------------------------
+    def context_rows(self, ev: Evaluation, model: str) -> list[Row]:
+        rows = [
+            c
+            for c in ev.comparisons
+            if c["model"] == model and (fmt.parse_axis(c["axis"]) or ("",))[0] != "concurrent"
+        ]
+        return sorted(rows, key=lambda c: fmt.axis_order(c["axis"]))
+
+    def width_rows(self, ev: Evaluation, model: str) -> list[Row]:
+        rows = [
+            c
+            for c in ev.comparisons
+            if c["model"] == model and (fmt.parse_axis(c["axis"]) or ("",))[0] == "concurrent"
+        ]
+        return sorted(rows, key=lambda c: fmt.axis_order(c["axis"]))
+
+    def target_models(self, ev: Evaluation) -> list[str]:
+        models = [c["model"] for c in ev.comparisons if c["role"] == "target"]
+        return sorted(set(models), key=models.index)
+
+    def guard_rows(self, ev: Evaluation) -> list[Row]:
+        return sorted(
+            (c for c in ev.comparisons if c["role"] != "target"),
+            key=lambda c: (c["model"], fmt.axis_order(c["axis"])),
+        )
+
+    def prefill_rows(self, ev: Evaluation) -> list[dict[str, Any]]:
+        pol = self.round_by_id.get(ev.round_id, {}).get("policy", {})
+        drop = fmt.policy_get(pol, "prefill_path.top1_drop", 0.10)
+        factor = fmt.policy_get(pol, "prefill_path.kl_factor", 3.0)
+        add = fmt.policy_get(pol, "prefill_path.kl_add", 0.05)
+        cells: dict[tuple[str, int], dict[str, Row]] = defaultdict(dict)
+        for p in ev.prefill:
+            cells[(p["model"], p["prefix"])][p["side"]] = p
+        rows = []
+        for (model, prefix), sides in sorted(cells.items()):
+            main, pr = sides.get("main"), sides.get("pr")
+            rows.append(
+                {
+                    "model": model,
+                    "prefix": prefix,
+                    "main_top1": main["top1"] if main else None,
+                    "pr_top1": pr["top1"] if pr else None,
+                    "top1_bar": main["top1"] - drop if main else None,
+                    "main_kl": main["kl_mean"] if main else None,
+                    "pr_kl": pr["kl_mean"] if pr else None,
+                    "kl_bar": max(factor * main["kl_mean"], main["kl_mean"] + add)
+                    if main
+                    else None,
+                }
+            )
+        return rows
+
+    def headline(self, ev: Evaluation, root: str) -> list[tuple[str, Markup]]:
+        """The reference comment's metric/value table."""
+        v = ev.verdict or {}
+        rnd = self.round_by_id.get(ev.round_id, {})
+        rows: list[tuple[str, Markup]] = [("label", tiers.badge(ev.label, root))]
+        targets = ev.info.get("targets") or []
+        rows.append(
+            (
+                "target models",
+                Markup(", ".join(self.model_link(m, root) for m in targets)) or fmt.DASH,
+            )
+        )
+        axes = sorted(
+            {c["axis"] for c in ev.comparisons if c["role"] == "target"}, key=fmt.axis_order
+        )
+        if axes:
+            rows.append(
+                (
+                    "scored at",
+                    Markup(
+                        " · ".join(str(fmt.axis_label(a)) for a in axes)
+                        + f" — {len(axes)} axes, each also a regression floor; the label is the best"
+                    ),
+                )
+            )
+        if v.get("best_axis"):
+            rows.append(
+                (
+                    "tier from",
+                    Markup(
+                        f"<code>{text(v.get('best_model') or '')} {fmt.axis_label(v['best_axis'])}</code> "
+                        f"({fmt.pct(v.get('best_delta'))}, interval {fmt.interval(v.get('ci_low'), v.get('ci_high'))})"
+                    ),
+                )
+            )
+        for g in ev.gates:
+            rows.append(
+                (f"gate {g['gate']}", Markup(f"{fmt.icon(g['status'])} {text(g['reason'])}"))
+            )
+        for a in ev.accuracy:
+            rows.append(
+                (
+                    f"PPL PR / main ({a['model']})",
+                    Markup(f"{fmt.num(a['ppl_pr'], 4)} / {fmt.num(a['ppl_main'], 4)}"),
+                )
+            )
+        rows.append(("merge-first", Markup("🏁 yes") if v.get("merge_first") else Markup("no")))
+        rows.append(("reason", text(v.get("reason") or "no verdict yet")))
+        cand = ev.candidate or {}
+        rows.append(
+            (
+                "commit",
+                Markup(
+                    f"{fmt.commit(ev.commit)}, measured merged onto <code>main</code> "
+                    f"{fmt.commit(cand.get('main_commit') or rnd.get('main_commit'))}"
+                    f" as {fmt.commit(cand.get('merged_commit'))} (this round's baseline)"
+                ),
+            )
+        )
+        if cand.get("status") and cand["status"] != "ready":
+            rows.append(
+                ("candidate", Markup(f"{text(cand['status'])}: {text(cand.get('detail') or '')}"))
+            )
+        rows.append(
+            ("device", text(f"{rnd.get('device_name') or '?'} · driver {rnd.get('driver') or '?'}"))
+        )
+        return [(text(k), val) for k, val in rows]
+
+    def pr_charts(self, ev: Evaluation) -> list[Markup]:
+        out = []
+        colour = tiers.colour(ev.label)
+        tag = self.round_slug.get(ev.round_id, fmt.slug(ev.round_id))
+        for model in self.target_models(ev):
+            comps = [c for c in ev.comparisons if c["model"] == model]
+            for kind, title in (
+                ("decode", "context"),
+                ("prefill", "context"),
+                ("concurrent", "concurrency"),
+            ):
+                rows = charts.versus_rows(comps, kind)
+                if not rows:
+                    continue
+                spec = charts.versus(rows, title, colour)
+                caption = (
+                    f"{model}: {kind} tok/s, main vs PR (bars: PR's 95% interval, main's noise)"
+                )
+                out.append(chart(spec, caption, f"chart-{tag}-{fmt.slug(model)}-{kind}"))
+        return out
+
+    def failures(self, ev: Evaluation) -> list[dict[str, Any]]:
+        return [
+            {**f, "log": block(f.get("log_tail"), 2000) if f.get("log_tail") else None}
+            for f in ev.failures
+        ]
+
+    # --- pages -----------------------------------------------------------------------------
+    def home_page(self, headline_svg: bool) -> str:
+        return self.render("home.md.j2", root="", round=self.latest, headline_svg=headline_svg)
+
+    def round_page(self, rnd: Row) -> str:
+        spec = charts.leaderboard(self.leaderboard_chart_rows(rnd["round_id"]), charts.LIGHT)
+        spec.pop("config", None)
+        spec.pop("background", None)
+        spec["width"] = "container"
+        return self.render(
+            "round.md.j2",
+            root="../",
+            round=rnd,
+            chart=chart(
+                spec, "best delta per PR with its interval, coloured by tier", "chart-leaderboard"
+            ),
+        )
+
+    def rounds_index(self) -> str:
+        return self.render("rounds.md.j2", root="../")
+
+    def pr_page(self, pr: int) -> str:
+        evs = list(reversed(self.data.by_pr[pr]))  # newest first
+        return self.render("pr.md.j2", root="../", pr=pr, evs=evs, latest=evs[0])
+
+    def pr_data(self, pr: int) -> dict[str, Any]:
+        """The page's data as JSON: every evaluation of the PR, as stored."""
+        out = []
+        for ev in self.data.by_pr[pr]:
+            out.append(
+                {
+                    "round_id": ev.round_id,
+                    "pr": ev.info,
+                    "candidate": ev.candidate,
+                    "verdict": ev.verdict,
+                    "comparisons": ev.comparisons,
+                    "gates": ev.gates,
+                    "accuracy": ev.accuracy,
+                    "prefill_checks": ev.prefill,
+                    "failed_sessions": ev.failures,
+                    "strikes": ev.strikes,
+                }
+            )
+        return {"pr": pr, "evaluations": out}
+
+    def tier_members(self) -> dict[str, list[dict[str, Any]]]:
+        """Per label: each PR that got it, with the rounds it got it in (newest first)."""
+        out: dict[str, dict[int, list[Evaluation]]] = defaultdict(dict)
+        for pr, evs in self.data.by_pr.items():
+            for ev in evs:
+                out[ev.label].setdefault(pr, []).append(ev)
+        result: dict[str, list[dict[str, Any]]] = {}
+        for label, prs in out.items():
+            rows = []
+            for pr, evs in prs.items():
+                last = evs[-1]
+                rows.append({"pr": pr, "latest": last, "evs": list(reversed(evs))})
+            rows.sort(
+                key=lambda r: (
+                    -self.round_order.get(r["latest"].round_id, 0),
+                    -_delta(r["latest"]),
+                    r["pr"],
+                )
+            )
+            result[label] = rows
+        return result
+
+    def tiers_index(self, members: dict[str, list[dict[str, Any]]]) -> str:
+        return self.render("tiers.md.j2", root="../", members=members)
+
+    def tier_page(self, label: str, rows: list[dict[str, Any]]) -> str:
+        return self.render("tier.md.j2", root="../", label=label, rows=rows)
+
+    def model_page(self, model: str) -> str:
+        order = {r["round_id"]: i for i, r in enumerate(self.rounds)}
+        kinds: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        table: dict[str, dict[str, Row]] = defaultdict(dict)
+        for row in self.data.main_trend:
+            if row["model"] != model:
+                continue
+            parsed = fmt.parse_axis(row["axis"])
+            if not parsed:
+                continue
+            kind, n = parsed
+            series = f"c{n}" if kind == "concurrent" else fmt.short_ctx(n)
+            kinds[kind].append(
+                {
+                    "round": row["round_id"],
+                    "order": order.get(row["round_id"], 0),
+                    "series": series,
+                    "series_order": n,
+                    "value": round(row["value"], 3),
+                }
+            )
+            table[row["round_id"]][row["axis"]] = row
+        figures = []
+        for kind in ("decode", "prefill", "concurrent"):
+            if kinds[kind]:
+                spec = charts.trend(kinds[kind], kind)
+                figures.append(
+                    chart(spec, f"main's median {kind} tok/s per round", f"chart-trend-{kind}")
+                )
+        axes = sorted({a for r in table.values() for a in r}, key=fmt.axis_order)
+        return self.render(
+            "model.md.j2",
+            root="../",
+            model=model,
+            figures=figures,
+            axes=axes,
+            table=table,
+            accuracy=[
+                a
+                for r in self.rounds
+                for a in self.data.main_accuracy.get(r["round_id"], [])
+                if a["model"] == model
+            ],
+        )
+
+    def models_index(self) -> str:
+        return self.render("models.md.j2", root="../")
+
+    def rules_page(self) -> str:
+        return self.render("rules.md.j2", root="", policy=self.policy, flat=_flatten(self.policy))
+
+    def data_page(self, exports: dict[str, dict[str, list[str]]], schema_sql: str | None) -> str:
+        tables: dict[str, list[Row]] = defaultdict(list)
+        for row in self.data.tables:
+            tables[row["table_name"]].append(row)
+        return self.render(
+            "data.md.j2",
+            root="",
+            tables=dict(tables),
+            exports=exports,
+            schema_sql=schema_sql,
+            formats=EXPORT_FORMATS,
+        )
+
+
+def _delta(ev: Evaluation) -> float:
+    return (ev.verdict or {}).get("best_delta") or 0.0
+
+
+def _flatten(node: Any, prefix: str = "") -> list[tuple[str, str]]:
+    if isinstance(node, dict):
+        out: list[tuple[str, str]] = []
+        for key in sorted(node):
+            out.extend(_flatten(node[key], f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    if isinstance(node, list):
+        return [(prefix, ", ".join(map(str, node)))]
+    return [(prefix, str(node))]
+
+
+def median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None

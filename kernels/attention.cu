@@ -1,0 +1,397 @@
+// Attention over the float16 KV cache (layout per layer: [seq][kv_head][max_len][head_dim]).
+//
+// Decode (flash-decoding): attn_split_<HD> splits each sequence's KV length into nsplit
+// chunks; one block per (split, kv head, row) reads its chunk of K and V once for all the
+// query heads of that kv head (grouped-query attention) and writes an unnormalised partial
+// output with its running max and sum; attn_combine merges the partials. The lengths are read
+// from device memory and the split geometry depends only on a sequence's own length, so
+// the grid is fixed for a CUDA graph and a row's result does not depend on the other rows.
+//
+// Prefill: attn_prefill_<HD> is a causal flash-attention kernel on tensor cores
+// (mma.sync m16n8k16, f16 in, f32 accumulate): a block owns 64 queries of one head, walks
+// 64-key tiles of the cache up to the diagonal with an online softmax held in registers, and
+// never materialises the score matrix.
+
+#define ATT_WARPS 4
+#define GMAX 8
+
+template <int HD>
+__device__ __forceinline__ void attn_split_body(const float* __restrict__ q, const __half* __restrict__ kc,
+                                                const __half* __restrict__ vc,
+                                                const int* __restrict__ seq_ids,
+                                                const int* __restrict__ lens, float* __restrict__ part_o,
+                                                float* __restrict__ part_ml, int n_heads, int n_kv,
+                                                int max_len, int nsplit, float scale) {
+    constexpr int DPL = HD / 32;  // V dims owned by each lane
+    __shared__ __align__(16) float qs[GMAX][HD];
+    __shared__ float red_m[ATT_WARPS][GMAX], red_l[ATT_WARPS][GMAX];
+    __shared__ float red_o[ATT_WARPS][GMAX][HD];
+
+    const int split = blockIdx.x, kvh = blockIdx.y, r = blockIdx.z;
+    const int G = n_heads / n_kv;
+    const int seq = seq_ids[r];
+    const int n = lens[seq] + 1;  // the current token is already in the cache
+    int chunk = (n + nsplit - 1) / nsplit;
+    chunk = (chunk + 31) & ~31;
+    const int start = split * chunk;
+    if (start >= n) return;
+    const int end = min(n, start + chunk);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+
+    for (int i = threadIdx.x; i < G * HD; i += blockDim.x)
+        qs[i / HD][i % HD] = q[((size_t)r * n_heads + kvh * G) * HD + i] * scale;
+    __syncthreads();
+
+    const size_t head_base = ((size_t)seq * n_kv + kvh) * (size_t)max_len * HD;
+    const __half* K = kc + head_base;
+    const __half* V = vc + head_base;
+
+    float m[GMAX], l[GMAX], o[GMAX][DPL];
+#pragma unroll
+    for (int g = 0; g < GMAX; ++g) {
+        m[g] = -INFINITY;
+        l[g] = 0.f;
+#pragma unroll
+        for (int d = 0; d < DPL; ++d) o[g][d] = 0.f;
+    }
+
+    for (int base = start + warp * 32; base < end; base += ATT_WARPS * 32) {
+        const int p = base + lane;
+        const bool valid = p < end;
+        float s[GMAX];
+#pragma unroll
+        for (int g = 0; g < GMAX; ++g) s[g] = 0.f;
+        if (valid) {
+            const uint4* krow = reinterpret_cast<const uint4*>(K + (size_t)p * HD);
+#pragma unroll 4
+            for (int c = 0; c < HD / 8; ++c) {
+                const uint4 kv = __ldg(krow + c);
+                const __half2* kh = reinterpret_cast<const __half2*>(&kv);
+                float kf[8];
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const float2 f = __half22float2(kh[i]);
+                    kf[2 * i] = f.x;
+                    kf[2 * i + 1] = f.y;
+                }
+#pragma unroll
+                for (int g = 0; g < GMAX; ++g) {
+                    if (g < G) {
+                        const float4 qa = *reinterpret_cast<const float4*>(&qs[g][c * 8]);
+                        const float4 qb = *reinterpret_cast<const float4*>(&qs[g][c * 8 + 4]);
+                        float t = s[g];
+                        t = fmaf(qa.x, kf[0], t);
+                        t = fmaf(qa.y, kf[1], t);
+                        t = fmaf(qa.z, kf[2], t);
+                        t = fmaf(qa.w, kf[3], t);
+                        t = fmaf(qb.x, kf[4], t);
+                        t = fmaf(qb.y, kf[5], t);
+                        t = fmaf(qb.z, kf[6], t);
+                        t = fmaf(qb.w, kf[7], t);
+                        s[g] = t;
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < GMAX; ++g) {
+            if (g < G) {
+                const float sg = valid ? s[g] : -INFINITY;
+                const float mnew = fmaxf(m[g], warp_max(sg));  // finite: lane 0 is valid
+                const float pg = valid ? __expf(sg - mnew) : 0.f;
+                const float alpha = __expf(m[g] - mnew);
+                l[g] = l[g] * alpha + warp_sum(pg);
+#pragma unroll
+                for (int d = 0; d < DPL; ++d) o[g][d] *= alpha;
+                m[g] = mnew;
+                s[g] = pg;
+            }
+        }
+        const int cnt = min(32, end - base);
+        for (int j = 0; j < cnt; ++j) {
+            const __half* vrow = V + (size_t)(base + j) * HD + lane * DPL;
+            float vf[DPL];
+            if (DPL == 4) {
+                const uint2 raw = __ldg(reinterpret_cast<const uint2*>(vrow));
+                const __half2* vh = reinterpret_cast<const __half2*>(&raw);
+                const float2 f0 = __half22float2(vh[0]), f1 = __half22float2(vh[1]);
+                vf[0] = f0.x;
+                vf[1] = f0.y;
+                vf[DPL > 2 ? 2 : 0] = f1.x;
+                vf[DPL > 3 ? 3 : 0] = f1.y;
+            } else {
+                const float2 f0 = __half22float2(__ldg(reinterpret_cast<const __half2*>(vrow)));
+                vf[0] = f0.x;
+                vf[1] = f0.y;
+            }
+#pragma unroll
+            for (int g = 0; g < GMAX; ++g) {
+                if (g < G) {
+                    const float pj = __shfl_sync(FULL_MASK, s[g], j);
+#pragma unroll
+                    for (int d = 0; d < DPL; ++d) o[g][d] = fmaf(pj, vf[d], o[g][d]);
+                }
+            }
+        }
+    }
+
+#pragma unroll
+    for (int g = 0; g < GMAX; ++g) {
+        if (g < G) {
+            if (lane == 0) {
+                red_m[warp][g] = m[g];
+                red_l[warp][g] = l[g];
+            }
+#pragma unroll
+            for (int d = 0; d < DPL; ++d) red_o[warp][g][lane * DPL + d] = o[g][d];
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
+        const int g = i / HD, e = i % HD;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < ATT_WARPS; ++w) M = fmaxf(M, red_m[w][g]);
+        float acc = 0.f, L = 0.f;
+#pragma unroll
+        for (int w = 0; w < ATT_WARPS; ++w) {
+            const float f = red_m[w][g] == -INFINITY ? 0.f : __expf(red_m[w][g] - M);
+            acc += red_o[w][g][e] * f;
+            L += red_l[w][g] * f;
+        }
+        const size_t slot = ((size_t)r * n_heads + kvh * G + g) * nsplit + split;
+        part_o[slot * HD + e] = acc;
+        if (e == 0) {
+            part_ml[slot * 2] = M;
+            part_ml[slot * 2 + 1] = L;
+        }
+    }
+}
+
+#define ATTN_SPLIT_ARGS                                                                          \
+    const float *__restrict__ q, const __half *__restrict__ kc, const __half *__restrict__ vc,    \
+        const int *__restrict__ seq_ids, const int *__restrict__ lens, float *__restrict__ part_o, \
+        float *__restrict__ part_ml, int n_heads, int n_kv, int max_len, int nsplit, float scale
+#define ATTN_SPLIT_PASS q, kc, vc, seq_ids, lens, part_o, part_ml, n_heads, n_kv, max_len, nsplit, scale
+
+extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_split_64(ATTN_SPLIT_ARGS) {
+    attn_split_body<64>(ATTN_SPLIT_PASS);
+}
+extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_split_128(ATTN_SPLIT_ARGS) {
+    attn_split_body<128>(ATTN_SPLIT_PASS);
+}
+
+// Merge the splits of one (head, row): grid (n_heads, rows), hd threads.
+extern "C" __global__ void attn_combine(const float* __restrict__ part_o, const float* __restrict__ part_ml,
+                                        const int* __restrict__ seq_ids, const int* __restrict__ lens,
+                                        float* __restrict__ out, int n_heads, int hd, int nsplit) {
+    const int h = blockIdx.x, r = blockIdx.y, e = threadIdx.x;
+    const int n = lens[seq_ids[r]] + 1;
+    int chunk = (n + nsplit - 1) / nsplit;
+    chunk = (chunk + 31) & ~31;
+    const int used = (n + chunk - 1) / chunk;
+    const size_t slot0 = ((size_t)r * n_heads + h) * nsplit;
+    float M = -INFINITY;
+    for (int s = 0; s < used; ++s) M = fmaxf(M, part_ml[(slot0 + s) * 2]);
+    float acc = 0.f, L = 0.f;
+    for (int s = 0; s < used; ++s) {
+        const float f = __expf(part_ml[(slot0 + s) * 2] - M);
+        L += part_ml[(slot0 + s) * 2 + 1] * f;
+        acc += part_o[(slot0 + s) * hd + e] * f;
+    }
+    out[((size_t)r * n_heads + h) * hd + e] = acc / L;
+}
+
+// ---------------------------------------------------------------------------------------
+// Prefill: causal flash attention on tensor cores.
+
+#define PF_BQ 64
+#define PF_BK 64
+
+__device__ __forceinline__ u32 pack_h2(float lo, float hi) {
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<u32*>(&h);
+}
+
+__device__ __forceinline__ void mma16816(float (&c)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(u32& r0, u32& r1, u32& r2, u32& r3, const void* p) {
+    const u32 addr = (u32)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+
+// q: float32 [T][n_heads][HD] after RoPE; out: float16 [T][n_heads * HD]. The T queries sit
+// at positions p0 .. p0+T-1 of sequence `seq`, whose keys 0 .. p0+T-1 are in the cache.
+template <int HD>
+__device__ __forceinline__ void attn_prefill_body(const float* __restrict__ q, const __half* __restrict__ kc,
+                                                  const __half* __restrict__ vc, __half* __restrict__ out,
+                                                  int seq, int p0, int T, int n_heads, int n_kv,
+                                                  int max_len, float scale_log2) {
+    constexpr int LDS = HD + 8;  // padded smem row (halves): 16-byte aligned, no bank conflicts
+    constexpr int KSTEPS = HD / 16;
+    constexpr int NT_O = HD / 8;
+    __shared__ __align__(16) __half Ks[PF_BK][LDS];
+    __shared__ __align__(16) __half Vs[PF_BK][LDS];
+
+    const int qtile = gridDim.x - 1 - blockIdx.x;  // heaviest (latest) tiles first
+    const int h = blockIdx.y;
+    const int kvh = h / (n_heads / n_kv);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int qi0 = qtile * PF_BQ + warp * 16 + g;  // this thread's rows: qi0 and qi0 + 8
+    const int qi1 = qi0 + 8;
+
+    // Q fragments for the whole head dim, scaled by softmax scale * log2(e).
+    u32 qa[KSTEPS][4];
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; ++kk) {
+        const int c0 = kk * 16 + 2 * t;
+        float2 v00 = make_float2(0.f, 0.f), v01 = v00, v10 = v00, v11 = v00;
+        if (qi0 < T) {
+            const float* row = q + ((size_t)qi0 * n_heads + h) * HD;
+            v00 = *reinterpret_cast<const float2*>(row + c0);
+            v01 = *reinterpret_cast<const float2*>(row + c0 + 8);
+        }
+        if (qi1 < T) {
+            const float* row = q + ((size_t)qi1 * n_heads + h) * HD;
+            v10 = *reinterpret_cast<const float2*>(row + c0);
+            v11 = *reinterpret_cast<const float2*>(row + c0 + 8);
+        }
+        qa[kk][0] = pack_h2(v00.x * scale_log2, v00.y * scale_log2);
+        qa[kk][1] = pack_h2(v10.x * scale_log2, v10.y * scale_log2);
+        qa[kk][2] = pack_h2(v01.x * scale_log2, v01.y * scale_log2);
+        qa[kk][3] = pack_h2(v11.x * scale_log2, v11.y * scale_log2);
+    }
+
+    float o[NT_O][4];
+#pragma unroll
+    for (int j = 0; j < NT_O; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+    const int qp0 = p0 + qi0, qp1 = p0 + qi1;
+
+    const int nkeys = p0 + T;
+    const int last_q = min(T, (qtile + 1) * PF_BQ) - 1;
+    const int ntiles = (p0 + last_q) / PF_BK + 1;
+    const size_t head_base = ((size_t)seq * n_kv + kvh) * (size_t)max_len * HD;
+
+    for (int kt = 0; kt < ntiles; ++kt) {
+        const int k0 = kt * PF_BK;
+        __syncthreads();
+        for (int i = threadIdx.x; i < PF_BK * (HD / 8); i += blockDim.x) {
+            const int rr = i / (HD / 8), cc = (i % (HD / 8)) * 8;
+            uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
+            if (k0 + rr < nkeys) {
+                kv = *reinterpret_cast<const uint4*>(kc + head_base + (size_t)(k0 + rr) * HD + cc);
+                vv = *reinterpret_cast<const uint4*>(vc + head_base + (size_t)(k0 + rr) * HD + cc);
+            }
+            *reinterpret_cast<uint4*>(&Ks[rr][cc]) = kv;
+            *reinterpret_cast<uint4*>(&Vs[rr][cc]) = vv;
+        }
+        __syncthreads();
+
+        // S = Q K^T: 8 n-tiles of 8 keys.
+        float s[PF_BK / 8][4];
+#pragma unroll
+        for (int j = 0; j < PF_BK / 8; ++j) {
+            s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < KSTEPS; ++kk) {
+                const u32 b0 = *reinterpret_cast<const u32*>(&Ks[j * 8 + g][kk * 16 + 2 * t]);
+                const u32 b1 = *reinterpret_cast<const u32*>(&Ks[j * 8 + g][kk * 16 + 8 + 2 * t]);
+                mma16816(s[j], qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], b0, b1);
+            }
+        }
+        // Causal mask and the row maxima (rows g and g+8; 4 threads share a row).
+        float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < PF_BK / 8; ++j) {
+            const int kp = k0 + j * 8 + 2 * t;
+            if (kp > qp0) s[j][0] = -INFINITY;
+            if (kp + 1 > qp0) s[j][1] = -INFINITY;
+            if (kp > qp1) s[j][2] = -INFINITY;
+            if (kp + 1 > qp1) s[j][3] = -INFINITY;
+            mx0 = fmaxf(mx0, fmaxf(s[j][0], s[j][1]));
+            mx1 = fmaxf(mx1, fmaxf(s[j][2], s[j][3]));
+        }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(FULL_MASK, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(FULL_MASK, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(FULL_MASK, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(FULL_MASK, mx1, 2));
+        const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);  // finite: key 0 is in tile 0
+        const float a0 = exp2f(m0 - mn0), a1 = exp2f(m1 - mn1);
+        m0 = mn0;
+        m1 = mn1;
+        float rs0 = 0.f, rs1 = 0.f;
+#pragma unroll
+        for (int j = 0; j < PF_BK / 8; ++j) {
+            s[j][0] = exp2f(s[j][0] - mn0);
+            s[j][1] = exp2f(s[j][1] - mn0);
+            s[j][2] = exp2f(s[j][2] - mn1);
+            s[j][3] = exp2f(s[j][3] - mn1);
+            rs0 += s[j][0] + s[j][1];
+            rs1 += s[j][2] + s[j][3];
+        }
+        rs0 += __shfl_xor_sync(FULL_MASK, rs0, 1);
+        rs0 += __shfl_xor_sync(FULL_MASK, rs0, 2);
+        rs1 += __shfl_xor_sync(FULL_MASK, rs1, 1);
+        rs1 += __shfl_xor_sync(FULL_MASK, rs1, 2);
+        l0 = l0 * a0 + rs0;
+        l1 = l1 * a1 + rs1;
+#pragma unroll
+        for (int j = 0; j < NT_O; ++j) {
+            o[j][0] *= a0;
+            o[j][1] *= a0;
+            o[j][2] *= a1;
+            o[j][3] *= a1;
+        }
+        // O += P V: the S accumulators of two adjacent key tiles are the A fragment of P.
+#pragma unroll
+        for (int ks = 0; ks < PF_BK / 16; ++ks) {
+            const u32 pa0 = pack_h2(s[2 * ks][0], s[2 * ks][1]);
+            const u32 pa1 = pack_h2(s[2 * ks][2], s[2 * ks][3]);
+            const u32 pa2 = pack_h2(s[2 * ks + 1][0], s[2 * ks + 1][1]);
+            const u32 pa3 = pack_h2(s[2 * ks + 1][2], s[2 * ks + 1][3]);
+            const int key = ks * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+#pragma unroll
+            for (int n0 = 0; n0 < HD; n0 += 16) {
+                u32 b0, b1, b2, b3;
+                ldmatrix_x4_trans(b0, b1, b2, b3, &Vs[key][n0 + (lane >> 4) * 8]);
+                mma16816(o[n0 / 8], pa0, pa1, pa2, pa3, b0, b1);
+                mma16816(o[n0 / 8 + 1], pa0, pa1, pa2, pa3, b2, b3);
+            }
+        }
+    }
+
+    const float il0 = 1.f / l0, il1 = 1.f / l1;
+#pragma unroll
+    for (int j = 0; j < NT_O; ++j) {
+        const int c = j * 8 + 2 * t;
+        if (qi0 < T)
+            *reinterpret_cast<__half2*>(out + ((size_t)qi0 * n_heads + h) * HD + c) =
+                __floats2half2_rn(o[j][0] * il0, o[j][1] * il0);
+        if (qi1 < T)
+            *reinterpret_cast<__half2*>(out + ((size_t)qi1 * n_heads + h) * HD + c) =
+                __floats2half2_rn(o[j][2] * il1, o[j][3] * il1);
+    }
+}
+
+#define ATTN_PREFILL_ARGS                                                                       \
+    const float *__restrict__ q, const __half *__restrict__ kc, const __half *__restrict__ vc,  \
+        __half *__restrict__ out, int seq, int p0, int T, int n_heads, int n_kv, int max_len,   \
+        float scale_log2
+#define ATTN_PREFILL_PASS q, kc, vc, out, seq, p0, T, n_heads, n_kv, max_len, scale_log2
+
+extern "C" __global__ void __launch_bounds__(128) attn_prefill_64(ATTN_PREFILL_ARGS) {
+    attn_prefill_body<64>(ATTN_PREFILL_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128) attn_prefill_128(ATTN_PREFILL_ARGS) {
+    attn_prefill_body<128>(ATTN_PREFILL_PASS);
+}

@@ -1,0 +1,77 @@
+// Shared helpers for every kernel file. The loader (engine/cuda/kernels.py) prepends this
+// text to each .cu source before NVRTC compiles it, so no include path is needed.
+#include <cuda_fp16.h>
+
+typedef unsigned char u8;
+typedef signed char i8;
+typedef unsigned int u32;
+
+#define FULL_MASK 0xffffffffu
+
+// Weight storage types on the GPU (engine/cuda/layout.py writes the same numbers).
+#define WT_F32 0
+#define WT_F16 1
+#define WT_Q8_0 2
+#define WT_Q4_0 3
+#define WT_Q4_1 4
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, o));
+    return v;
+}
+
+__device__ __forceinline__ int warp_sum_int(int v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+    return v;
+}
+
+// Sum over a whole block (blockDim.x a multiple of 32, at most 1024). Every thread gets it.
+__device__ __forceinline__ float block_sum(float v) {
+    __shared__ float red[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float t = 0.f;
+    for (int i = 0; i < nw; ++i) t += red[i];  // same order in every thread: deterministic
+    return t;
+}
+
+// One element of a weight row in any storage type (used off the hot path: embedding
+// lookup and dequantization for the prefill GEMMs). Quantized planes: see layout.py.
+__device__ __forceinline__ float weight_at(int wt, const void* __restrict__ wq,
+                                          const void* __restrict__ ws, size_t row, int K, int e) {
+    switch (wt) {
+        case WT_F32:
+            return reinterpret_cast<const float*>(wq)[row * K + e];
+        case WT_F16:
+            return __half2float(reinterpret_cast<const __half*>(wq)[row * K + e]);
+        case WT_Q8_0: {
+            const float d = __half2float(reinterpret_cast<const __half*>(ws)[row * (K / 32) + e / 32]);
+            return d * (float)reinterpret_cast<const i8*>(wq)[row * K + e];
+        }
+        case WT_Q4_0: {
+            const int b = e >> 5, j = e & 31;
+            const u8 byte = reinterpret_cast<const u8*>(wq)[row * (K / 2) + b * 16 + (j & 15)];
+            const int q = j < 16 ? (byte & 15) : (byte >> 4);
+            const float d = __half2float(reinterpret_cast<const __half*>(ws)[row * (K / 32) + b]);
+            return d * (float)(q - 8);
+        }
+        default: {  // WT_Q4_1
+            const int b = e >> 5, j = e & 31;
+            const u8 byte = reinterpret_cast<const u8*>(wq)[row * (K / 2) + b * 16 + (j & 15)];
+            const int q = j < 16 ? (byte & 15) : (byte >> 4);
+            const __half* dm = reinterpret_cast<const __half*>(ws) + 2 * (row * (K / 32) + b);
+            return __half2float(dm[0]) * (float)q + __half2float(dm[1]);
+        }
+    }
+}

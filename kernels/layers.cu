@@ -1,0 +1,177 @@
+// Element-wise and per-row layer kernels shared by decode and prefill: RMSNorm, embedding
+// lookup, RoPE with the KV-cache write, argmax, dequantization for the prefill GEMMs, SwiGLU.
+
+// y[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * w; one block per row. Writes float32 (decode)
+// or float16 (prefill GEMM input) depending on which pointer is non-null.
+extern "C" __global__ void rmsnorm(const float* __restrict__ x, const float* __restrict__ w,
+                                   float* __restrict__ y, __half* __restrict__ y16, int dim,
+                                   float eps) {
+    const size_t base = (size_t)blockIdx.x * dim;
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        const float v = x[base + i];
+        ss += v * v;
+    }
+    ss = block_sum(ss);
+    const float rs = rsqrtf(ss / (float)dim + eps);
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        const float v = x[base + i] * rs * w[i];
+        if (y) y[base + i] = v;
+        if (y16) y16[base + i] = __float2half_rn(v);
+    }
+}
+
+// out[r] = token_embd[tokens[r]] in float32, for any weight storage type.
+extern "C" __global__ void embed(const int* __restrict__ tokens, int wt, const void* __restrict__ wq,
+                                 const void* __restrict__ ws, float* __restrict__ out, int dim) {
+    const int t = tokens[blockIdx.x];
+    for (int e = threadIdx.x; e < dim; e += blockDim.x)
+        out[(size_t)blockIdx.x * dim + e] = weight_at(wt, wq, ws, (size_t)t, dim, e);
+}
+
+// Rows [row0, row0 + nrows) of a weight to float16, 8 elements per thread.
+extern "C" __global__ void dequant_f16(int wt, const void* __restrict__ wq, const void* __restrict__ ws,
+                                       __half* __restrict__ out, int row0, int nrows, int K) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int per_row = K / 8;
+    if (i >= (size_t)nrows * per_row) return;
+    const size_t r = i / per_row;
+    const int e0 = (int)(i % per_row) * 8;
+    __align__(16) __half h[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) h[j] = __float2half_rn(weight_at(wt, wq, ws, row0 + r, K, e0 + j));
+    *reinterpret_cast<uint4*>(out + r * K + e0) = *reinterpret_cast<const uint4*>(h);
+}
+
+// out16 = silu(g) * u, the prefill SwiGLU (decode fuses it into the gate/up mat-vec).
+extern "C" __global__ void swiglu_f16(const float* __restrict__ g, const float* __restrict__ u,
+                                      __half* __restrict__ out, size_t n) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float a = g[i];
+    out[i] = __float2half_rn(a / (1.f + expf(-a)) * u[i]);
+}
+
+// Optional per-head RMSNorm (Qwen3 q/k norm), then RoPE on q (in place) and k, and the
+// KV-cache write of k and v in float16. Grid (n_heads + n_kv, rows), one warp per head.
+// Row r's sequence and position: decode reads them from device memory (seq_ids[r],
+// lens[seq]) so a captured graph replays for any position; prefill passes pos_base >= 0
+// and seq_fixed, and row r sits at pos_base + r.
+// Cache layout per layer: [seq][kv_head][max_len][head_dim].
+extern "C" __global__ void rope_kv(float* __restrict__ q, const float* __restrict__ k,
+                                   const float* __restrict__ v, __half* __restrict__ kc,
+                                   __half* __restrict__ vc, const float* __restrict__ qn_w,
+                                   const float* __restrict__ kn_w, const int* __restrict__ seq_ids,
+                                   const int* __restrict__ lens, int seq_fixed, int pos_base,
+                                   int n_heads, int n_kv, int hd, int max_len, float rope_base,
+                                   int neox, float eps) {
+    __shared__ float buf[256];
+    const int h = blockIdx.x, r = blockIdx.y, lane = threadIdx.x;
+    int seq, pos;
+    if (pos_base >= 0) {
+        seq = seq_fixed;
+        pos = pos_base + r;
+    } else {
+        seq = seq_ids[r];
+        pos = lens[seq];
+    }
+    const bool isq = h < n_heads;
+    const int kvh = h - n_heads;
+    const float* src = isq ? q + ((size_t)r * n_heads + h) * hd : k + ((size_t)r * n_kv + kvh) * hd;
+    const float* nw = isq ? qn_w : kn_w;
+    float ss = 0.f;
+    for (int e = lane; e < hd; e += 32) {
+        const float t = src[e];
+        buf[e] = t;
+        ss += t * t;
+    }
+    ss = warp_sum(ss);
+    __syncwarp();
+    if (nw) {
+        const float rs = rsqrtf(ss / (float)hd + eps);
+        for (int e = lane; e < hd; e += 32) buf[e] = buf[e] * rs * nw[e];
+        __syncwarp();
+    }
+    const size_t cache_row = (((size_t)seq * n_kv + (isq ? 0 : kvh)) * max_len + pos) * hd;
+    const int half_dim = hd / 2;
+    for (int i = lane; i < half_dim; i += 32) {
+        const int a = neox ? i : 2 * i;
+        const int b = neox ? i + half_dim : 2 * i + 1;
+        const double inv_freq = pow((double)rope_base, -2.0 * (double)i / (double)hd);
+        double sn, cs;
+        sincos((double)pos * inv_freq, &sn, &cs);
+        const float c = (float)cs, s = (float)sn;
+        const float x0 = buf[a], x1 = buf[b];
+        const float y0 = x0 * c - x1 * s;
+        const float y1 = x0 * s + x1 * c;
+        if (isq) {
+            float* dst = q + ((size_t)r * n_heads + h) * hd;
+            dst[a] = y0;
+            dst[b] = y1;
+        } else {
+            kc[cache_row + a] = __float2half_rn(y0);
+            kc[cache_row + b] = __float2half_rn(y1);
+        }
+    }
+    if (!isq) {
+        const float* vs = v + ((size_t)r * n_kv + kvh) * hd;
+        for (int e = lane; e < hd; e += 32) vc[cache_row + e] = __float2half_rn(vs[e]);
+    }
+}
+
+// Greedy pick on the device: tokens[r] = argmax(logits[r]) (first index on ties, like
+// numpy), hist[r * hist_stride + pos] = that token, and (advance != 0) lens[seq] += 1.
+// This is the last kernel of the decode graph, so the next replay sees the new position.
+extern "C" __global__ void argmax_advance(const float* __restrict__ logits, int vocab,
+                                          int* __restrict__ tokens, const int* __restrict__ seq_ids,
+                                          int* __restrict__ lens, int* __restrict__ hist,
+                                          int hist_stride, int advance) {
+    __shared__ float bv[32];
+    __shared__ int bi[32];
+    const float* row = logits + (size_t)blockIdx.x * vocab;
+    float best = -INFINITY;
+    int idx = 0x7fffffff;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+        const float t = row[i];
+        if (t > best) {  // strided scan: the first hit per thread is its lowest index
+            best = t;
+            idx = i;
+        }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(FULL_MASK, best, o);
+        const int oi = __shfl_xor_sync(FULL_MASK, idx, o);
+        if (ov > best || (ov == best && oi < idx)) {
+            best = ov;
+            idx = oi;
+        }
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) {
+        bv[warp] = best;
+        bi[warp] = idx;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)(blockDim.x >> 5); ++w) {
+            if (bv[w] > best || (bv[w] == best && bi[w] < idx)) {
+                best = bv[w];
+                idx = bi[w];
+            }
+        }
+        if (idx == 0x7fffffff) idx = 0;  // all NaN: keep the loop going, the caller sees logits
+        tokens[blockIdx.x] = idx;
+        const int seq = seq_ids[blockIdx.x];
+        const int pos = lens[seq];
+        hist[(size_t)blockIdx.x * hist_stride + pos] = idx;
+        if (advance) lens[seq] = pos + 1;
+    }
+}
+
+// lens[seq_ids[r]] += 1 for every row (a decode step without the argmax).
+extern "C" __global__ void advance_lens(const int* __restrict__ seq_ids, int* __restrict__ lens,
+                                        int nrows) {
+    const int r = threadIdx.x;
+    if (r < nrows) lens[seq_ids[r]] += 1;
+}

@@ -50,6 +50,11 @@ class DummyModel:
         return f"dummy:{self.name}:{fmt}:seed{self.seed}:v{DUMMY_VERSION}"
 
 
+# norm epsilons as a GGUF file stores them (float32), so a dummy written to GGUF reads back equal
+_F32_1E5 = float(np.float32(1e-5))
+_F32_1E6 = float(np.float32(1e-6))
+
+
 def _config(**kw: Any) -> ModelConfig:
     return ModelConfig(**kw)
 
@@ -59,8 +64,17 @@ DUMMY_MODELS: dict[str, DummyModel] = {
         "tiny",
         _config(
             arch="llama", n_layers=2, dim=64, ffn_dim=192, n_heads=4, n_kv_heads=2, head_dim=16,
-            vocab_size=49152, max_context=8192, rope_base=10000.0, norm_eps=1e-5,
+            vocab_size=49152, max_context=8192, rope_base=10000.0, norm_eps=_F32_1E5,
             tied_embeddings=True, qk_norm=False,
+        ),
+        formats=("f16", "f32", "q8_0", "q4_0", "q4_1"),
+    ),
+    "tiny-qwen3": DummyModel(  # tiny with Qwen3's qk-norm and NEOX rope, for tests
+        "tiny-qwen3",
+        _config(
+            arch="qwen3", n_layers=2, dim=64, ffn_dim=192, n_heads=4, n_kv_heads=2, head_dim=32,
+            vocab_size=49152, max_context=8192, rope_base=1000000.0, norm_eps=_F32_1E6,
+            tied_embeddings=False, qk_norm=True,
         ),
         formats=("f16", "f32", "q8_0", "q4_0", "q4_1"),
     ),
@@ -69,7 +83,7 @@ DUMMY_MODELS: dict[str, DummyModel] = {
         _config(
             arch="llama", n_layers=16, dim=2048, ffn_dim=8192, n_heads=32, n_kv_heads=8,
             head_dim=64, vocab_size=128256, max_context=131072, rope_base=500000.0,
-            norm_eps=1e-5, tied_embeddings=True, qk_norm=False,
+            norm_eps=_F32_1E5, tied_embeddings=True, qk_norm=False,
         ),
         formats=("f16", "q8_0", "q4_0", "q4_1"),
     ),
@@ -78,7 +92,7 @@ DUMMY_MODELS: dict[str, DummyModel] = {
         _config(
             arch="llama", n_layers=32, dim=4096, ffn_dim=14336, n_heads=32, n_kv_heads=8,
             head_dim=128, vocab_size=128256, max_context=131072, rope_base=500000.0,
-            norm_eps=1e-5, tied_embeddings=False, qk_norm=False,
+            norm_eps=_F32_1E5, tied_embeddings=False, qk_norm=False,
         ),
         formats=("f16", "q8_0", "q4_0", "q4_1"),
     ),
@@ -87,7 +101,7 @@ DUMMY_MODELS: dict[str, DummyModel] = {
         _config(
             arch="qwen3", n_layers=36, dim=4096, ffn_dim=12288, n_heads=32, n_kv_heads=8,
             head_dim=128, vocab_size=151936, max_context=40960, rope_base=1000000.0,
-            norm_eps=1e-6, tied_embeddings=False, qk_norm=True,
+            norm_eps=_F32_1E6, tied_embeddings=False, qk_norm=True,
         ),
         formats=("f16", "q8_0", "q4_0", "q4_1"),
     ),

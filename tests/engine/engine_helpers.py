@@ -1,0 +1,90 @@
+"""Helpers shared by the engine tests (imported by name: tests/engine is on sys.path)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_engine(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """`python -m engine ARGS` in a subprocess, as a user would run it."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("SPARKBOARD_DEBUG", None)
+    return subprocess.run(
+        [sys.executable, "-m", "engine", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def log_softmax(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    x = x - x.max(axis=-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
+
+
+def kl_top1(ref_logits: np.ndarray, logits: np.ndarray) -> tuple[float, float, float]:
+    """(top-1 agreement, mean KL(ref || other), max KL) over rows of logits."""
+    a, b = log_softmax(ref_logits), log_softmax(logits)
+    kl = np.sum(np.exp(a) * (a - b), axis=-1)
+    return float(np.mean(a.argmax(-1) == b.argmax(-1))), float(kl.mean()), float(kl.max())
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    """Exit 2, exactly one stderr line starting `error: `, no traceback, fragments present."""
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: "), proc.stderr
+    for f in fragments:
+        assert f.lower() in lines[0].lower(), (f, lines[0])
+
+
+def write_gguf(path: Path, weights, arch: str | None = None, **kv_overrides) -> Path:  # noqa: ANN001
+    """Write ModelWeights to a GGUF file with gguf.GGUFWriter (tensors in their own formats).
+
+    kv_overrides replace metadata values by key suffix, e.g. context_length=64.
+    """
+    import gguf
+
+    c = weights.config
+    arch = arch or c.arch
+    w = gguf.GGUFWriter(str(path), arch)
+    meta = {
+        "block_count": c.n_layers,
+        "context_length": c.max_context,
+        "embedding_length": c.dim,
+        "feed_forward_length": c.ffn_dim,
+        "attention.head_count": c.n_heads,
+        "attention.head_count_kv": c.n_kv_heads,
+        "attention.key_length": c.head_dim,
+        "rope.dimension_count": c.head_dim,
+    }
+    meta.update(
+        {k.replace("__", "."): v for k, v in kv_overrides.items() if not isinstance(v, float)}
+    )
+    for key, value in meta.items():
+        w.add_uint32(f"{arch}.{key}", int(value))
+    w.add_float32(f"{arch}.rope.freq_base", float(kv_overrides.get("rope_base", c.rope_base)))
+    w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", float(c.norm_eps))
+    for t in weights.tensors.values():
+        data = np.asarray(t.data)
+        if t.ggml_type == "BF16":
+            data = data.view(np.uint8)
+        w.add_tensor(t.name, data, raw_dtype=gguf.GGMLQuantizationType[t.ggml_type])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

@@ -1,4 +1,7 @@
--- sparkboard's one store. Schema version 1.
+-- sparkboard's one store. Schema version 2 (collector/store.py: SCHEMA_VERSION, MIGRATIONS).
+--
+-- History: 1 -> 2 added table score_dumps, sessions.attempts, comparisons.n_main/n_pr.
+-- An older database is migrated on open; a newer or unknown one is refused.
 --
 -- The collector writes every table; the verdict engine writes comparisons, gates and
 -- verdicts; the site generator only reads. Strings a PR author controls (title, author,
@@ -73,7 +76,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     vram_free_after_load BIGINT,
     vram_peak    BIGINT,
     kv_cache_bytes BIGINT,
-    document     JSON                    -- the parsed document (score logits dropped)
+    document     JSON,                   -- the parsed document (score positions dropped: see score_dumps)
+    attempts     INTEGER                 -- subprocess runs it took (retries of infrastructure failures)
 );
 
 -- Raw measurements: one row per repetition (or per complete concurrent run).
@@ -100,6 +104,18 @@ CREATE TABLE IF NOT EXISTS accuracy (
     ppl_main   DOUBLE NOT NULL,
     ppl_pr     DOUBLE NOT NULL,
     PRIMARY KEY (round_id, pr, model)
+);
+
+-- A score session's full teacher-forced dump (tokens, per-position argmax, target
+-- log-prob and top-k), kept so accuracy can be recomputed between any two dumps.
+CREATE TABLE IF NOT EXISTS score_dumps (
+    session_id  VARCHAR PRIMARY KEY,
+    round_id    VARCHAR NOT NULL,
+    side        VARCHAR NOT NULL,
+    pr          INTEGER NOT NULL,
+    model       VARCHAR NOT NULL,
+    n_positions INTEGER NOT NULL,
+    document    JSON NOT NULL            -- the ScoreResult as parsed
 );
 
 -- Batched prefill against the token loop, inside one build, per side and prefix.
@@ -133,6 +149,8 @@ CREATE TABLE IF NOT EXISTS comparisons (
     significant BOOLEAN NOT NULL,        -- clears both the tier gate and the noise
     below_floor BOOLEAN NOT NULL,        -- under the regression floor (98% of main)
     implausible BOOLEAN NOT NULL,        -- a gain beyond the implausible-gain guard
+    n_main      INTEGER,                 -- raw samples behind main_value
+    n_pr        INTEGER,                 -- raw samples behind pr_value
     PRIMARY KEY (round_id, pr, model, axis)
 );
 

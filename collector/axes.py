@@ -1,0 +1,58 @@
+"""Axis names and the model names a manifest may use.
+
+An axis is one scored measurement of a model: 'decode@128' (decode tok/s at context 128),
+'prefill@4096' (prefill tok/s of a 4096-token prompt) and 'concurrent@8' (aggregate decode
+tok/s of 8 sequences in flight).
+"""
+
+from __future__ import annotations
+
+import re
+
+BASE_MODELS = ("smollm2-135m", "tiny", "llama-1b", "llama-8b", "qwen3-8b")
+FORMATS = ("f16", "q8_0", "q4_0")
+EXTRA_FORMATS = {"tiny": ("f32",)}
+
+_AXIS = re.compile(r"^(decode|prefill|concurrent)@([1-9][0-9]*)$")
+
+
+def known_models() -> list[str]:
+    """Every model name the engine accepts: base names and base:format."""
+    names: list[str] = []
+    for base in BASE_MODELS:
+        names.append(base)
+        if base == "smollm2-135m":
+            continue  # the real file has one format
+        for fmt in FORMATS + EXTRA_FORMATS.get(base, ()):
+            names.append(f"{base}:{fmt}")
+    return names
+
+
+def is_known_model(name: str) -> bool:
+    return name in known_models()
+
+
+def axis(kind: str, n: int) -> str:
+    return f"{kind}@{n}"
+
+
+def parse_axis(name: str) -> tuple[str, int]:
+    m = _AXIS.match(name)
+    if not m:
+        raise ValueError(f"not an axis name: {name!r}")
+    return m.group(1), int(m.group(2))
+
+
+def axis_sort_key(name: str) -> tuple[int, int, int]:
+    """Order like the reference tables: by context, decode before prefill, then widths."""
+    kind, n = parse_axis(name)
+    if kind == "concurrent":
+        return (1, n, 0)
+    return (0, n, 0 if kind == "decode" else 1)
+
+
+def short_ctx(n: int) -> str:
+    """128 -> '128', 4096 -> '4k', 32768 -> '32k' (the reference tables' spelling)."""
+    if n >= 1024 and n % 1024 == 0:
+        return f"{n // 1024}k"
+    return str(n)

@@ -1,0 +1,254 @@
+"""`sparkboard`: the command line (collect, verdict, show, comment, export, manifest, build, demo)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from collector.candidates import GitError
+from collector.manifest import ManifestError
+from collector.policy import PolicyError
+from collector.report import ReportError
+from collector.store import StoreError, open_store
+
+USER_ERRORS = (ManifestError, StoreError, PolicyError, ReportError, GitError, LookupError)
+
+
+def _fail(e: Exception) -> click.ClickException:
+    return click.ClickException(str(e).splitlines()[0] if str(e) else type(e).__name__)
+
+
+class SparkboardGroup(click.Group):
+    """Registers `build` from the site generator lazily, so the collector works without it."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | {"build"})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name == "build" and name not in self.commands:
+            try:
+                from sitegen.cli import build  # noqa: PLC0415 - lazy on purpose
+            except Exception as e:  # the site package may be incomplete: say so only when asked
+                err = f"{type(e).__name__}: {e}"
+
+                @click.command(
+                    "build", help="Render the static site (site generator not available)."
+                )
+                def unavailable() -> None:
+                    raise click.ClickException(f"the site generator is not available ({err})")
+
+                return unavailable
+            return build
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=SparkboardGroup)
+@click.version_option(package_name="sparkboard")
+def main() -> None:
+    """sparkboard: judge performance PRs against same-box main, store the evidence in DuckDB,
+    and publish the verdicts."""
+
+
+@main.command()
+@click.argument("manifest", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--db",
+    "db",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="DuckDB file (created if missing).",
+)
+@click.option(
+    "--scratch",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where worktrees go (default: next to the database); removed afterwards.",
+)
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def collect(manifest: Path, db: Path, scratch: Path | None, quiet: bool) -> None:
+    """Run (or resume) the round MANIFEST into --db, then decide its verdicts.
+
+    Re-running the same command resumes: finished sessions are not repeated. Exits 3 when some
+    sessions failed for infrastructure (run it again to retry them).
+    """
+    from collector.collect import RoundError
+    from collector.collect import collect as run_collect
+
+    try:
+        left = run_collect(manifest, db, scratch=scratch, progress=not quiet)
+    except (*USER_ERRORS, RoundError) as e:
+        raise _fail(e) from None
+    if left:
+        sys.exit(3)
+
+
+@main.command()
+@click.option("--db", required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--round", "round_id", default=None, help="Round id (default: the latest).")
+def verdict(db: Path, round_id: str | None) -> None:
+    """Recompute the verdicts of a round from its stored samples; print one line per PR."""
+    from collector.report import latest_round, term_safe
+    from collector.verdict import decide_round
+
+    try:
+        with open_store(db) as store:
+            rid = round_id or latest_round(store)
+            for v in decide_round(store, rid):
+                mf = " merge-first" if v.merge_first else ""
+                click.echo(term_safe(f"#{v.pr}\t{v.label}{mf}\t{v.reason}"))
+    except USER_ERRORS as e:
+        raise _fail(e) from None
+
+
+@main.command()
+@click.option("--db", required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--round", "round_id", default=None, help="Round id (default: the latest).")
+@click.option("--pr", "pr", type=int, default=None, help="Only this PR.")
+@click.option("--json", "as_json", is_flag=True, help="A JSON list, one object per PR.")
+def show(db: Path, round_id: str | None, pr: int | None, as_json: bool) -> None:
+    """Show a round's verdicts: tables like the reference comments, or JSON."""
+    from collector.report import latest_round, list_prs, load_pr, render_terminal, to_json
+
+    try:
+        with open_store(db, read_only=True) as store:
+            rid = round_id or latest_round(store)
+            prs = [pr] if pr is not None else list_prs(store, rid)
+            docs = [load_pr(store, rid, n) for n in prs]
+    except USER_ERRORS as e:
+        raise _fail(e) from None
+    if as_json:
+        click.echo(json.dumps([to_json(d) for d in docs], indent=2, default=str))
+    else:
+        click.echo("\n".join(render_terminal(d) for d in docs), nl=False)
+
+
+@main.command()
+@click.option("--db", required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--pr", "pr", type=int, required=True)
+@click.option("--round", "round_id", default=None, help="Round id (default: the latest).")
+def comment(db: Path, pr: int, round_id: str | None) -> None:
+    """A PR's verdict as a GitHub-flavoured Markdown comment."""
+    from collector.report import latest_round, load_pr, render_markdown
+
+    try:
+        with open_store(db, read_only=True) as store:
+            d = load_pr(store, round_id or latest_round(store), pr)
+    except USER_ERRORS as e:
+        raise _fail(e) from None
+    click.echo(render_markdown(d), nl=False)
+
+
+@main.command()
+@click.option("--db", required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--round", "round_id", required=True)
+@click.option("--format", "fmt", type=click.Choice(["parquet", "csv", "json"]), required=True)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Folder for the files (default: export-<round>-<format>).",
+)
+def export(db: Path, round_id: str, fmt: str, out: Path | None) -> None:
+    """Export every table's rows of one round, one file per table."""
+    from collector.export import export_round
+
+    out = out or Path(f"export-{round_id}-{fmt}")
+    try:
+        with open_store(db, read_only=True) as store:
+            for p in export_round(store, round_id, fmt, out):
+                click.echo(str(p))
+    except USER_ERRORS as e:
+        raise _fail(e) from None
+
+
+@main.group()
+def manifest() -> None:
+    """Round manifests: build one from gh output, or check one."""
+
+
+@manifest.command("from-gh")
+@click.argument("file", type=click.File("r", encoding="utf-8"))
+@click.option("--round", "round_id", required=True, help="The new round's id.")
+@click.option("--engine-repo", default=".", show_default=True)
+@click.option("--base-ref", default="main", show_default=True)
+@click.option("--profile", type=click.Choice(["cpu", "gpu"]), default="gpu", show_default=True)
+@click.option("--policy", default=None, help="Policy file, relative to the manifest.")
+@click.option("--targets", default="", help="Comma-separated models for PRs whose body names none.")
+@click.option("-o", "--output", type=click.File("w", encoding="utf-8"), default="-")
+def from_gh(file, round_id, engine_repo, base_ref, profile, policy, targets, output) -> None:  # type: ignore[no-untyped-def]
+    """Build a manifest from FILE: `gh pr list --json number,title,author,labels,headRefOid,headRefName,body`
+    output ('-' for stdin)."""
+    from collector.manifest import manifest_from_gh, manifest_to_toml
+
+    try:
+        m = manifest_from_gh(
+            file.read(),
+            round_id,
+            engine_repo,
+            base_ref,
+            profile,
+            [t for t in targets.split(",") if t],
+            policy,
+        )
+    except ManifestError as e:
+        raise _fail(e) from None
+    output.write(manifest_to_toml(m))
+
+
+@manifest.command("check")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+def check(file: Path) -> None:
+    """Validate a manifest fully (fields, models, refs, patches) without measuring anything."""
+    import tempfile
+
+    from collector.candidates import Workspace, preflight
+    from collector.manifest import load_manifest
+    from collector.policy import load_policy, resolve
+
+    try:
+        loaded = load_manifest(file)
+        resolve(load_policy(loaded.policy_path), loaded.manifest.profile)
+        with tempfile.TemporaryDirectory(prefix="sparkboard-check-") as tmp:
+            ws = Workspace(loaded.repo, Path(tmp) / "ws")
+            try:
+                main_commit, _ = preflight(loaded, ws)
+            finally:
+                ws.cleanup()
+    except USER_ERRORS as e:
+        raise _fail(e) from None
+    click.echo(
+        f"ok: round {loaded.manifest.round}, main {main_commit[:12]}, {len(loaded.manifest.pr)} PRs"
+    )
+
+
+@main.command()
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("out"),
+    show_default=True,
+)
+@click.option(
+    "--manifest",
+    "manifest_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("data/demo/demo.toml"),
+    show_default=True,
+)
+def demo(out: Path, manifest_path: Path) -> None:
+    """Run the demo round into OUT/demo.duckdb, then build the site into OUT/site."""
+    from collector.collect import RoundError
+    from collector.collect import collect as run_collect
+
+    out.mkdir(parents=True, exist_ok=True)
+    db = out / "demo.duckdb"
+    try:
+        run_collect(manifest_path, db)
+    except (*USER_ERRORS, RoundError) as e:
+        raise _fail(e) from None
+    build = main.get_command(click.get_current_context(), "build")
+    assert build is not None
+    click.get_current_context().invoke(build, db=db, out=out / "site")

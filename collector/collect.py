@@ -1,0 +1,508 @@
+"""One round, end to end: manifest -> candidates -> interleaved sessions -> DuckDB -> verdicts.
+
+Each finished task (one harness subprocess) is written with its raw samples in one
+transaction, so a round killed at any point resumes where it stopped: finished sessions are
+skipped, sessions that failed for infrastructure are tried again, and no row is duplicated.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+
+from collector import verdict as verdict_mod
+from collector.axes import axis
+from collector.candidates import Candidate, GitError, Workspace, build_candidate, preflight
+from collector.harness import Outcome, Request, run_request
+from collector.manifest import LoadedManifest, ManifestError, load_manifest
+from collector.policy import ResolvedPolicy, load_policy, resolve
+from collector.schedule import Slot, Task, plan_round
+from collector.stats import median
+from collector.store import Store, open_store
+from engine.protocol import ConcurrentResult, PrefillCheckResult, ScoreResult, SweepResult
+
+# Statuses that end a session for good; 'infra' sessions are tried again on the next run.
+FINISHED = ("ok", "crash", "timeout", "malformed", "incomplete", "implausible")
+
+
+class RoundError(Exception):
+    """A round that cannot start or continue, described in one line."""
+
+
+def now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def build_request(task: Task, policy: ResolvedPolicy) -> Request:
+    prof = policy.profile
+    h = policy.harness
+    t = prof.timeouts
+    common = ["--model", task.model, "--backend", prof.backend]
+    if task.kind in ("sweep", "guard"):
+        ctxs = tuple(prof.contexts) if task.kind == "sweep" else (prof.guard_ctx,)
+        argv = [
+            *h.bench,
+            "sweep",
+            *common,
+            "--ctx",
+            ",".join(map(str, ctxs)),
+            "--tokens",
+            str(prof.tokens),
+            "--reps",
+            str(prof.reps),
+        ]
+        return Request(
+            "sweep",
+            task.model,
+            argv,
+            t[task.kind],
+            contexts=ctxs,
+            reps=prof.reps,
+            backend=prof.backend,
+        )
+    if task.kind == "concurrent":
+        argv = [
+            *h.bench,
+            "concurrent",
+            *common,
+            "--widths",
+            ",".join(map(str, prof.widths)),
+            "--tokens",
+            str(prof.concurrent_tokens),
+            "--runs",
+            str(prof.concurrent_runs),
+            "--prompt-len",
+            str(prof.prompt_len),
+        ]
+        return Request(
+            "concurrent",
+            task.model,
+            argv,
+            t["concurrent"],
+            widths=tuple(prof.widths),
+            runs=prof.concurrent_runs,
+            backend=prof.backend,
+        )
+    if task.kind == "score":
+        argv = [
+            *h.score,
+            "score",
+            *common,
+            "--text-file",
+            prof.score_text,
+            "--topk",
+            str(policy.accuracy.topk),
+        ]
+        return Request("score", task.model, argv, t["score"], backend=prof.backend)
+    if task.kind == "prefill-check":
+        argv = [
+            *h.score,
+            "prefill-check",
+            *common,
+            "--prefix",
+            ",".join(map(str, prof.prefill_prefixes)),
+            "--positions",
+            str(prof.prefill_positions),
+        ]
+        return Request(
+            "prefill-check",
+            task.model,
+            argv,
+            t["prefill-check"],
+            prefixes=tuple(prof.prefill_prefixes),
+            backend=prof.backend,
+        )
+    raise ValueError(f"unknown task kind {task.kind!r}")
+
+
+def samples_of(doc: object) -> list[tuple[str, int, float]]:
+    """(axis, rep, tok/s) of every raw measurement in a document."""
+    out: list[tuple[str, int, float]] = []
+    if isinstance(doc, SweepResult):
+        for c in doc.contexts:
+            out += [(axis("decode", c.ctx), i, v) for i, v in enumerate(c.decode_tok_s)]
+            out += [(axis("prefill", c.ctx), i, v) for i, v in enumerate(c.prefill_tok_s)]
+    elif isinstance(doc, ConcurrentResult):
+        for w in doc.widths:
+            complete = [r for r in w.runs if r.complete]
+            out += [(axis("concurrent", w.width), i, r.tok_s) for i, r in enumerate(complete)]
+    return out
+
+
+def _implausible(
+    store: Store, round_id: str, model: str, samples: list, limit: float
+) -> str | None:
+    """A PR axis above `limit` x main's median so far is a broken measurement."""
+    by_axis: dict[str, list[float]] = {}
+    for ax, _rep, v in samples:
+        by_axis.setdefault(ax, []).append(v)
+    for ax, vals in sorted(by_axis.items()):
+        main_vals = [
+            r[0]
+            for r in store.query(
+                "SELECT s.value FROM samples s JOIN sessions x USING (session_id) "
+                "WHERE s.round_id = ? AND s.side = 'main' AND s.model = ? AND s.axis = ? "
+                "AND x.status = 'ok'",
+                [round_id, model, ax],
+            )
+        ]
+        if main_vals and median(vals) > limit * median(main_vals):
+            ratio = median(vals) / median(main_vals)
+            return f"{ax} claims {ratio:.0f}x main ({median(vals):.4g} vs {median(main_vals):.4g} tok/s)"
+    return None
+
+
+def write_session(store: Store, round_id: str, task: Task, commit: str, o: Outcome) -> None:
+    """The session row, its raw samples, and its score dump or prefill checks: one transaction."""
+    doc = o.document
+    device = driver = None
+    vram_free = vram_peak = kv = None
+    doc_json = None
+    if doc is not None:
+        device, driver = doc.device.name, doc.device.driver
+        vram = getattr(doc, "vram", None)
+        if isinstance(doc, SweepResult):
+            vram = next((c.vram for c in doc.contexts if c.vram is not None), None)
+        if vram is not None:
+            vram_free, vram_peak, kv = (
+                vram.free_after_load_bytes,
+                vram.peak_bytes,
+                vram.kv_cache_bytes,
+            )
+        exclude = {"positions", "tokens"} if isinstance(doc, ScoreResult) else set()
+        doc_json = doc.model_dump_json(exclude=exclude)
+    fault = (
+        "none"
+        if o.status == "ok"
+        else ("infra" if task.side == "main" or o.status == "infra" else "pr")
+    )
+    samples = samples_of(doc) if o.status in ("ok", "implausible", "incomplete") else []
+    with store.transaction() as con:
+        con.execute("DELETE FROM samples WHERE session_id = ?", [task.session_id])
+        con.execute("DELETE FROM score_dumps WHERE session_id = ?", [task.session_id])
+        con.execute("DELETE FROM prefill_checks WHERE session_id = ?", [task.session_id])
+        con.execute("DELETE FROM sessions WHERE session_id = ?", [task.session_id])
+        con.execute(
+            "INSERT INTO sessions (session_id, round_id, side, pr, slot, kind, model, commit, "
+            "started_at, wall_s, exit_code, status, fault, detail, log_tail, device_name, driver, "
+            "vram_free_after_load, vram_peak, kv_cache_bytes, document, attempts) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                task.session_id,
+                round_id,
+                task.side,
+                task.pr,
+                task.slot,
+                task.kind,
+                task.model,
+                commit,
+                o.started_at,
+                o.wall_s,
+                o.exit_code,
+                o.status,
+                fault,
+                o.detail,
+                o.log_tail,
+                device,
+                driver,
+                vram_free,
+                vram_peak,
+                kv,
+                doc_json,
+                o.attempts,
+            ],
+        )
+        if samples:
+            con.executemany(
+                "INSERT INTO samples VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    [task.session_id, round_id, task.side, task.pr, task.model, ax, rep, v]
+                    for ax, rep, v in samples
+                ],
+            )
+        if o.status == "ok" and isinstance(doc, ScoreResult):
+            con.execute(
+                "INSERT INTO score_dumps VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    task.session_id,
+                    round_id,
+                    task.side,
+                    task.pr,
+                    task.model,
+                    len(doc.positions),
+                    doc.model_dump_json(),
+                ],
+            )
+        if o.status == "ok" and isinstance(doc, PrefillCheckResult):
+            con.executemany(
+                "INSERT INTO prefill_checks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    [
+                        task.session_id,
+                        round_id,
+                        task.side,
+                        task.pr,
+                        task.model,
+                        p.prefix,
+                        p.top1,
+                        p.kl_mean,
+                        p.kl_max,
+                    ]
+                    for p in doc.prefixes
+                ],
+            )
+
+
+def _record_round(
+    store: Store, loaded: LoadedManifest, policy: ResolvedPolicy, main_commit: str
+) -> None:
+    m = loaded.manifest
+    row = store.query("SELECT main_commit, manifest_toml FROM rounds WHERE round_id = ?", [m.round])
+    if row:
+        old_commit, old_text = row[0]
+        if old_commit != main_commit:
+            raise RoundError(
+                f"round {m.round} was measured at main {old_commit[:12]}, but {m.base_ref} is now "
+                f"{main_commit[:12]}: give the new measurement a new round id"
+            )
+        if old_text != loaded.text:
+            raise RoundError(
+                f"round {m.round} exists with a different manifest; give a changed manifest a new round id"
+            )
+    with store.transaction() as con:
+        if not row:
+            con.execute(
+                "INSERT INTO rounds (round_id, created_at, finished_at, engine_repo, base_ref, "
+                "main_commit, profile, policy_json, device_name, driver, manifest_toml) "
+                "VALUES (?, ?, NULL, ?, ?, ?, ?, ?, NULL, NULL, ?)",
+                [
+                    m.round,
+                    now(),
+                    str(loaded.repo),
+                    m.base_ref,
+                    main_commit,
+                    m.profile,
+                    policy.model_dump_json(),
+                    loaded.text,
+                ],
+            )
+        for p in m.pr:
+            con.execute(
+                "INSERT OR REPLACE INTO prs (round_id, pr, title, author, labels, targets, source, "
+                "branch, expect) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    m.round,
+                    p.number,
+                    p.title,
+                    p.author,
+                    list(p.labels),
+                    list(p.targets),
+                    p.source,
+                    p.branch,
+                    p.expect,
+                ],
+            )
+
+
+def _record_candidates(store: Store, round_id: str, cands: list[Candidate]) -> None:
+    with store.transaction() as con:
+        for c in cands:
+            con.execute(
+                "INSERT OR REPLACE INTO candidates (round_id, pr, pr_commit, main_commit, "
+                "merged_commit, status, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [round_id, c.pr, c.pr_commit, c.main_commit, c.merged_commit, c.status, c.detail],
+            )
+
+
+def run_task(
+    task: Task, checkout: Path, work: Path, policy: ResolvedPolicy, disk_paths: list[Path]
+) -> Outcome:
+    """Run a task; infrastructure failures (and any failure of main) are retried."""
+    f = policy.failures
+    req = build_request(task, policy)
+    attempts = 0
+    while True:
+        attempts += 1
+        o = run_request(
+            req, checkout, work, f.infra_patterns, f.min_free_disk_mb, f.max_document_mb, disk_paths
+        )
+        o.attempts = attempts
+        retry = o.status == "infra" or (task.side == "main" and not o.ok)
+        if not retry or attempts > f.infra_retries:
+            return o
+        time.sleep(f.retry_wait_s)
+
+
+def collect(
+    manifest_path: str | Path,
+    db_path: str | Path,
+    scratch: Path | None = None,
+    log: Callable[[str], None] = lambda s: click.echo(s, err=True),
+    progress: bool = True,
+) -> int:
+    """Run (or resume) a round. Returns the number of sessions still failing for infrastructure."""
+    loaded = load_manifest(manifest_path)
+    m = loaded.manifest
+    policy = resolve(load_policy(loaded.policy_path), m.profile)
+    db_path = Path(db_path).resolve()
+    scratch = (scratch or db_path.parent / f".{db_path.name}.scratch").resolve() / m.round
+    store = open_store(db_path)
+    try:
+        try:
+            ws = Workspace(loaded.repo, scratch)
+        except GitError as e:
+            raise ManifestError(f"manifest {loaded.path}: engine_repo: {e}") from None
+        try:
+            return _collect(store, ws, loaded, policy, scratch, db_path, log, progress)
+        finally:
+            ws.cleanup()
+    finally:
+        store.close()
+
+
+def _collect(
+    store: Store,
+    ws: Workspace,
+    loaded: LoadedManifest,
+    policy: ResolvedPolicy,
+    scratch: Path,
+    db_path: Path,
+    log: Callable[[str], None],
+    progress: bool,
+) -> int:
+    m = loaded.manifest
+    main_commit, tips = preflight(loaded, ws)  # every ref and patch checked: nothing measured yet
+    _record_round(store, loaded, policy, main_commit)
+    log(
+        f"round {m.round}: main {main_commit[:12]} ({m.base_ref}), {len(m.pr)} PRs, profile {m.profile}"
+    )
+    main_checkout = ws.add_worktree("main", main_commit)
+    cands: list[Candidate] = []
+    for p in m.pr:
+        c = build_candidate(
+            ws,
+            p,
+            main_commit,
+            tips.get(p.number),
+            loaded.patches.get(p.number),
+            policy.harness.paths,
+        )
+        cands.append(c)
+        log(f"  PR #{p.number}: {c.status}" + (f" ({c.detail})" if c.detail else ""))
+    _record_candidates(store, m.round, cands)
+    by_pr = {c.pr: c for c in cands}
+    measurable = [(p.number, list(p.targets)) for p in m.pr if by_pr[p.number].measurable]
+    slots = plan_round(m.round, measurable, policy.profile)
+    finished = {
+        r[0]
+        for r in store.query(
+            f"SELECT session_id FROM sessions WHERE round_id = ? AND status IN ({','.join('?' * len(FINISHED))})",
+            [m.round, *FINISHED],
+        )
+    }
+    tasks = [(s, t) for s in slots for t in s.tasks]
+    todo = [(s, t) for s, t in tasks if t.session_id not in finished]
+    if len(todo) < len(tasks):
+        log(f"resuming: {len(tasks) - len(todo)} of {len(tasks)} sessions already finished")
+    infra_left = 0
+    # Once a PR has failed for its own reasons, its later tasks in the round still run: each
+    # session is evidence, and a verdict shows every failing axis.
+    bar_ctx = (
+        click.progressbar(
+            todo,
+            label="measuring",
+            file=sys.stderr,
+            item_show_func=lambda st: st[1].session_id.split("/", 1)[1] if st else None,
+        )
+        if progress
+        else contextlib.nullcontext(todo)
+    )
+    with bar_ctx as bar:
+        for slot, task in bar:
+            infra_left += _one(
+                store,
+                ws,
+                slot,
+                task,
+                main_checkout,
+                by_pr,
+                main_commit,
+                policy,
+                scratch,
+                db_path,
+                log,
+            )
+    if infra_left == 0:
+        dev = store.query(
+            "SELECT device_name, driver FROM sessions WHERE round_id = ? AND side = 'main' "
+            "AND status = 'ok' ORDER BY slot LIMIT 1",
+            [m.round],
+        )
+        with store.transaction() as con:
+            con.execute(
+                "UPDATE rounds SET finished_at = ?, device_name = ?, driver = ? WHERE round_id = ?",
+                [now(), dev[0][0] if dev else None, dev[0][1] if dev else None, m.round],
+            )
+    else:
+        log(
+            f"{infra_left} sessions failed for infrastructure: run the same command again to retry them"
+        )
+    verdict_mod.decide_round(store, m.round)
+    return infra_left
+
+
+def _one(
+    store: Store,
+    ws: Workspace,
+    slot: Slot,
+    task: Task,
+    main_checkout: Path,
+    by_pr: dict[int, Candidate],
+    main_commit: str,
+    policy: ResolvedPolicy,
+    scratch: Path,
+    db_path: Path,
+    log: Callable[[str], None],
+) -> int:
+    if task.side == "main":
+        checkout, commit = main_checkout, main_commit
+    else:
+        cand = by_pr[task.pr]
+        assert cand.checkout is not None and cand.merged_commit is not None
+        checkout, commit = cand.checkout, cand.merged_commit
+    work = scratch / "work"
+    o = run_task(task, checkout, work, policy, [db_path.parent])
+    if task.side == "pr" and o.status == "ok" and task.kind in ("sweep", "guard", "concurrent"):
+        why = _implausible(
+            store,
+            slot_round(task),
+            task.model,
+            samples_of(o.document),
+            policy.verdict.implausible_gain,
+        )
+        if why:
+            o.status, o.detail = "implausible", why
+    write_session(store, slot_round(task), task, commit, o)
+    if not o.ok:
+        who = "main" if task.side == "main" else f"PR #{task.pr}"
+        log(f"  {who} {task.kind} {task.model}: {o.status}: {o.detail}")
+    return 1 if (o.status == "infra" or (task.side == "main" and not o.ok)) else 0
+
+
+def slot_round(task: Task) -> str:
+    return task.session_id.split("/", 1)[0]
+
+
+def round_summary(store: Store, round_id: str) -> str:
+    rows = store.query(
+        "SELECT status, count(*) FROM sessions WHERE round_id = ? GROUP BY status ORDER BY status",
+        [round_id],
+    )
+    return json.dumps(dict(rows))

@@ -1,0 +1,242 @@
+"""Run one bench-protocol command in a checkout, and classify what came back.
+
+The command runs with cwd = the checkout and PYTHONPATH = the checkout, so the PR's engine is
+what runs (the harness files in it were rewritten from main). Its output is untrusted: the
+document is read from --out (size-capped) and parsed strictly with engine.protocol; stderr is
+kept only as a short tail. Every run has a timeout; on expiry the whole process group is killed.
+
+Classification (DESIGN "Classify failures"):
+  ok           a valid document that answers the request
+  crash        non-zero exit (exit code kept) or death by a signal (exit_code < 0)
+  timeout      still running at the deadline (exit_code NULL)
+  malformed    exit 0 but no document, an invalid one, or one that answers another request
+  incomplete   a concurrent width with fewer complete runs than asked for
+  implausible  decided by the collector against main (see collect.py)
+  infra        the box: too little disk, no usable device, an infrastructure error message
+A failure on main's side is never the PR's: the collector charges it to infrastructure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from engine.protocol import (
+    BenchDocument,
+    ConcurrentResult,
+    PrefillCheckResult,
+    ScoreResult,
+    SweepResult,
+    parse_document,
+)
+
+LOG_TAIL_BYTES = 4000
+
+
+@dataclass(frozen=True)
+class Request:
+    """One harness command: what to run and what the answer must look like."""
+
+    kind: str  # 'sweep' | 'concurrent' | 'score' | 'prefill-check' (a guard is a sweep)
+    model: str
+    argv: list[str]
+    timeout_s: float
+    contexts: tuple[int, ...] = ()
+    reps: int = 0
+    widths: tuple[int, ...] = ()
+    runs: int = 0
+    prefixes: tuple[int, ...] = ()
+    backend: str = "auto"
+
+
+@dataclass
+class Outcome:
+    status: str
+    detail: str
+    exit_code: int | None
+    started_at: datetime
+    wall_s: float
+    log_tail: str
+    document: BenchDocument | None = None
+    attempts: int = 1
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def may_be_flaky(self) -> bool:
+        """A timeout, a death by signal or lost tokens may not recur at the same commit."""
+        return self.status in ("timeout", "incomplete") or (
+            self.status == "crash" and (self.exit_code is None or self.exit_code < 0)
+        )
+
+
+def free_disk_mb(path: Path) -> float:
+    p = path
+    while not p.exists():
+        p = p.parent
+    return shutil.disk_usage(p).free / 2**20
+
+
+def _tail(path: Path) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - LOG_TAIL_BYTES))
+            return f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+def _check_answer(doc: BenchDocument, req: Request) -> str | None:
+    """Why a valid document does not answer the request, or None."""
+    if doc.model != req.model:
+        return f"document is for model {doc.model!r}, asked for {req.model!r}"
+    if req.backend in ("numpy", "cupy") and doc.device.backend != req.backend:
+        return None  # handled as infrastructure by the caller
+    if isinstance(doc, SweepResult):
+        got = tuple(c.ctx for c in doc.contexts)
+        if got != req.contexts:
+            return f"sweep contexts {list(got)}, asked for {list(req.contexts)}"
+        if doc.reps != req.reps:
+            return f"sweep reps {doc.reps}, asked for {req.reps}"
+    elif isinstance(doc, ConcurrentResult):
+        got = tuple(w.width for w in doc.widths)
+        if got != req.widths:
+            return f"concurrent widths {list(got)}, asked for {list(req.widths)}"
+        for w in doc.widths:
+            for r in w.runs:
+                if r.tokens_expected != w.width * doc.tokens:
+                    return f"width {w.width}: tokens_expected {r.tokens_expected} != width x tokens"
+                if r.tokens_decoded > r.tokens_expected:
+                    return f"width {w.width}: decoded more tokens than expected"
+    elif isinstance(doc, PrefillCheckResult):
+        got = tuple(p.prefix for p in doc.prefixes)
+        if got != req.prefixes:
+            return f"prefill-check prefixes {list(got)}, asked for {list(req.prefixes)}"
+    elif isinstance(doc, ScoreResult):
+        for i, pos in enumerate(doc.positions):
+            if len(pos.topk) > doc.topk:
+                return f"position {i}: {len(pos.topk)} top-k entries, topk is {doc.topk}"
+    return None
+
+
+def run_request(
+    req: Request,
+    checkout: Path,
+    work: Path,
+    infra_patterns: list[str],
+    min_free_disk_mb: float,
+    max_document_mb: int,
+    disk_paths: list[Path] | None = None,
+) -> Outcome:
+    """Run one harness command once and classify the result."""
+    started = datetime.now(UTC).replace(tzinfo=None)
+    for p in [work, *(disk_paths or [])]:
+        free = free_disk_mb(p)
+        if free < min_free_disk_mb:
+            return Outcome(
+                "infra", f"only {free:.0f} MB free on the disk of {p}", None, started, 0.0, ""
+            )
+    work.mkdir(parents=True, exist_ok=True)
+    out_file = work / "out.json"
+    err_file = work / "stderr.txt"
+    for f in (out_file, err_file):
+        f.unlink(missing_ok=True)
+    argv = [a.replace("{python}", sys.executable) for a in req.argv] + ["--out", str(out_file)]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env["PYTHONPATH"] = str(checkout)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    t0 = time.monotonic()
+    try:
+        with open(err_file, "wb") as err, open(os.devnull, "wb") as devnull:
+            proc = subprocess.Popen(
+                argv,
+                cwd=checkout,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=devnull,
+                stderr=err,
+                start_new_session=True,  # its own process group: a timeout kills all of it
+            )
+            try:
+                code: int | None = proc.wait(timeout=req.timeout_s)
+            except subprocess.TimeoutExpired:
+                code = None
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    except OSError as e:
+        return Outcome("infra", f"cannot start the harness: {e.strerror}", None, started, 0.0, "")
+    wall = time.monotonic() - t0
+    tail = _tail(err_file)
+
+    def out(status: str, detail: str, doc: BenchDocument | None = None) -> Outcome:
+        return Outcome(status, detail, code, started, wall, tail, doc)
+
+    text = tail
+    if any(re.search(p, text, flags=re.IGNORECASE) for p in infra_patterns):
+        return out("infra", "infrastructure error: " + _last_line(text))
+    if code is None:
+        return out("timeout", f"no answer within {req.timeout_s:.0f} s; killed")
+    if code < 0:
+        return out("crash", f"killed by {_signal_name(code)}")
+    if code != 0:
+        last = _last_line(text)
+        return out("crash", f"exit code {code}" + (f": {last}" if last else ""))
+    if not out_file.exists() or out_file.stat().st_size == 0:
+        return out("malformed", "exited 0 without writing a JSON document")
+    if out_file.stat().st_size > max_document_mb * 2**20:
+        return out("malformed", f"document larger than {max_document_mb} MB")
+    raw = out_file.read_bytes()
+    try:
+        doc = parse_document(raw, req.kind)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err["loc"]) or "document"
+        return out("malformed", f"invalid {req.kind} document: {where}: {err['msg']}"[:400])
+    except ValueError as e:
+        return out("malformed", f"invalid {req.kind} document: {str(e)[:300]}")
+    if req.backend in ("numpy", "cupy") and doc.device.backend != req.backend:
+        return out(
+            "infra",
+            f"no usable device: ran on {doc.device.backend}, the profile needs {req.backend}",
+        )
+    wrong = _check_answer(doc, req)
+    if wrong:
+        return out("malformed", wrong, None)
+    if isinstance(doc, ConcurrentResult):
+        short = [
+            f"c{w.width}: {sum(r.complete for r in w.runs)}/{req.runs} complete runs"
+            for w in doc.widths
+            if sum(r.complete for r in w.runs) < req.runs
+        ]
+        if short:
+            return out("incomplete", "lost tokens: " + ", ".join(short), doc)
+    return out("ok", "ok", doc)

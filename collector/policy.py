@@ -1,0 +1,178 @@
+"""The policy file: every number of the verdict rules, and what each profile measures."""
+
+from __future__ import annotations
+
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from collector.axes import is_known_model
+
+Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
+PosInt = Annotated[int, Field(gt=0)]
+TIER_NAMES = ("XS", "S", "M", "L", "XL")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class VerdictRules(_Strict):
+    floor: Annotated[float, Field(gt=0.0, le=1.0)] = 0.98
+    implausible_gain: Annotated[float, Field(gt=1.0)] = 20.0
+    tiers: dict[str, Annotated[float, Field(gt=0.0)]]
+    confidence: Annotated[float, Field(gt=0.5, lt=1.0)] = 0.95
+    bootstrap_resamples: Annotated[int, Field(ge=100)] = 2000
+    bootstrap_seed: int = 0
+    noise_multiplier: Annotated[float, Field(ge=0.0)] = 1.0
+    blocking_labels: list[str] = []
+    strikes_to_reject: Annotated[int, Field(ge=1)] = 2
+
+    @model_validator(mode="after")
+    def _tiers_ordered(self) -> VerdictRules:
+        if tuple(self.tiers) != TIER_NAMES:
+            raise ValueError(f"tiers must be {', '.join(TIER_NAMES)} in that order")
+        gates = list(self.tiers.values())
+        if gates != sorted(gates) or len(set(gates)) != len(gates):
+            raise ValueError("tier gates must increase from XS to XL")
+        return self
+
+    def tier(self, delta: float) -> str:
+        """The tier a gain reaches: 'none' under the first gate."""
+        label = "none"
+        for name, gate in self.tiers.items():
+            if delta >= gate - 1e-12:
+                label = name
+        return label
+
+    @property
+    def gate(self) -> float:
+        return self.tiers["XS"]
+
+
+class AccuracyBars(_Strict):
+    top1_min: Fraction = 0.93
+    kl_max: Annotated[float, Field(ge=0.0)] = 0.03
+    ppl_ratio_max: Annotated[float, Field(ge=1.0)] = 1.02
+
+
+class AccuracyRules(AccuracyBars):
+    topk: PosInt = 16
+    models: dict[str, AccuracyBars] = {}
+
+    def bars(self, model: str) -> AccuracyBars:
+        return self.models.get(model, AccuracyBars(**self.model_dump(exclude={"topk", "models"})))
+
+
+class PrefillPathRules(_Strict):
+    top1_margin: Fraction = 0.10
+    kl_factor: Annotated[float, Field(ge=1.0)] = 3.0
+    kl_margin: Annotated[float, Field(ge=0.0)] = 0.05
+
+
+class FailureRules(_Strict):
+    infra_retries: Annotated[int, Field(ge=0)] = 2
+    retry_wait_s: Annotated[float, Field(ge=0.0)] = 2.0
+    min_free_disk_mb: Annotated[int, Field(ge=0)] = 200
+    max_document_mb: PosInt = 64
+    infra_patterns: list[str] = []
+
+
+class HarnessRules(_Strict):
+    bench: list[str] = Field(min_length=1)
+    score: list[str] = Field(min_length=1)
+    paths: list[str]
+    corpus: str = "data/corpus.txt"
+
+
+class Profile(_Strict):
+    backend: Literal["numpy", "cupy", "auto"]
+    models: list[str] = Field(min_length=1)
+    contexts: list[PosInt] = Field(min_length=1)
+    guard_ctx: PosInt
+    tokens: PosInt
+    reps: PosInt
+    widths: list[PosInt] = Field(min_length=1)
+    concurrent_tokens: PosInt
+    concurrent_runs: PosInt
+    prompt_len: PosInt
+    prefill_prefixes: list[PosInt] = Field(min_length=1)
+    prefill_positions: PosInt
+    min_main_sessions: Annotated[int, Field(ge=2)] = 3
+    main_every: PosInt = 2
+    score_text: str = "data/corpus.txt"
+    timeouts: dict[Literal["sweep", "concurrent", "score", "prefill-check", "guard"], PosInt]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Profile:
+        unknown = [m for m in self.models if not is_known_model(m)]
+        if unknown:
+            raise ValueError(f"unknown model(s): {', '.join(unknown)}")
+        if self.guard_ctx not in self.contexts:
+            raise ValueError(f"guard_ctx {self.guard_ctx} must be one of contexts {self.contexts}")
+        missing = {"sweep", "concurrent", "score", "prefill-check", "guard"} - set(self.timeouts)
+        if missing:
+            raise ValueError(f"timeouts missing for: {', '.join(sorted(missing))}")
+        return self
+
+
+class Policy(_Strict):
+    verdict: VerdictRules
+    accuracy: AccuracyRules
+    prefill_path: PrefillPathRules
+    failures: FailureRules
+    harness: HarnessRules
+    profiles: dict[str, Profile]
+
+
+class ResolvedPolicy(_Strict):
+    """The policy as a round uses it: one profile picked."""
+
+    profile_name: str
+    verdict: VerdictRules
+    accuracy: AccuracyRules
+    prefill_path: PrefillPathRules
+    failures: FailureRules
+    harness: HarnessRules
+    profile: Profile
+
+
+class PolicyError(Exception):
+    pass
+
+
+def default_policy_path() -> Path:
+    return Path(str(resources.files("collector").joinpath("policy.toml")))
+
+
+def load_policy(path: str | Path | None = None) -> Policy:
+    path = Path(path) if path else default_policy_path()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise PolicyError(f"cannot read policy {path}: {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise PolicyError(f"policy {path}: {e}") from None
+    try:
+        return Policy.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or "(top level)"
+        raise PolicyError(f"policy {path}: {where}: {first['msg']}") from None
+
+
+def resolve(policy: Policy, profile: str) -> ResolvedPolicy:
+    if profile not in policy.profiles:
+        raise PolicyError(f"profile {profile!r} not in the policy ({', '.join(policy.profiles)})")
+    return ResolvedPolicy(
+        profile_name=profile,
+        verdict=policy.verdict,
+        accuracy=policy.accuracy,
+        prefill_path=policy.prefill_path,
+        failures=policy.failures,
+        harness=policy.harness,
+        profile=policy.profiles[profile],
+    )

@@ -1,0 +1,70 @@
+"""A fake `python -m engine.bench` speaking the bench protocol (a collector test fixture)."""
+
+import argparse
+import json
+
+from engine._fake_common import header, jitter, misbehave, speed
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("command")
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--ctx", default="128")
+    ap.add_argument("--widths", default="2")
+    ap.add_argument("--tokens", type=int, default=8)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--prompt-len", type=int, default=16)
+    ap.add_argument("--backend", default="auto")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    misbehave(a.command, a.out)
+    doc = header(a.model, a.backend)
+    if a.command == "sweep":
+        ctxs = [int(c) for c in a.ctx.split(",")]
+        doc.update(
+            kind="sweep",
+            tokens=a.tokens,
+            reps=a.reps,
+            contexts=[
+                {
+                    "ctx": c,
+                    "decode_tokens": a.tokens,
+                    "decode_tok_s": [
+                        1000.0 / (1 + c / 512) * speed(a.model, "decode") * jitter()
+                        for _ in range(a.reps)
+                    ],
+                    "prefill_tok_s": [
+                        5000.0 * speed(a.model, "prefill") * jitter() for _ in range(a.reps)
+                    ],
+                }
+                for c in ctxs
+            ],
+        )
+    elif a.command == "concurrent":
+        widths = [int(w) for w in a.widths.split(",")]
+        ws = []
+        for w in widths:
+            runs = []
+            for _ in range(a.runs):
+                tok_s = 800.0 * w**0.5 * speed(a.model, "concurrent") * jitter()
+                exp = w * a.tokens
+                runs.append(
+                    {
+                        "tokens_expected": exp,
+                        "tokens_decoded": exp,
+                        "seconds": exp / tok_s,
+                        "tok_s": tok_s,
+                    }
+                )
+            ws.append({"width": w, "prompt_len": a.prompt_len, "runs": runs})
+        doc.update(kind="concurrent", tokens=a.tokens, widths=ws)
+    else:
+        raise SystemExit(f"error: unknown command {a.command}")
+    with open(a.out, "w") as f:
+        json.dump(doc, f)
+
+
+if __name__ == "__main__":
+    main()

@@ -22,13 +22,15 @@ __device__ __forceinline__ void attn_split_body(const float* __restrict__ q, con
                                                 const int* __restrict__ lens, float* __restrict__ part_o,
                                                 float* __restrict__ part_ml, int n_heads, int n_kv,
                                                 int max_len, int nsplit, float scale) {
-    constexpr int DPL = HD / 32;  // V dims owned by each lane
+    constexpr int DPL = HD >= 32 ? HD / 32 : 1;  // V dims owned by each lane
     __shared__ __align__(16) float qs[GMAX][HD];
     __shared__ float red_m[ATT_WARPS][GMAX], red_l[ATT_WARPS][GMAX];
     __shared__ float red_o[ATT_WARPS][GMAX][HD];
 
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int split = blockIdx.x, kvh = blockIdx.y, r = blockIdx.z;
     const int G = n_heads / n_kv;
+    const bool vlane = lane * DPL < HD;  // HD 16: lanes 16..31 own no V dims
     const int seq = seq_ids[r];
     const int n = lens[seq] + 1;  // the current token is already in the cache
     int chunk = (n + nsplit - 1) / nsplit;
@@ -36,7 +38,6 @@ __device__ __forceinline__ void attn_split_body(const float* __restrict__ q, con
     const int start = split * chunk;
     if (start >= n) return;
     const int end = min(n, start + chunk);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 
     for (int i = threadIdx.x; i < G * HD; i += blockDim.x)
         qs[i / HD][i % HD] = q[((size_t)r * n_heads + kvh * G) * HD + i] * scale;
@@ -109,20 +110,22 @@ __device__ __forceinline__ void attn_split_body(const float* __restrict__ q, con
         }
         const int cnt = min(32, end - base);
         for (int j = 0; j < cnt; ++j) {
-            const __half* vrow = V + (size_t)(base + j) * HD + lane * DPL;
+            const __half* vrow = V + (size_t)(base + j) * HD + (vlane ? lane * DPL : 0);
             float vf[DPL];
             if (DPL == 4) {
                 const uint2 raw = __ldg(reinterpret_cast<const uint2*>(vrow));
                 const __half2* vh = reinterpret_cast<const __half2*>(&raw);
                 const float2 f0 = __half22float2(vh[0]), f1 = __half22float2(vh[1]);
                 vf[0] = f0.x;
-                vf[1] = f0.y;
+                vf[DPL > 1 ? 1 : 0] = f0.y;
                 vf[DPL > 2 ? 2 : 0] = f1.x;
                 vf[DPL > 3 ? 3 : 0] = f1.y;
-            } else {
+            } else if (DPL == 2) {
                 const float2 f0 = __half22float2(__ldg(reinterpret_cast<const __half2*>(vrow)));
                 vf[0] = f0.x;
-                vf[1] = f0.y;
+                vf[DPL > 1 ? 1 : 0] = f0.y;
+            } else {
+                vf[0] = __half2float(__ldg(vrow));
             }
 #pragma unroll
             for (int g = 0; g < GMAX; ++g) {
@@ -142,8 +145,10 @@ __device__ __forceinline__ void attn_split_body(const float* __restrict__ q, con
                 red_m[warp][g] = m[g];
                 red_l[warp][g] = l[g];
             }
+            if (vlane) {
 #pragma unroll
-            for (int d = 0; d < DPL; ++d) red_o[warp][g][lane * DPL + d] = o[g][d];
+                for (int d = 0; d < DPL; ++d) red_o[warp][g][lane * DPL + d] = o[g][d];
+            }
         }
     }
     __syncthreads();
@@ -174,6 +179,12 @@ __device__ __forceinline__ void attn_split_body(const float* __restrict__ q, con
         float *__restrict__ part_ml, int n_heads, int n_kv, int max_len, int nsplit, float scale
 #define ATTN_SPLIT_PASS q, kc, vc, seq_ids, lens, part_o, part_ml, n_heads, n_kv, max_len, nsplit, scale
 
+extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_split_16(ATTN_SPLIT_ARGS) {
+    attn_split_body<16>(ATTN_SPLIT_PASS);
+}
+extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_split_32(ATTN_SPLIT_ARGS) {
+    attn_split_body<32>(ATTN_SPLIT_PASS);
+}
 extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_split_64(ATTN_SPLIT_ARGS) {
     attn_split_body<64>(ATTN_SPLIT_PASS);
 }
@@ -389,6 +400,12 @@ __device__ __forceinline__ void attn_prefill_body(const float* __restrict__ q, c
         float scale_log2
 #define ATTN_PREFILL_PASS q, kc, vc, out, seq, p0, T, n_heads, n_kv, max_len, scale_log2
 
+extern "C" __global__ void __launch_bounds__(128) attn_prefill_16(ATTN_PREFILL_ARGS) {
+    attn_prefill_body<16>(ATTN_PREFILL_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128) attn_prefill_32(ATTN_PREFILL_ARGS) {
+    attn_prefill_body<32>(ATTN_PREFILL_PASS);
+}
 extern "C" __global__ void __launch_bounds__(128) attn_prefill_64(ATTN_PREFILL_ARGS) {
     attn_prefill_body<64>(ATTN_PREFILL_PASS);
 }

@@ -71,7 +71,8 @@ __device__ __forceinline__ float weight_at(int wt, const void* __restrict__ wq,
             const u8 byte = reinterpret_cast<const u8*>(wq)[row * (K / 2) + b * 16 + (j & 15)];
             const int q = j < 16 ? (byte & 15) : (byte >> 4);
             const __half* dm = reinterpret_cast<const __half*>(ws) + 2 * (row * (K / 32) + b);
-            return __half2float(dm[0]) * (float)q + __half2float(dm[1]);
+            // unfused multiply-add: the same two roundings as the NumPy dequantizer
+            return __fadd_rn(__fmul_rn(__half2float(dm[0]), (float)q), __half2float(dm[1]));
         }
     }
 }

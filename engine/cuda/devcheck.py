@@ -1,0 +1,123 @@
+"""One device-machine cycle: copy bandwidth, then decode and prefill timings per model.
+
+    python -m engine.cuda.devcheck --models llama-1b:f16,llama-8b:q4_0 --ctx 128 [--out F]
+
+Prints one table (decode tok/s beside the bandwidth ceiling of the same run) and writes the
+rows as JSON. A developer tool for PERF.md; the harness measures with engine.bench.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import click
+import numpy as np
+
+
+def copy_bandwidth(gib: float = 2.0, reps: int = 10) -> float:
+    """Device-to-device copy, bytes read + written per second."""
+    import cupy as cp
+
+    n = int(gib * 1024**3) // 4
+    a = cp.random.random(n, dtype=cp.float32)
+    b = cp.empty_like(a)
+    for _ in range(3):
+        b[...] = a
+    start, stop = cp.cuda.Event(), cp.cuda.Event()
+    times = []
+    for _ in range(reps):
+        start.record()
+        b[...] = a
+        stop.record()
+        stop.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, stop) / 1e3)
+    del a, b
+    cp.get_default_memory_pool().free_all_blocks()
+    return 2 * n * 4 / float(np.median(times))
+
+
+def time_decode(runner, ctx: int, tokens: int, width: int = 1) -> float:
+    rng = np.random.default_rng(0)
+    runner.reset(width, ctx + tokens + 8)
+    for s in range(width):
+        runner.prefill(s, rng.integers(0, 49152, ctx))
+    firsts = rng.integers(0, 49152, width)
+    runner.decode_greedy(list(range(width)), firsts, 4)  # capture + warm
+    runner.synchronize()
+    t0 = time.perf_counter()
+    runner.decode_greedy(list(range(width)), firsts, tokens)
+    runner.synchronize()
+    return width * tokens / (time.perf_counter() - t0)
+
+
+def time_prefill(runner, n: int) -> float:
+    rng = np.random.default_rng(1)
+    runner.reset(1, n + 8)
+    runner.prefill(0, rng.integers(0, 49152, 256))  # warm cuBLAS
+    runner.truncate(0, 0)
+    runner.synchronize()
+    t0 = time.perf_counter()
+    runner.prefill(0, rng.integers(0, 49152, n))
+    runner.synchronize()
+    return n / (time.perf_counter() - t0)
+
+
+@click.command()
+@click.option("--models", default="llama-1b:f16,llama-8b:q4_0,llama-8b:f16")
+@click.option("--ctx", default="128")
+@click.option("--tokens", default=64, type=int)
+@click.option("--prefill", "prefill_n", default=0, type=int, help="also time a prefill of N")
+@click.option("--widths", default="", help="also time concurrent decode at these widths")
+@click.option("--out", default="", help="JSON rows")
+def main(models: str, ctx: str, tokens: int, prefill_n: int, widths: str, out: str) -> None:
+    import cupy as cp
+
+    from engine.models import open_runner
+
+    dev = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    bw = copy_bandwidth()
+    print(f"device {dev}: copy bandwidth {bw / 1e12:.2f} TB/s (read+write)", file=sys.stderr)
+    rows = []
+    for name in [m for m in models.split(",") if m]:
+        t0 = time.perf_counter()
+        r = open_runner(name, "cupy")
+        r.synchronize()
+        load_s = time.perf_counter() - t0
+        read = r.decode_read_bytes()
+        ceiling = bw / read
+        for c in [int(x) for x in ctx.split(",") if x]:
+            kv = r.kv_bytes_per_token * c
+            ceil_c = bw / (read + kv)
+            tps = time_decode(r, c, tokens)
+            rows.append(
+                dict(model=name, what=f"decode@{c}", tok_s=tps, ceiling=ceil_c, ratio=tps / ceil_c)
+            )
+            print(f"{name} decode@{c}: {tps:.1f} tok/s ceiling {ceil_c:.1f}", file=sys.stderr)
+        for w in [int(x) for x in widths.split(",") if x]:
+            tps = time_decode(r, 128, tokens, width=w)
+            rows.append(
+                dict(model=name, what=f"width{w}", tok_s=tps, ceiling=w * ceiling, ratio=0.0)
+            )
+        if prefill_n:
+            tps = time_prefill(r, prefill_n)
+            rows.append(
+                dict(model=name, what=f"prefill@{prefill_n}", tok_s=tps, ceiling=0.0, ratio=0.0)
+            )
+        rows.append(dict(model=name, what="load_s", tok_s=load_s, ceiling=0.0, ratio=0.0))
+        del r
+        cp.get_default_memory_pool().free_all_blocks()
+    if out:
+        with open(out, "w") as f:
+            json.dump(dict(device=dev, copy_bw=bw, rows=rows), f, indent=1)
+    print(f"\n{'model':16} {'what':14} {'tok/s':>10} {'ceiling':>10} {'ratio':>6}")
+    for row in rows:
+        print(
+            f"{row['model']:16} {row['what']:14} {row['tok_s']:10.1f} {row['ceiling']:10.1f} {row['ratio']:6.2f}"
+        )
+    print(f"copy bandwidth {bw / 1e12:.3f} TB/s on {dev}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,582 @@
+"""CupyRunner: the engine's GPU backend (kernels in kernels/, launched through CuPy).
+
+Decode: one step for N rows (sequences) is a fixed list of kernel launches over buffers
+allocated by reset(); the rows' tokens, sequence slots and positions live in device memory,
+so the step is captured once per row count as a CUDA graph and replayed per token.
+decode_greedy replays it `steps` times with the argmax fed back on the device and copies
+the tokens back once at the end.
+
+Prefill: chunks of up to `prefill_chunk` tokens; the projections are cuBLAS GEMMs
+(float16 in, float32 out) on weights dequantized into one reused float16 buffer (F16 weights
+are used in place), attention is the tiled causal kernel reading the KV cache.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import cupy as cp
+import numpy as np
+
+from engine.config import ModelConfig
+from engine.cuda.kernels import (
+    GEMV_WARPS,
+    HEAD_DIMS,
+    MAX_GROUP,
+    WT_F16,
+    gemv_name,
+    get_kernels,
+)
+from engine.cuda.layout import GpuWeight, matrix_to_gpu, vector_to_gpu
+from engine.errors import EngineError
+from engine.protocol import VramInfo
+from engine.runner import Runner
+
+try:  # CuPy >= 13 keeps the library wrappers here
+    from cupy_backends.cuda.libs import cublas
+except ImportError:  # pragma: no cover - older CuPy
+    from cupy.cuda import cublas
+
+DEFAULT_MAX_LEN = 4096
+PREFILL_CHUNK = 4096
+ATTN_SPLITS = 64  # flash-decoding partitions per sequence (fixed: results never depend on N)
+DEQUANT_BUFFER_ELEMENTS = 1 << 27  # float16 scratch for prefill weights: 256 MiB
+CUDA_R_16F, CUDA_R_32F = 2, 0
+CUBLAS_OP_N, CUBLAS_OP_T = 0, 1
+LOG2E = 1.4426950408889634
+NULL = np.uint64(0)
+
+
+def _i(v: int) -> np.int32:
+    return np.int32(v)
+
+
+def _f(v: float) -> np.float32:
+    return np.float32(v)
+
+
+@dataclass
+class _Layer:
+    attn_norm: Any
+    wq: GpuWeight
+    wk: GpuWeight
+    wv: GpuWeight
+    wo: GpuWeight
+    q_norm: Any | None
+    k_norm: Any | None
+    ffn_norm: Any
+    wg: GpuWeight
+    wu: GpuWeight
+    wd: GpuWeight
+
+
+def _row_block(n: int) -> int:
+    return 1 if n <= 1 else 2 if n <= 2 else 4 if n <= 4 else 8
+
+
+class CupyRunner(Runner):
+    backend = "cupy"
+
+    def __init__(self, weights: Any, prefill_chunk: int = PREFILL_CHUNK) -> None:
+        c: ModelConfig = weights.config
+        self.config = c
+        self.model_id = weights.model_id
+        if c.head_dim not in HEAD_DIMS:
+            raise EngineError(f"head dim {c.head_dim} is not supported (kernels: {HEAD_DIMS})")
+        if c.n_heads % c.n_kv_heads or c.group_size > MAX_GROUP:
+            raise EngineError(f"{c.n_heads} query heads over {c.n_kv_heads} KV heads unsupported")
+        self.k = get_kernels()
+        self.stream = cp.cuda.Stream(non_blocking=True)
+        self.prefill_chunk = prefill_chunk
+        with self.stream:
+            t = weights.tensors
+            self.tok_embd = matrix_to_gpu(t["token_embd.weight"])
+            self.w_out = self.tok_embd if c.tied_embeddings else matrix_to_gpu(t["output.weight"])
+            self.out_norm = vector_to_gpu(t["output_norm.weight"])
+            self.layers: list[_Layer] = []
+            for i in range(c.n_layers):
+
+                def m(part: str, i: int = i) -> GpuWeight:
+                    return matrix_to_gpu(t[f"blk.{i}.{part}.weight"])
+
+                def v(part: str, i: int = i) -> Any:
+                    return vector_to_gpu(t[f"blk.{i}.{part}.weight"])
+
+                layer = _Layer(
+                    attn_norm=v("attn_norm"),
+                    wq=m("attn_q"),
+                    wk=m("attn_k"),
+                    wv=m("attn_v"),
+                    wo=m("attn_output"),
+                    q_norm=v("attn_q_norm") if c.qk_norm else None,
+                    k_norm=v("attn_k_norm") if c.qk_norm else None,
+                    ffn_norm=v("ffn_norm"),
+                    wg=m("ffn_gate"),
+                    wu=m("ffn_up"),
+                    wd=m("ffn_down"),
+                )
+                if layer.wg.wt != layer.wu.wt:
+                    raise EngineError(f"layer {i}: ffn_gate and ffn_up differ in type")
+                self.layers.append(layer)
+        self.stream.synchronize()
+        cp.get_default_memory_pool().free_all_blocks()
+        free, self._total = cp.cuda.runtime.memGetInfo()
+        self._free_after_load = int(free)
+        self._peak = int(self._total - free)
+        self.weight_bytes = self._weight_bytes()
+        self._graphs: dict[int, Any] = {}
+        self._prefill_bufs: dict[str, Any] = {}
+        self._deq: Any = None
+        self._ready = False
+
+    # ---- sizes --------------------------------------------------------------------------
+
+    def _weight_bytes(self) -> int:
+        total = self.tok_embd.nbytes + int(self.out_norm.nbytes)
+        if not self.config.tied_embeddings:
+            total += self.w_out.nbytes
+        for L in self.layers:
+            for w in (L.wq, L.wk, L.wv, L.wo, L.wg, L.wu, L.wd):
+                total += w.nbytes
+        return total
+
+    def decode_read_bytes(self) -> int:
+        """Weight bytes one decode step reads (all layers, the output head, one embedding row)."""
+        c = self.config
+        per_row = self.tok_embd.nbytes // c.vocab_size
+        total = per_row + self.w_out.nbytes + int(self.out_norm.nbytes)
+        for L in self.layers:
+            for w in (L.wq, L.wk, L.wv, L.wo, L.wg, L.wu, L.wd):
+                total += w.nbytes
+        return total
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        c = self.config
+        return 2 * c.n_layers * c.n_kv_heads * c.head_dim * 2
+
+    def _sample_memory(self) -> None:
+        free, total = cp.cuda.runtime.memGetInfo()
+        self._peak = max(self._peak, int(total - free))
+
+    # ---- KV cache and per-step buffers ------------------------------------------------------
+
+    def reset(self, n_seqs: int, max_len: int) -> None:
+        c = self.config
+        if n_seqs < 1:
+            raise EngineError(f"need at least one sequence, got {n_seqs}")
+        if max_len < 1:
+            raise EngineError(f"the KV cache needs room for at least one token, got {max_len}")
+        if max_len > c.max_context:
+            raise EngineError(
+                f"a context of {max_len} tokens is longer than the model allows ({c.max_context})"
+            )
+        self.stream.synchronize()
+        self._graphs.clear()
+        self.kcache = self.vcache = None
+        self._buf = {}
+        cp.get_default_memory_pool().free_all_blocks()
+        R, hd = n_seqs, c.head_dim
+        q_dim, kv_dim = c.n_heads * hd, c.n_kv_heads * hd
+        kmax = max(c.dim, c.ffn_dim, q_dim)
+        with self.stream:
+            shape = (c.n_layers, n_seqs, c.n_kv_heads, max_len, hd)
+            self.kcache = cp.zeros(shape, dtype=cp.float16)
+            self.vcache = cp.zeros(shape, dtype=cp.float16)
+            self.lens = cp.zeros(n_seqs, dtype=cp.int32)
+            b = self._buf
+            b["tokens"] = cp.zeros(R, dtype=cp.int32)
+            b["seq_ids"] = cp.zeros(R, dtype=cp.int32)
+            b["x"] = cp.zeros((R, c.dim), dtype=cp.float32)
+            b["h"] = cp.zeros((R, c.dim), dtype=cp.float32)
+            b["xq"] = cp.zeros((R, kmax), dtype=cp.int8)
+            b["xs"] = cp.zeros((R, kmax // 32 * 2 + 2), dtype=cp.float32)
+            b["q"] = cp.zeros((R, q_dim), dtype=cp.float32)
+            b["k"] = cp.zeros((R, kv_dim), dtype=cp.float32)
+            b["v"] = cp.zeros((R, kv_dim), dtype=cp.float32)
+            b["att"] = cp.zeros((R, q_dim), dtype=cp.float32)
+            b["f"] = cp.zeros((R, c.ffn_dim), dtype=cp.float32)
+            b["logits"] = cp.zeros((R, c.vocab_size), dtype=cp.float32)
+            b["part_o"] = cp.zeros((R, c.n_heads, ATTN_SPLITS, hd), dtype=cp.float32)
+            b["part_ml"] = cp.zeros((R, c.n_heads, ATTN_SPLITS, 2), dtype=cp.float32)
+            b["hist"] = cp.zeros((R, max_len), dtype=cp.int32)
+        self.stream.synchronize()
+        self._lens = np.zeros(n_seqs, dtype=np.int64)
+        self.n_seqs, self.max_len = n_seqs, max_len
+        self._ready = True
+        self._sample_memory()
+
+    def _ensure_ready(self) -> None:
+        if not self._ready:
+            self.reset(1, min(self.config.max_context, DEFAULT_MAX_LEN))
+
+    def seq_len(self, seq: int) -> int:
+        self._ensure_ready()
+        self._check_seq(seq)
+        return int(self._lens[seq])
+
+    def truncate(self, seq: int, length: int) -> None:
+        self._ensure_ready()
+        self._check_seq(seq)
+        if length < 0:
+            raise EngineError(f"cannot truncate to a negative length ({length})")
+        new = min(int(self._lens[seq]), int(length))
+        self._lens[seq] = new
+        with self.stream:
+            self.lens[seq] = new
+
+    def _check_seq(self, seq: int) -> None:
+        if not 0 <= seq < self.n_seqs:
+            raise EngineError(f"sequence {seq} does not exist (the cache holds {self.n_seqs})")
+
+    def _check_room(self, seq: int, n_new: int) -> None:
+        total = int(self._lens[seq]) + n_new
+        if total > self.max_len:
+            limit = (
+                "the model allows"
+                if self.max_len == self.config.max_context
+                else "the KV cache holds"
+            )
+            raise EngineError(
+                f"a context of {total} tokens is longer than {limit} ({self.max_len} tokens)"
+            )
+
+    def _check_tokens(self, tokens: Any) -> np.ndarray:
+        ids = np.asarray(tokens).reshape(-1)
+        if ids.size and not np.issubdtype(ids.dtype, np.integer):
+            raise EngineError("token ids must be integers")
+        ids = ids.astype(np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() >= self.config.vocab_size):
+            bad = ids[(ids < 0) | (ids >= self.config.vocab_size)][0]
+            raise EngineError(
+                f"token id {bad} is outside the vocabulary (0..{self.config.vocab_size - 1})"
+            )
+        return ids
+
+    def _check_rows(self, seqs: Sequence[int], tokens: Any, steps: int) -> tuple[list[int], Any]:
+        self._ensure_ready()
+        seqs = [int(s) for s in seqs]
+        ids = self._check_tokens(tokens)
+        if len(seqs) != ids.size:
+            raise EngineError(f"decode got {len(seqs)} sequences but {ids.size} tokens")
+        if not seqs:
+            raise EngineError("decode got no sequences")
+        if len(set(seqs)) != len(seqs):
+            raise EngineError("decode got the same sequence twice in one step")
+        for s in seqs:
+            self._check_seq(s)
+            self._check_room(s, steps)
+        return seqs, ids
+
+    # ---- decode -------------------------------------------------------------------------------
+
+    def _mv(
+        self, w: GpuWeight, src: str, rows: int, out: Any, mode: str, w2: GpuWeight | None = None
+    ) -> None:
+        """out[:rows] (=, +=, silu-glu) W @ buf[src][:rows]; quantizes the input once if needed."""
+        b = self._buf
+        if w.quantized:
+            if self._quantized_src != src:
+                x = b[src]
+                nblocks = rows * x.shape[1] // 32
+                self.k["quantize_q8"](
+                    ((nblocks * 32 + 255) // 256,), (256,), (x, b["xq"], b["xs"], _i(nblocks))
+                )
+                self._quantized_src = src
+            xa, xs = b["xq"], b["xs"]
+        else:
+            xa, xs = b[src], NULL
+        rb = _row_block(rows)
+        grid = ((w.rows + GEMV_WARPS - 1) // GEMV_WARPS, (rows + rb - 1) // rb)
+        args = (
+            w.q,
+            w.s if w.s is not None else NULL,
+            w2.q if w2 is not None else NULL,
+            w2.s if (w2 is not None and w2.s is not None) else NULL,
+            xa,
+            xs,
+            out,
+            _i(w.rows),
+            _i(w.cols),
+            _i(rows),
+            _i(out.shape[1]),
+        )
+        self.k[gemv_name(w.wt, rb, mode)](grid, (GEMV_WARPS * 32,), args)
+
+    def _rmsnorm(self, x: Any, w: Any, y: Any, y16: Any, rows: int) -> None:
+        dim = self.config.dim
+        self.k["rmsnorm"]((rows,), (256,), (x, w, y, y16, _i(dim), _f(self.config.norm_eps)))
+
+    def _rope_kv(
+        self, li: int, L: _Layer, q: Any, k: Any, v: Any, rows: int, seq: int, pos_base: int
+    ) -> None:
+        c = self.config
+        b = self._buf
+        self.k["rope_kv"](
+            (c.n_heads + c.n_kv_heads, rows),
+            (32,),
+            (
+                q, k, v, self.kcache[li], self.vcache[li],
+                L.q_norm if L.q_norm is not None else NULL,
+                L.k_norm if L.k_norm is not None else NULL,
+                b["seq_ids"], self.lens, _i(seq), _i(pos_base),
+                _i(c.n_heads), _i(c.n_kv_heads), _i(c.head_dim), _i(self.max_len),
+                _f(c.rope_base), _i(1 if c.arch == "qwen3" else 0), _f(c.norm_eps),
+            ),
+        )  # fmt: skip
+
+    def _step_kernels(self, rows: int) -> None:
+        """Every launch of one decode step for rows 0..rows-1 (graph-capturable)."""
+        c = self.config
+        b = self._buf
+        hd = c.head_dim
+        self._quantized_src = None
+        e = self.tok_embd
+        self.k["embed"](
+            (rows,),
+            (256,),
+            (b["tokens"], _i(e.wt), e.q, e.s if e.s is not None else NULL, b["x"], _i(c.dim)),
+        )
+        scale = 1.0 / math.sqrt(hd)
+        for li, L in enumerate(self.layers):
+            self._rmsnorm(b["x"], L.attn_norm, b["h"], NULL, rows)
+            self._quantized_src = None
+            self._mv(L.wq, "h", rows, b["q"], "store")
+            self._mv(L.wk, "h", rows, b["k"], "store")
+            self._mv(L.wv, "h", rows, b["v"], "store")
+            self._rope_kv(li, L, b["q"], b["k"], b["v"], rows, 0, -1)
+            self.k[f"attn_split_{hd}"](
+                (ATTN_SPLITS, c.n_kv_heads, rows),
+                (128,),
+                (
+                    b["q"], self.kcache[li], self.vcache[li], b["seq_ids"], self.lens,
+                    b["part_o"], b["part_ml"], _i(c.n_heads), _i(c.n_kv_heads),
+                    _i(self.max_len), _i(ATTN_SPLITS), _f(scale),
+                ),
+            )  # fmt: skip
+            self.k["attn_combine"](
+                (c.n_heads, rows),
+                (hd,),
+                (
+                    b["part_o"], b["part_ml"], b["seq_ids"], self.lens, b["att"],
+                    _i(c.n_heads), _i(hd), _i(ATTN_SPLITS),
+                ),
+            )  # fmt: skip
+            self._mv(L.wo, "att", rows, b["x"], "add")
+            self._rmsnorm(b["x"], L.ffn_norm, b["h"], NULL, rows)
+            self._quantized_src = None
+            self._mv(L.wg, "h", rows, b["f"], "glu", w2=L.wu)
+            self._mv(L.wd, "f", rows, b["x"], "add")
+        self._rmsnorm(b["x"], self.out_norm, b["h"], NULL, rows)
+        self._quantized_src = None
+        self._mv(self.w_out, "h", rows, b["logits"], "store")
+        self.k["argmax_advance"](
+            (rows,),
+            (1024,),
+            (
+                b["logits"], _i(c.vocab_size), b["tokens"], b["seq_ids"], self.lens,
+                b["hist"], _i(self.max_len), _i(1),
+            ),
+        )  # fmt: skip
+
+    def _launch_step(self, rows: int) -> None:
+        graph = self._graphs.get(rows)
+        if graph is None:
+            graph = self._capture(rows)
+        if graph is False:
+            with self.stream:
+                self._step_kernels(rows)
+        else:
+            graph.launch(self.stream)
+
+    def _capture(self, rows: int) -> Any:
+        """The decode step for `rows` rows as a CUDA graph (False: replay eagerly instead)."""
+        try:
+            with self.stream:
+                self.stream.begin_capture()
+                try:
+                    self._step_kernels(rows)
+                finally:
+                    graph = self.stream.end_capture()
+        except Exception as exc:  # a CuPy without graph capture: launch the kernels each step
+            print(
+                f"warning: CUDA graph capture failed ({exc}); decoding without graphs",
+                file=sys.stderr,
+            )
+            graph = False
+        self._graphs[rows] = graph
+        return graph
+
+    def _set_rows(self, seqs: list[int], ids: np.ndarray) -> None:
+        b = self._buf
+        n = len(seqs)
+        with self.stream:
+            b["tokens"][:n].set(ids.astype(np.int32), stream=self.stream)
+            b["seq_ids"][:n].set(np.asarray(seqs, dtype=np.int32), stream=self.stream)
+
+    def decode(self, seqs: Sequence[int], tokens: np.ndarray) -> np.ndarray:
+        seqs, ids = self._check_rows(seqs, tokens, 1)
+        n = len(seqs)
+        self._set_rows(seqs, ids)
+        self._launch_step(n)
+        with self.stream:
+            out = self._buf["logits"][:n].get(stream=self.stream)
+        self.stream.synchronize()
+        for s in seqs:
+            self._lens[s] += 1
+        self._sample_memory()
+        return out
+
+    def decode_greedy(self, seqs: Sequence[int], tokens: np.ndarray, steps: int) -> np.ndarray:
+        if steps < 0:
+            raise EngineError(f"cannot decode a negative number of steps ({steps})")
+        seqs, ids = self._check_rows(seqs, tokens, steps)
+        n = len(seqs)
+        if steps == 0:
+            return np.empty((0, n), dtype=np.int64)
+        start = [int(self._lens[s]) for s in seqs]
+        self._set_rows(seqs, ids)
+        for _ in range(steps):
+            self._launch_step(n)
+        with self.stream:
+            hist = self._buf["hist"][:n].get(stream=self.stream)
+        self.stream.synchronize()
+        out = np.empty((steps, n), dtype=np.int64)
+        for r, s in enumerate(seqs):
+            out[:, r] = hist[r, start[r] : start[r] + steps]
+            self._lens[s] += steps
+        self._sample_memory()
+        return out
+
+    # ---- prefill ------------------------------------------------------------------------------
+
+    def _pbuf(self, name: str, shape: tuple[int, ...], dtype: Any) -> Any:
+        a = self._prefill_bufs.get(name)
+        size = int(np.prod(shape))
+        if a is None or a.size < size or a.dtype != dtype:
+            a = cp.empty(size, dtype=dtype)
+            self._prefill_bufs[name] = a
+        return a[:size].reshape(shape)
+
+    def _gemm(self, x16: Any, w: GpuWeight, out: Any, beta: float) -> None:
+        """out[M, N] (float32, row stride out.shape[1]) = x16[M, K] @ W[N, K]^T + beta * out."""
+        m_rows, k = x16.shape
+        ldc = out.shape[1]
+        handle = cp.cuda.device.get_cublas_handle()
+        if w.wt == WT_F16:
+            slices = [(0, w.rows, w.q)]
+        else:
+            per = max(1, DEQUANT_BUFFER_ELEMENTS // k)
+            if self._deq is None:
+                self._deq = cp.empty(DEQUANT_BUFFER_ELEMENTS, dtype=cp.float16)
+            slices = [(r0, min(per, w.rows - r0), None) for r0 in range(0, w.rows, per)]
+        for r0, nr, w16 in slices:
+            if w16 is None:
+                w16 = self._deq[: nr * k].reshape(nr, k)
+                total = nr * (k // 8)
+                self.k["dequant_f16"](
+                    ((total + 255) // 256,),
+                    (256,),
+                    (_i(w.wt), w.q, w.s if w.s is not None else NULL, w16, _i(r0), _i(nr), _i(k)),
+                )
+            cublas.sgemmEx(
+                handle, CUBLAS_OP_T, CUBLAS_OP_N, nr, m_rows, k,
+                1.0, w16.data.ptr, CUDA_R_16F, k,
+                x16.data.ptr, CUDA_R_16F, k,
+                beta, out.data.ptr + r0 * 4, CUDA_R_32F, ldc,
+            )  # fmt: skip
+
+    def _prefill_chunk(self, seq: int, pos0: int, ids: np.ndarray, logits: str) -> Any:
+        c = self.config
+        n = ids.size
+        C = self.prefill_chunk
+        hd = c.head_dim
+        q_dim, kv_dim = c.n_heads * hd, c.n_kv_heads * hd
+        tok = self._pbuf("tok", (C,), cp.int32)[:n]
+        x = self._pbuf("x", (C, c.dim), cp.float32)[:n]
+        h16 = self._pbuf("h16", (C, c.dim), cp.float16)[:n]
+        q = self._pbuf("q", (C, q_dim), cp.float32)[:n]
+        kk = self._pbuf("k", (C, kv_dim), cp.float32)[:n]
+        vv = self._pbuf("v", (C, kv_dim), cp.float32)[:n]
+        a16 = self._pbuf("a16", (C, q_dim), cp.float16)[:n]
+        g = self._pbuf("g", (C, c.ffn_dim), cp.float32)[:n]
+        u = self._pbuf("u", (C, c.ffn_dim), cp.float32)[:n]
+        f16 = self._pbuf("f16", (C, c.ffn_dim), cp.float16)[:n]
+        tok.set(ids.astype(np.int32), stream=self.stream)
+        e = self.tok_embd
+        self.k["embed"](
+            (n,), (256,), (tok, _i(e.wt), e.q, e.s if e.s is not None else NULL, x, _i(c.dim))
+        )
+        scale_log2 = LOG2E / math.sqrt(hd)
+        for li, L in enumerate(self.layers):
+            self._rmsnorm(x, L.attn_norm, NULL, h16, n)
+            self._gemm(h16, L.wq, q, 0.0)
+            self._gemm(h16, L.wk, kk, 0.0)
+            self._gemm(h16, L.wv, vv, 0.0)
+            self._rope_kv(li, L, q, kk, vv, n, seq, pos0)
+            self.k[f"attn_prefill_{hd}"](
+                ((n + 63) // 64, c.n_heads),
+                (128,),
+                (
+                    q, self.kcache[li], self.vcache[li], a16, _i(seq), _i(pos0), _i(n),
+                    _i(c.n_heads), _i(c.n_kv_heads), _i(self.max_len), _f(scale_log2),
+                ),
+            )  # fmt: skip
+            self._gemm(a16, L.wo, x, 1.0)
+            self._rmsnorm(x, L.ffn_norm, NULL, h16, n)
+            self._gemm(h16, L.wg, g, 0.0)
+            self._gemm(h16, L.wu, u, 0.0)
+            total = n * c.ffn_dim
+            self.k["swiglu_f16"](((total + 255) // 256,), (256,), (g, u, f16, np.uint64(total)))
+            self._gemm(f16, L.wd, x, 1.0)
+        if logits == "none":
+            return None
+        rows = x if logits == "all" else x[n - 1 :]
+        m = rows.shape[0]
+        hn = h16[:m]
+        self._rmsnorm(rows, self.out_norm, NULL, hn, m)
+        out = cp.empty((m, c.vocab_size), dtype=cp.float32)
+        self._gemm(hn, self.w_out, out, 0.0)
+        return out
+
+    def prefill(self, seq: int, tokens: np.ndarray, all_logits: bool = False) -> np.ndarray:
+        self._ensure_ready()
+        self._check_seq(seq)
+        ids = self._check_tokens(tokens)
+        if ids.size == 0:
+            raise EngineError("cannot prefill an empty prompt")
+        self._check_room(seq, ids.size)
+        p0 = int(self._lens[seq])
+        outs = []
+        with self.stream:
+            for a in range(0, ids.size, self.prefill_chunk):
+                chunk = ids[a : a + self.prefill_chunk]
+                last = a + self.prefill_chunk >= ids.size
+                mode = "all" if all_logits else ("last" if last else "none")
+                got = self._prefill_chunk(seq, p0 + a, chunk, mode)
+                if got is not None:
+                    outs.append(got.get(stream=self.stream))
+                self._sample_memory()
+            self.lens[seq] = p0 + ids.size
+        self.stream.synchronize()
+        self._lens[seq] = p0 + ids.size
+        self._sample_memory()
+        return np.concatenate(outs) if all_logits else outs[-1][0]
+
+    # ---- reporting ------------------------------------------------------------------------------
+
+    def synchronize(self) -> None:
+        self.stream.synchronize()
+
+    def vram(self, kv_tokens: int = 0) -> VramInfo | None:
+        self._sample_memory()
+        return VramInfo(
+            total_bytes=int(self._total),
+            free_after_load_bytes=self._free_after_load,
+            peak_bytes=self._peak,
+            kv_cache_bytes=int(kv_tokens) * self.kv_bytes_per_token,
+        )

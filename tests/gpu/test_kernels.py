@@ -1,0 +1,374 @@
+"""Each CUDA kernel against a float64 NumPy reference, on fresh random inputs.
+
+Outputs are poisoned with NaN before every launch, so an element a kernel fails to write
+fails the test. Error bounds (relative Frobenius norm unless stated), and why:
+  mat-vec, float weights (F32, F16):       1e-5  float32 accumulation
+  mat-vec, quantized weights (dp4a):       2e-2  activations rounded to int8 blocks
+  RMSNorm:                                 1e-5
+  RoPE q (float32 out):                    1e-5;  K cache (float16):  2e-3
+  decode attention (split + combine):      1e-4  (K/V given in float16, exact for the ref)
+  prefill attention (tensor cores):        1e-2  q and softmax weights rounded to float16
+  argmax, embedding of F32/F16/Q weights:  exact (same float32 arithmetic)
+Skipped without CuPy and a GPU (tests/conftest.py); the module imports without CuPy.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from engine import quants
+from engine.weights import WeightTensor
+
+pytestmark = pytest.mark.gpu
+
+RNG = np.random.default_rng()  # fresh inputs every run
+QTYPES = ("Q8_0", "Q4_0", "Q4_1")
+
+
+def rel(a: np.ndarray, b: np.ndarray) -> float:
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    assert np.all(np.isfinite(a)), "output has unwritten (NaN) or non-finite elements"
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+@pytest.fixture(scope="module")
+def cu():
+    import cupy as cp
+
+    from engine.cuda import kernels
+
+    return cp, kernels.get_kernels()
+
+
+def make_weight(kind: str, rows: int, cols: int) -> tuple[WeightTensor, np.ndarray]:
+    """A random weight in `kind` storage and its exact values in float64."""
+    vals = RNG.standard_normal((rows, cols)).astype(np.float32) / math.sqrt(cols)
+    if kind == "F32":
+        data = vals
+    elif kind == "F16":
+        data = vals.astype(np.float16)
+    else:
+        data = quants.quantize(vals, kind, np)
+    t = WeightTensor(f"w.{kind}", kind, (rows, cols), data)
+    return t, quants.dequantize(data, kind, np).reshape(rows, cols).astype(np.float64)
+
+
+def nan_buffer(cp, shape):
+    return cp.full(shape, cp.nan, dtype=cp.float32)
+
+
+def run_gemv(cp, runner_mod, k, w, rows: int, x: np.ndarray, mode: str, w2=None, out0=None):
+    """Launch one mat-vec the way the runner does and return the float32 result."""
+    from engine.cuda.kernels import GEMV_WARPS, gemv_name
+
+    NULL = np.uint64(0)
+    xd = cp.asarray(x, dtype=cp.float32)
+    K = w.cols
+    if w.quantized:
+        xq = cp.zeros((rows, K), dtype=cp.int8)
+        xs = cp.zeros((rows, K // 32 * 2), dtype=cp.float32)
+        nb = rows * K // 32
+        k["quantize_q8"](((nb * 32 + 255) // 256,), (256,), (xd, xq, xs, np.int32(nb)))
+        xa = xq
+    else:
+        xa, xs = xd, NULL
+    out = nan_buffer(cp, (rows, w.rows)) if out0 is None else cp.asarray(out0, dtype=cp.float32)
+    rb = runner_mod._row_block(rows)
+    grid = ((w.rows + GEMV_WARPS - 1) // GEMV_WARPS, (rows + rb - 1) // rb)
+    k[gemv_name(w.wt, rb, mode)](
+        grid,
+        (GEMV_WARPS * 32,),
+        (
+            w.q, w.s if w.s is not None else NULL,
+            w2.q if w2 is not None else NULL,
+            w2.s if (w2 is not None and w2.s is not None) else NULL,
+            xa, xs, out, np.int32(w.rows), np.int32(K), np.int32(rows), np.int32(w.rows),
+        ),
+    )  # fmt: skip
+    return cp.asnumpy(out)
+
+
+@pytest.mark.parametrize("kind", ["F32", "F16", *QTYPES])
+@pytest.mark.parametrize("rows", [1, 3, 8, 11])
+def test_gemv_matches_reference(cu, kind, rows):
+    cp, k = cu
+    from engine.cuda import runner as runner_mod
+    from engine.cuda.layout import matrix_to_gpu
+
+    n_out, K = 300, 576
+    t, ref_w = make_weight(kind, n_out, K)
+    t2, ref_w2 = make_weight(kind, n_out, K)
+    w, w2 = matrix_to_gpu(t), matrix_to_gpu(t2)
+    x = RNG.standard_normal((rows, K)).astype(np.float32)
+    bound = 1e-5 if kind in ("F32", "F16") else 2e-2
+    # store
+    got = run_gemv(cp, runner_mod, k, w, rows, x, "store")
+    assert rel(got, x.astype(np.float64) @ ref_w.T) < bound
+    # add (fused residual)
+    base = RNG.standard_normal((rows, n_out)).astype(np.float32)
+    got = run_gemv(cp, runner_mod, k, w, rows, x, "add", out0=base)
+    assert rel(got, base + x.astype(np.float64) @ ref_w.T) < bound
+    # glu (fused SwiGLU)
+    got = run_gemv(cp, runner_mod, k, w, rows, x, "glu", w2=w2)
+    g = x.astype(np.float64) @ ref_w.T
+    u = x.astype(np.float64) @ ref_w2.T
+    assert rel(got, g / (1 + np.exp(-g)) * u) < 2 * bound
+
+
+@pytest.mark.parametrize("kind", ["F16", "Q4_0", "Q4_1", "Q8_0"])
+def test_gemv_row_results_do_not_depend_on_batch(cu, kind):
+    """Row r of an 8-row launch is bit-identical to the same row launched alone."""
+    cp, k = cu
+    from engine.cuda import runner as runner_mod
+    from engine.cuda.layout import matrix_to_gpu
+
+    t, _ = make_weight(kind, 200, 512)
+    w = matrix_to_gpu(t)
+    x = RNG.standard_normal((8, 512)).astype(np.float32)
+    batch = run_gemv(cp, runner_mod, k, w, 8, x, "store")
+    for r in (0, 5, 7):
+        alone = run_gemv(cp, runner_mod, k, w, 1, x[r : r + 1], "store")
+        assert np.array_equal(batch[r], alone[0])
+
+
+def test_rmsnorm(cu):
+    cp, k = cu
+    rows, dim, eps = 5, 2048, 1e-5
+    x = RNG.standard_normal((rows, dim)).astype(np.float32) * 3
+    w = (1 + 0.1 * RNG.standard_normal(dim)).astype(np.float32)
+    y = nan_buffer(cp, (rows, dim))
+    y16 = cp.full((rows, dim), cp.nan, dtype=cp.float16)
+    k["rmsnorm"](
+        (rows,), (256,), (cp.asarray(x), cp.asarray(w), y, y16, np.int32(dim), np.float32(eps))
+    )
+    x64 = x.astype(np.float64)
+    ref = x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + eps) * w
+    assert rel(cp.asnumpy(y), ref) < 1e-5
+    assert rel(cp.asnumpy(y16), ref) < 1e-3
+
+
+def rope_ref(x: np.ndarray, pos: np.ndarray, base: float, neox: bool) -> np.ndarray:
+    """x [rows, heads, hd] float64 rotated by each row's position."""
+    hd = x.shape[-1]
+    inv = base ** (-np.arange(hd // 2, dtype=np.float64) * 2.0 / hd)
+    ang = pos.astype(np.float64)[:, None] * inv[None, :]
+    c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    out = np.empty_like(x)
+    if neox:
+        a, b = x[..., : hd // 2], x[..., hd // 2 :]
+        out[..., : hd // 2], out[..., hd // 2 :] = a * c - b * s, a * s + b * c
+    else:
+        a, b = x[..., 0::2], x[..., 1::2]
+        out[..., 0::2], out[..., 1::2] = a * c - b * s, a * s + b * c
+    return out
+
+
+@pytest.mark.parametrize(
+    "hd,neox,qk_norm", [(64, False, False), (128, True, True), (16, False, False)]
+)
+def test_rope_kv_decode_positions_from_device(cu, hd, neox, qk_norm):
+    cp, k = cu
+    n_heads, n_kv, n_seqs, max_len, rows = 8, 2, 3, 300, 3
+    eps, base = 1e-6, 500000.0
+    q = RNG.standard_normal((rows, n_heads, hd)).astype(np.float32)
+    kk = RNG.standard_normal((rows, n_kv, hd)).astype(np.float32)
+    vv = RNG.standard_normal((rows, n_kv, hd)).astype(np.float32)
+    qn = (1 + 0.1 * RNG.standard_normal(hd)).astype(np.float32)
+    kn = (1 + 0.1 * RNG.standard_normal(hd)).astype(np.float32)
+    seq_ids = np.array([2, 0, 1], dtype=np.int32)
+    lens = RNG.integers(0, max_len, n_seqs).astype(np.int32)
+    kc = cp.full((n_seqs, n_kv, max_len, hd), cp.nan, dtype=cp.float16)
+    vc = cp.full((n_seqs, n_kv, max_len, hd), cp.nan, dtype=cp.float16)
+    qd = cp.asarray(q)
+    NULL = np.uint64(0)
+    k["rope_kv"](
+        (n_heads + n_kv, rows),
+        (32,),
+        (
+            qd, cp.asarray(kk), cp.asarray(vv), kc, vc,
+            cp.asarray(qn) if qk_norm else NULL, cp.asarray(kn) if qk_norm else NULL,
+            cp.asarray(seq_ids), cp.asarray(lens), np.int32(0), np.int32(-1),
+            np.int32(n_heads), np.int32(n_kv), np.int32(hd), np.int32(max_len),
+            np.float32(base), np.int32(int(neox)), np.float32(eps),
+        ),
+    )  # fmt: skip
+    pos = lens[seq_ids]
+
+    def norm(x, w):
+        x = x.astype(np.float64)
+        return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w if qk_norm else x
+
+    q_ref = rope_ref(norm(q, qn), pos, base, neox)
+    k_ref = rope_ref(norm(kk, kn), pos, base, neox)
+    assert rel(cp.asnumpy(qd), q_ref) < 1e-5
+    kc_h, vc_h = cp.asnumpy(kc), cp.asnumpy(vc)
+    for r in range(rows):
+        s, p = seq_ids[r], pos[r]
+        assert rel(kc_h[s, :, p], k_ref[r]) < 2e-3
+        assert rel(vc_h[s, :, p], vv[r]) < 2e-3
+
+
+def attention_ref(q, kc, vc, n, scale):
+    """q [heads, hd]; kc/vc [n_kv, len, hd] -> [heads, hd] over the first n keys."""
+    heads, n_kv = q.shape[0], kc.shape[0]
+    g = heads // n_kv
+    out = np.empty(q.shape, dtype=np.float64)
+    for h in range(heads):
+        kv = h // g
+        s = kc[kv, :n].astype(np.float64) @ q[h].astype(np.float64) * scale
+        p = np.exp(s - s.max())
+        out[h] = p @ vc[kv, :n].astype(np.float64) / p.sum()
+    return out
+
+
+@pytest.mark.parametrize("hd,n_heads,n_kv", [(64, 9, 3), (128, 32, 8), (16, 4, 2), (32, 8, 1)])
+def test_decode_attention_split_and_combine(cu, hd, n_heads, n_kv):
+    cp, k = cu
+    n_seqs, max_len, splits = 3, 5000, 64
+    lens = np.array([RNG.integers(4000, max_len - 1), 0, RNG.integers(30, 90)], dtype=np.int32)
+    seq_ids = np.array([1, 2, 0], dtype=np.int32)
+    rows = 3
+    kc = (RNG.standard_normal((n_seqs, n_kv, max_len, hd))).astype(np.float16)
+    vc = (RNG.standard_normal((n_seqs, n_kv, max_len, hd))).astype(np.float16)
+    q = RNG.standard_normal((rows, n_heads, hd)).astype(np.float32)
+    scale = 1 / math.sqrt(hd)
+    part_o = nan_buffer(cp, (rows, n_heads, splits, hd))
+    part_ml = nan_buffer(cp, (rows, n_heads, splits, 2))
+    out = nan_buffer(cp, (rows, n_heads * hd))
+    kcd, vcd, sd, ld = cp.asarray(kc), cp.asarray(vc), cp.asarray(seq_ids), cp.asarray(lens)
+    k[f"attn_split_{hd}"](
+        (splits, n_kv, rows),
+        (128,),
+        (
+            cp.asarray(q), kcd, vcd, sd, ld, part_o, part_ml, np.int32(n_heads), np.int32(n_kv),
+            np.int32(max_len), np.int32(splits), np.float32(scale),
+        ),
+    )  # fmt: skip
+    k["attn_combine"](
+        (n_heads, rows),
+        (hd,),
+        (part_o, part_ml, sd, ld, out, np.int32(n_heads), np.int32(hd), np.int32(splits)),
+    )
+    got = cp.asnumpy(out).reshape(rows, n_heads, hd)
+    for r in range(rows):
+        s = seq_ids[r]
+        ref = attention_ref(q[r], kc[s], vc[s], int(lens[s]) + 1, scale)
+        assert rel(got[r], ref) < 1e-4, (r, int(lens[s]))
+
+
+@pytest.mark.parametrize(
+    "hd,n_heads,n_kv,p0,T",
+    [(64, 9, 3, 0, 200), (128, 8, 2, 100, 130), (32, 4, 2, 3, 64), (16, 4, 1, 0, 5)],
+)
+def test_prefill_attention_causal(cu, hd, n_heads, n_kv, p0, T):
+    cp, k = cu
+    n_seqs, max_len, seq = 2, 512, 1
+    kc = RNG.standard_normal((n_seqs, n_kv, max_len, hd)).astype(np.float16)
+    vc = RNG.standard_normal((n_seqs, n_kv, max_len, hd)).astype(np.float16)
+    kc[seq, :, p0 + T :] = np.nan  # keys past the prompt must never be read into the result
+    vc[seq, :, p0 + T :] = np.nan
+    q = RNG.standard_normal((T, n_heads, hd)).astype(np.float32)
+    scale = 1 / math.sqrt(hd)
+    out = cp.full((T, n_heads * hd), cp.nan, dtype=cp.float16)
+    k[f"attn_prefill_{hd}"](
+        ((T + 63) // 64, n_heads),
+        (128,),
+        (
+            cp.asarray(q), cp.asarray(kc), cp.asarray(vc), out, np.int32(seq), np.int32(p0),
+            np.int32(T), np.int32(n_heads), np.int32(n_kv), np.int32(max_len),
+            np.float32(scale * 1.4426950408889634),
+        ),
+    )  # fmt: skip
+    got = cp.asnumpy(out).astype(np.float64).reshape(T, n_heads, hd)
+    ref = np.stack([attention_ref(q[i], kc[seq], vc[seq], p0 + i + 1, scale) for i in range(T)])
+    assert rel(got, ref) < 1e-2
+
+
+def test_argmax_advance(cu):
+    cp, k = cu
+    rows, vocab, max_len = 4, 128256, 64
+    logits = RNG.standard_normal((rows, vocab)).astype(np.float32)
+    logits[2, [7, 99000]] = 50.0  # a tie: the first index wins, as in numpy
+    seq_ids = np.array([3, 1, 0, 2], dtype=np.int32)
+    lens = np.array([5, 6, 7, 8], dtype=np.int32)
+    tokens = cp.full(rows, -1, dtype=cp.int32)
+    hist = cp.full((rows, max_len), -1, dtype=cp.int32)
+    ld = cp.asarray(lens)
+    k["argmax_advance"](
+        (rows,),
+        (1024,),
+        (
+            cp.asarray(logits), np.int32(vocab), tokens, cp.asarray(seq_ids), ld, hist,
+            np.int32(max_len), np.int32(1),
+        ),
+    )  # fmt: skip
+    want = logits.argmax(-1)
+    assert np.array_equal(cp.asnumpy(tokens), want)
+    h = cp.asnumpy(hist)
+    for r in range(rows):
+        assert h[r, lens[seq_ids[r]]] == want[r]
+    expect = lens.copy()
+    expect[seq_ids] += 1
+    assert np.array_equal(cp.asnumpy(ld), expect)
+
+
+@pytest.mark.parametrize("kind", ["F32", "F16", *QTYPES])
+def test_embed_and_dequant(cu, kind):
+    cp, k = cu
+    from engine.cuda.layout import matrix_to_gpu
+
+    vocab, dim = 100, 256
+    t, ref = make_weight(kind, vocab, dim)
+    w = matrix_to_gpu(t)
+    NULL = np.uint64(0)
+    toks = RNG.integers(0, vocab, 7).astype(np.int32)
+    out = nan_buffer(cp, (7, dim))
+    k["embed"](
+        (7,),
+        (256,),
+        (
+            cp.asarray(toks),
+            np.int32(w.wt),
+            w.q,
+            w.s if w.s is not None else NULL,
+            out,
+            np.int32(dim),
+        ),
+    )
+    assert np.array_equal(cp.asnumpy(out), ref[toks].astype(np.float32))
+    r0, nr = 10, 50
+    d16 = cp.full((nr, dim), cp.nan, dtype=cp.float16)
+    total = nr * dim // 8
+    k["dequant_f16"](
+        ((total + 255) // 256,),
+        (256,),
+        (
+            np.int32(w.wt),
+            w.q,
+            w.s if w.s is not None else NULL,
+            d16,
+            np.int32(r0),
+            np.int32(nr),
+            np.int32(dim),
+        ),
+    )
+    assert np.array_equal(cp.asnumpy(d16), ref[r0 : r0 + nr].astype(np.float16))
+
+
+def test_quantize_q8_blocks(cu):
+    cp, k = cu
+    x = RNG.standard_normal((3, 256)).astype(np.float32)
+    xq = cp.zeros((3, 256), dtype=cp.int8)
+    xs = nan_buffer(cp, (3, 16))
+    nb = 3 * 256 // 32
+    k["quantize_q8"](((nb * 32 + 255) // 256,), (256,), (cp.asarray(x), xq, xs, np.int32(nb)))
+    q = cp.asnumpy(xq).reshape(-1, 32).astype(np.float64)
+    s = cp.asnumpy(xs).reshape(-1, 2)
+    d = np.abs(x.reshape(-1, 32)).max(-1) / 127
+    assert np.allclose(s[:, 0], d, rtol=1e-6)
+    assert np.allclose(s[:, 1], d * q.sum(-1), rtol=1e-5)
+    assert np.max(np.abs(q * s[:, :1] - x.reshape(-1, 32)) / s[:, :1]) <= 0.5 + 1e-4

@@ -95,11 +95,13 @@ def mkdocs_config(docs: Path, out: Path, site: pages.Site) -> dict[str, Any]:
             "font": False,  # no Google Fonts: the site loads nothing from the network
             "palette": [
                 {
+                    "media": "(prefers-color-scheme: light)",
                     "scheme": "default",
                     "primary": "indigo",
                     "toggle": {"icon": "material/weather-night", "name": "Dark mode"},
                 },
                 {
+                    "media": "(prefers-color-scheme: dark)",
                     "scheme": "slate",
                     "primary": "indigo",
                     "toggle": {"icon": "material/weather-sunny", "name": "Light mode"},

@@ -19,7 +19,8 @@ import altair as alt
 from sitegen import tiers
 
 DATA = "rows"
-MAIN_COLOUR = "#6b7280"
+MAIN_COLOUR = "#343a40"  # near black; sparkboard.js swaps it for MAIN_COLOUR_DARK on slate
+MAIN_COLOUR_DARK = "#e9ecef"
 # Light and dark looks for static SVGs (the interactive charts switch with the palette).
 LIGHT = {"background": "#ffffff", "ink": "#1f2328", "grid": "#d0d7de"}
 DARK = {"background": "#1e2129", "ink": "#e6edf3", "grid": "#3a3f4b"}
@@ -51,7 +52,7 @@ def _versus_template(x_title: str) -> str:
         x=alt.X(
             "x:N",
             title=x_title,
-            sort=alt.EncodingSortField("order"),
+            sort=alt.EncodingSortField("order", op="min"),
             axis=alt.Axis(labelAngle=0),
         ),
         color=alt.Color(
@@ -64,6 +65,9 @@ def _versus_template(x_title: str) -> str:
     y = alt.Y("value:Q", title="tok/s", scale=alt.Scale(zero=False))
     lines = base.mark_line(point=alt.OverlayMarkDef(size=60, filled=True)).encode(
         y=y,
+        strokeDash=alt.StrokeDash(
+            "side:N", scale=alt.Scale(domain=["main", "PR"], range=[[4, 3], [1, 0]]), legend=None
+        ),
         tooltip=[
             alt.Tooltip("label:N", title=x_title),
             alt.Tooltip("side:N"),
@@ -91,14 +95,14 @@ def _trend_template(title: str) -> str:
             x=alt.X(
                 "round:N",
                 title="round",
-                sort=alt.EncodingSortField("order"),
+                sort=alt.EncodingSortField("order", op="min"),
                 axis=alt.Axis(labelAngle=-40),
             ),
             y=alt.Y("value:Q", title=f"{title} tok/s", scale=alt.Scale(zero=False)),
             color=alt.Color(
                 "series:N",
                 title=None,
-                sort=alt.EncodingSortField("series_order"),
+                sort=alt.EncodingSortField("series_order", op="min"),
                 legend=alt.Legend(orient="top"),
             ),
             tooltip=[
@@ -121,7 +125,7 @@ def trend(rows: list[dict[str, Any]], title: str) -> dict[str, Any]:
 def _leaderboard_template() -> str:
     """Best delta per PR with its interval, coloured by tier."""
     base = alt.Chart(alt.NamedData(name=DATA)).encode(
-        y=alt.Y("pr:N", title=None, sort=alt.EncodingSortField("rank")),
+        y=alt.Y("pr:N", title=None, sort=alt.EncodingSortField("rank", op="min")),
     )
     bars = base.mark_bar(height=12).encode(
         x=alt.X("delta:Q", title="best delta vs main", axis=alt.Axis(format="+%")),

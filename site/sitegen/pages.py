@@ -338,7 +338,7 @@ class Site:
         spec = charts.leaderboard(self.leaderboard_chart_rows(rnd["round_id"]), charts.LIGHT)
         spec.pop("config", None)
         spec.pop("background", None)
-        spec["width"] = "container"
+        spec["width"] = 560  # a fixed width: "container" cannot go with a per-PR row height
         return self.render(
             "round.md.j2",
             root="../",

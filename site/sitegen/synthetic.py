@@ -53,7 +53,31 @@ BASE = {
     "smollm2-135m": (960.0, 120000.0),
 }
 TIERS = [("XL", 0.18), ("L", 0.10), ("M", 0.06), ("S", 0.035), ("XS", 0.02)]
-WORDS = ["fuse", "rope", "qk-norm", "kv-cache", "flash-decode", "split-k", "gemv", "dp4a", "q4_0", "q8_0", "prefill", "graph", "launch", "occupancy", "tile", "warp", "shuffle", "rmsnorm", "softmax", "attention", "mlp", "swiglu", "batch"]
+WORDS = [
+    "fuse",
+    "rope",
+    "qk-norm",
+    "kv-cache",
+    "flash-decode",
+    "split-k",
+    "gemv",
+    "dp4a",
+    "q4_0",
+    "q8_0",
+    "prefill",
+    "graph",
+    "launch",
+    "occupancy",
+    "tile",
+    "warp",
+    "shuffle",
+    "rmsnorm",
+    "softmax",
+    "attention",
+    "mlp",
+    "swiglu",
+    "batch",
+]
 AUTHORS = [
     "kaivaryn",
     "jimcody1995",
@@ -132,6 +156,7 @@ COLUMNS = {
     "verdicts": "round_id pr commit label best_model best_axis best_delta ci_low ci_high reason "
     "merge_first decided_at",
     "strikes": "pr commit failure_key round_id detail",
+    "score_dumps": "session_id round_id side pr model n_positions document",
 }
 
 
@@ -145,7 +170,10 @@ class _Tables:
         self.rows.setdefault(table, []).append(row)
 
     def write(self, con: duckdb.DuckDBPyConnection) -> None:
+        present = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
         for table, rows in self.rows.items():
+            if table not in present:
+                continue  # a table of a newer schema than this generator knows
             types = dict(
                 con.execute(
                     "SELECT column_name, data_type FROM duckdb_columns() WHERE table_name = ?",
@@ -269,6 +297,8 @@ def generate(path: Path, prs: int = 40, rounds: int = 3, seed: int = 7) -> Path:
                             main_samples.setdefault((model, axis), []).append(v)
                             t.add("samples", sid, round_id, "main", 0, model, axis, rep, v)
             t.add("accuracy", round_id, 0, model, 1177, 1.0, 0.0, 3.7, 3.7)
+            sid = f"{round_id}/main/0/8/score/{model}"
+            _score_session(t, rng, sid, round_id, "main", 0, model, main_commit, created)
             sid = f"{round_id}/main/0/9/prefill-check/{model}"
             _prefill_session(t, rng, sid, round_id, "main", 0, model, main_commit, created, True)
 
@@ -392,6 +422,62 @@ def _prefill_session(
             top1 = rng.uniform(0.94, 0.99)
             kl = rng.uniform(0.004, 0.008)
             t.add("prefill_checks", sid, round_id, side, pr, model, prefix, top1, kl, kl * 4)
+
+
+def _score_session(
+    t: _Tables,
+    rng: random.Random,
+    sid: str,
+    round_id: str,
+    side: str,
+    pr: int,
+    model: str,
+    commit: str,
+    created: datetime,
+) -> None:
+    """A score session and a small teacher-forced dump (the real ones are ~1,200 positions)."""
+    tokens = [rng.randrange(49152) for _ in range(9)]
+    positions = [
+        {
+            "argmax": tokens[i + 1],
+            "target_logprob": -0.05,
+            "topk": [[tokens[i + 1], -0.05], [rng.randrange(49152), -3.2]],
+        }
+        for i in range(len(tokens) - 1)
+    ]
+    doc = {
+        "kind": "score",
+        "schema_version": 1,
+        "model": model,
+        "topk": 2,
+        "tokens": tokens,
+        "positions": positions,
+    }
+    t.add(
+        "sessions",
+        sid,
+        round_id,
+        side,
+        pr,
+        8,
+        "score",
+        model,
+        commit,
+        created + timedelta(minutes=60),
+        30.0,
+        0,
+        "ok",
+        "none",
+        None,
+        None,
+        "NVIDIA H200",
+        "570.133.20",
+        None,
+        None,
+        None,
+        None,
+    )
+    t.add("score_dumps", sid, round_id, side, pr, model, len(positions), json.dumps(doc))
 
 
 def _pr_round(

@@ -10,6 +10,10 @@
     return document.body.getAttribute("data-md-color-scheme") === "slate";
   }
 
+  // The colour of main's series (charts.MAIN_COLOUR), lightened on the dark palette.
+  var MAIN_LIGHT = "#343a40";
+  var MAIN_DARK = "#e9ecef";
+
   function draw(fig) {
     var view = fig.querySelector(".sb-chart-view");
     var source = fig.querySelector('script[type="application/json"]');
@@ -18,7 +22,11 @@
     }
     var spec;
     try {
-      spec = JSON.parse(source.textContent);
+      var body = source.textContent;
+      if (isDark()) {
+        body = body.split('"' + MAIN_LIGHT + '"').join('"' + MAIN_DARK + '"');
+      }
+      spec = JSON.parse(body);
     } catch (err) {
       fig.setAttribute("data-sb-error", "unreadable chart spec");
       return;

@@ -1,0 +1,118 @@
+"""A real browser (Debian's headless Chromium) opens the leaderboard and a PR page.
+
+Charts must be drawn (vega-embed put an <svg> in every chart), the console must stay silent,
+and the page must request nothing but local files (read from Chromium's net log). Name
+resolution is switched off, so nothing can reach the network even by mistake.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed"),
+]
+
+
+def open_page(url: str, tmp: Path) -> tuple[str, list[str], list[str]]:
+    """(DOM after scripts ran, console lines, URLs the page requested)."""
+    netlog = tmp / "net.json"
+    cmd = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-extensions",
+        "--no-first-run",
+        "--host-resolver-rules=MAP * ~NOTFOUND",
+        f"--user-data-dir={tmp / 'profile'}",
+        f"--log-net-log={netlog}",
+        "--enable-logging=stderr",
+        "--v=0",
+        "--window-size=1280,2000",
+        "--virtual-time-budget=8000",
+        "--dump-dom",
+        url,
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    console = [line for line in proc.stderr.splitlines() if ":CONSOLE" in line]
+    return proc.stdout, console, page_requests(netlog)
+
+
+def page_requests(netlog: Path) -> list[str]:
+    """URLs requested on behalf of a file:// page (Chromium's own housekeeping excluded)."""
+    text = netlog.read_text()
+    if not text.rstrip().endswith("}"):  # a log cut short still has whole events before the tail
+        text = text.rstrip().rstrip(",") + "]}"
+    log = json.loads(text)
+    start = log["constants"]["logEventTypes"]["URL_REQUEST_START_JOB"]
+    urls = []
+    for event in log.get("events", []):
+        params = event.get("params") or {}
+        if event.get("type") == start and "file://" in str(params.get("network_isolation_key")):
+            urls.append(params["url"])
+    return urls
+
+
+def rendered_charts(dom: str) -> tuple[int, int, int]:
+    """(chart figures, figures drawn, drawn figures holding an svg)."""
+    figures = re.findall(r'<figure class="sb-chart".*?</figure>', dom, flags=re.S)
+    drawn = [f for f in figures if "data-sb-rendered=" in f]
+    with_svg = [f for f in drawn if "<svg" in f]
+    return len(figures), len(drawn), len(with_svg)
+
+
+def test_detector_sees_console_errors_and_network_requests(tmp_path: Path) -> None:
+    """The checks below can fail: a page that logs and fetches is caught."""
+    page = tmp_path / "bad.html"
+    page.write_text(
+        '<html><body><img src="https://example.invalid/x.png">'
+        '<script>console.error("boom")</script></body></html>'
+    )
+    _, console, requests = open_page(page.as_uri(), tmp_path)
+    assert any("boom" in line for line in console)
+    assert "https://example.invalid/x.png" in requests
+
+
+@pytest.mark.parametrize("page", ["index.html", "rounds/index.html", "PR", "models/MODEL"])
+def test_pages_render_charts_silently_and_offline(
+    built: tuple[Path, Path], tmp_path: Path, page: str
+) -> None:
+    _, out = built
+    if page == "PR":
+        page = "pr/" + sorted((out / "pr").glob("*.html"))[0].name
+    elif page == "models/MODEL":
+        page = (
+            "models/"
+            + sorted(p.name for p in (out / "models").glob("*.html") if p.name != "index.html")[0]
+        )
+    url = (out / page).as_uri()
+    dom, console, requests = open_page(url, tmp_path)
+    assert "</html>" in dom
+    assert console == [], console
+    remote = [u for u in requests if not u.startswith("file://")]
+    assert remote == [], remote
+    figures, drawn, with_svg = rendered_charts(dom)
+    if page.startswith(("pr/", "models/")):
+        assert figures >= 1
+    assert drawn == figures and with_svg == figures, (figures, drawn, with_svg)
+    assert "data-sb-error" not in dom
+
+
+def test_round_page_chart_is_drawn(built: tuple[Path, Path], tmp_path: Path) -> None:
+    _, out = built
+    page = sorted(p for p in (out / "rounds").glob("*.html") if p.name != "index.html")[-1]
+    dom, console, _ = open_page(page.as_uri(), tmp_path)
+    figures, drawn, with_svg = rendered_charts(dom)
+    assert console == [] and figures == 1 and with_svg == 1

@@ -1,0 +1,254 @@
+"""The generated Markdown and HTML: structure, every field, escaping, no network, determinism."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import duckdb
+from click.testing import CliRunner
+from sitegen import synthetic, tiers
+from sitegen.build import build_site
+from sitegen.cli import build
+
+
+class Page(HTMLParser):
+    """Tags, attributes and visible text of one HTML page."""
+
+    def __init__(self, source: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.text: list[str] = []
+        self.scripts: list[tuple[str, str]] = []  # (type, body) of inline scripts
+        self._skip = 0
+        self._script_type: str | None = None
+        self.feed(source)
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        self.tags.append((tag, dict(attrs)))
+        if tag in ("script", "style"):
+            self._skip += 1
+        if tag == "script" and not dict(attrs).get("src"):
+            self._script_type = dict(attrs).get("type") or "text/javascript"
+            self.scripts.append((self._script_type, ""))
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("script", "style"):
+            self._skip = max(0, self._skip - 1)
+        if tag == "script":
+            self._script_type = None
+
+    def handle_data(self, data: str) -> None:
+        if self._script_type and self.scripts:
+            kind, body = self.scripts[-1]
+            self.scripts[-1] = (kind, body + data)
+        if not self._skip:
+            self.text.append(data)
+
+    @property
+    def plain(self) -> str:
+        return " ".join(" ".join(self.text).split())
+
+
+def pages(out: Path) -> list[Path]:
+    return sorted(out.rglob("*.html"))
+
+
+def test_every_page_kind_is_built(built: tuple[Path, Path], small_db: Path) -> None:
+    docs, out = built
+    con = duckdb.connect(str(small_db), read_only=True)
+    prs = [r[0] for r in con.execute("SELECT DISTINCT pr FROM prs ORDER BY pr").fetchall()]
+    rounds = con.execute("SELECT count(*) FROM rounds").fetchone()[0]
+    con.close()
+    assert (out / "index.html").is_file()
+    for pr in prs:
+        assert (docs / "pr" / f"{pr}.md").is_file()
+        assert (out / "pr" / f"{pr}.html").is_file()
+        data = json.loads((out / "data" / "pr" / f"{pr}.json").read_text())
+        assert data["pr"] == pr and data["evaluations"]
+    assert len(list((out / "rounds").glob("*.html"))) == rounds + 1  # + index
+    for label in tiers.ORDER:
+        assert (out / "tiers" / f"{label}.html").is_file()
+        assert (out / "assets" / "badges" / f"{label}.svg").read_text().startswith("<svg")
+    assert len(list((out / "models").glob("*.html"))) == len(synthetic.MODELS) + 1
+    assert (out / "rules.html").is_file() and (out / "data.html").is_file()
+
+
+def test_leaderboard_shows_every_field(built: tuple[Path, Path], small_db: Path) -> None:
+    docs, out = built
+    md = (docs / "index.md").read_text()
+    header = "| rank | PR | author | tier | best axis | delta | interval | gates | merge-first |"
+    assert header in md
+    page = Page((out / "index.html").read_text())
+    con = duckdb.connect(str(small_db), read_only=True)
+    rid, main, device = con.execute(
+        "SELECT round_id, main_commit, device_name FROM rounds ORDER BY created_at DESC LIMIT 1"
+    ).fetchone()
+    n = con.execute("SELECT count(*) FROM prs WHERE round_id = ?", [rid]).fetchone()[0]
+    winner = con.execute(
+        "SELECT pr FROM verdicts WHERE round_id = ? AND merge_first", [rid]
+    ).fetchone()
+    con.close()
+    assert rid in page.plain and main[:9] in page.plain and device in page.plain
+    assert "main baseline" in page.plain
+    rows = [line for line in md.splitlines() if re.match(r"^\| \d+ \| \[#\d+\]", line)]
+    assert len(rows) == n
+    assert re.search(r"\[[+-]\d+\.\d%, [+-]\d+\.\d%\]", page.plain)  # an interval
+    assert "✅" in page.plain  # gates
+    if winner:
+        assert "🏁 merge-first" in page.plain
+    badges = [a for t, a in page.tags if t == "img" and "sb-badge" in (a.get("class") or "")]
+    assert len(badges) >= n
+    assert (out / "assets" / "charts" / "leaderboard-light.svg").is_file()
+
+
+def test_pr_page_has_the_reference_tables(built: tuple[Path, Path], small_db: Path) -> None:
+    docs, out = built
+    con = duckdb.connect(str(small_db), read_only=True)
+    pr, model = con.execute(
+        """SELECT v.pr, v.best_model FROM verdicts v JOIN comparisons c USING (round_id, pr)
+           WHERE c.role = 'guard' ORDER BY v.pr LIMIT 1"""
+    ).fetchone()
+    rounds = con.execute("SELECT count(*) FROM prs WHERE pr = ?", [pr]).fetchone()[0]
+    con.close()
+    md = (docs / "pr" / f"{pr}.md").read_text()
+    for heading in (
+        "## History",
+        "decode and prefill per context",
+        "concurrent decode",
+        "### Guard models",
+        "### Accuracy vs main",
+        "### Prefill path",
+        "### Gates and guards",
+    ):
+        assert heading in md, heading
+    assert "| ctx | phase | main | PR | delta | interval | noise | significant |" in md
+    assert "| concurrency | main | PR | delta | interval | significant |" in md
+    assert md.count("\n## Round ") == rounds
+    page = Page((out / "pr" / f"{pr}.html").read_text())
+    figures = [a for t, a in page.tags if t == "figure" and "sb-chart" in (a.get("class") or "")]
+    assert len(figures) >= 3  # decode, prefill, concurrency
+    assert "tier from" in page.plain and "merge-first" in page.plain
+
+
+def test_hostile_strings_show_as_plain_text_on_every_page(built: tuple[Path, Path]) -> None:
+    _, out = built
+    for path in pages(out):
+        source = path.read_text()
+        page = Page(source)
+        for tag, attrs in page.tags:
+            for name, value in attrs.items():
+                assert not name.startswith("on"), (path, tag, name)
+                if name in ("href", "src"):
+                    assert not (value or "").lower().startswith(("javascript:", "data:text")), path
+            assert tag not in ("iframe", "object", "embed", "textarea"), (path, tag)
+            if tag == "img":
+                assert not (attrs.get("src") or "").startswith(("http:", "https:", "//")), path
+        assert "alert(1)</script>" not in source
+        assert "{{" not in source and "{%" not in source
+        for kind, body in page.scripts:
+            # Inline scripts are the theme's or chart specs; no database text ends up as code.
+            assert "alert(" not in body or kind == "application/json", path
+            if kind == "application/json":
+                assert "<" not in body and json.loads(body)
+
+
+def test_hostile_titles_survive_verbatim_as_text(built: tuple[Path, Path], small_db: Path) -> None:
+    _, out = built
+    con = duckdb.connect(str(small_db), read_only=True)
+    rows = con.execute("SELECT DISTINCT pr, title, author FROM prs ORDER BY pr").fetchall()
+    con.close()
+    hostile = [r for r in rows if any(h in r[1] or h == r[2] for h in synthetic.HOSTILE)]
+    assert hostile, "the synthetic database must carry hostile titles"
+    for pr, title, author in hostile:
+        plain = Page((out / "pr" / f"{pr}.html").read_text()).plain
+        assert " ".join(title.split()) in plain
+        assert " ".join(author.split()) in plain
+
+
+def test_nothing_is_loaded_from_the_network(built: tuple[Path, Path]) -> None:
+    _, out = built
+    for path in pages(out):
+        for tag, attrs in Page(path.read_text()).tags:
+            for name in ("src", "href", "srcset", "data"):
+                value = (attrs.get(name) or "").strip().lower()
+                if tag == "a" and name == "href":
+                    continue  # a link is followed only when clicked
+                assert not value.startswith(("http:", "https:", "//")), (path, tag, value)
+    for css in out.rglob("*.css"):
+        body = css.read_text()
+        assert not re.search(r"url\(\s*['\"]?(https?:)?//", body), css
+        assert not re.search(r"@import\s+(url\()?['\"]?(https?:)?//", body), css
+
+
+def test_links_are_relative_and_resolve(built: tuple[Path, Path]) -> None:
+    _, out = built
+    for path in [out / "index.html", *sorted((out / "pr").glob("*.html"))[:5], out / "data.html"]:
+        for tag, attrs in Page(path.read_text()).tags:
+            ref = attrs.get("href") if tag in ("a", "link") else attrs.get("src")
+            if not ref or ref.startswith(("#", "http:", "https:", "mailto:")):
+                continue
+            assert not ref.startswith("/"), (path, ref)
+            target = (path.parent / ref.split("#")[0]).resolve()
+            assert target.exists(), (path, ref)
+
+
+def test_downloads_per_round(built: tuple[Path, Path], small_db: Path) -> None:
+    _, out = built
+    con = duckdb.connect(str(small_db), read_only=True)
+    rounds = [r[0] for r in con.execute("SELECT round_id FROM rounds").fetchall()]
+    con.close()
+    for rid in rounds:
+        folder = out / "data" / rid
+        for ext in ("parquet", "csv", "json"):
+            assert (folder / f"verdicts.{ext}").is_file()
+        verdicts = json.loads((folder / "verdicts.json").read_text())
+        assert verdicts and {v["round_id"] for v in verdicts} == {rid}
+    page = Page((out / "data.html").read_text()).plain
+    assert "comparisons" in page and "ci_low" in page  # the schema
+
+
+def test_rules_page_reads_the_policy(built: tuple[Path, Path]) -> None:
+    _, out = built
+    plain = Page((out / "rules.html").read_text()).plain
+    assert "98.0% of main" in plain
+    assert "tiers.XL" in plain and "0.18" in plain
+
+
+def test_same_database_same_files(small_db: Path, tmp_path: Path) -> None:
+    def digest(folder: Path) -> dict[str, str]:
+        return {
+            str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*"))
+            if p.is_file()
+        }
+
+    build_site(small_db, tmp_path / "a", log=lambda _m: None)
+    build_site(small_db, tmp_path / "b", log=lambda _m: None)
+    assert digest(tmp_path / "a") == digest(tmp_path / "b")
+
+
+def test_cli_errors_are_one_line(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        build, ["--db", str(tmp_path / "none.duckdb"), "--out", str(tmp_path / "o")]
+    )
+    assert result.exit_code == 1 and "no database" in result.output
+
+
+def test_refuses_to_build_into_the_generator_folder(small_db: Path) -> None:
+    import sitegen
+
+    site_dir = Path(sitegen.__file__).resolve().parent.parent
+    result = CliRunner().invoke(build, ["--db", str(small_db), "--out", str(site_dir / "out")])
+    assert result.exit_code == 1 and "refusing" in result.output
+    assert not (site_dir / "out").exists()
+
+
+def test_page_text_unescaped_once(built: tuple[Path, Path]) -> None:
+    """Escaping happens once: no '&amp;#' double escapes anywhere."""
+    _, out = built
+    for path in pages(out):
+        assert "&amp;#" not in path.read_text(), path

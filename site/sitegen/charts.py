@@ -66,7 +66,10 @@ def _versus_template(x_title: str) -> str:
     lines = base.mark_line(point=alt.OverlayMarkDef(size=60, filled=True)).encode(
         y=y,
         strokeDash=alt.StrokeDash(
-            "side:N", scale=alt.Scale(domain=["main", "PR"], range=[[4, 3], [1, 0]]), legend=None
+            "side:N",
+            title=None,
+            scale=alt.Scale(domain=["main", "PR"], range=[[4, 3], [1, 0]]),
+            legend=alt.Legend(orient="top"),
         ),
         tooltip=[
             alt.Tooltip("label:N", title=x_title),

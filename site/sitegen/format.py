@@ -98,11 +98,15 @@ def slug(value: str) -> str:
     return s[:80]
 
 
-def policy_get(policy: dict[str, Any], path: str, default: Any = None) -> Any:
-    """Look up 'a.b.c' in the policy JSON, tolerating a missing or differently shaped key."""
-    node: Any = policy
-    for part in path.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return default
-        node = node[part]
-    return node
+def policy_get(policy: dict[str, Any], paths: str, default: Any = None) -> Any:
+    """Look up 'a.b.c' in the policy JSON; 'a.b|c' tries each path in turn. A missing or
+    differently shaped key gives `default`."""
+    for path in paths.split("|"):
+        node: Any = policy
+        for part in path.split("."):
+            if not isinstance(node, dict) or part not in node:
+                break
+            node = node[part]
+        else:
+            return node
+    return default

@@ -210,9 +210,9 @@ class Site:
 
     def prefill_rows(self, ev: Evaluation) -> list[dict[str, Any]]:
         pol = self.round_by_id.get(ev.round_id, {}).get("policy", {})
-        drop = fmt.policy_get(pol, "prefill_path.top1_drop", 0.10)
+        drop = fmt.policy_get(pol, "prefill_path.top1_margin|prefill_path.top1_drop", 0.10)
         factor = fmt.policy_get(pol, "prefill_path.kl_factor", 3.0)
-        add = fmt.policy_get(pol, "prefill_path.kl_add", 0.05)
+        add = fmt.policy_get(pol, "prefill_path.kl_margin|prefill_path.kl_add", 0.05)
         cells: dict[tuple[str, int], dict[str, Row]] = defaultdict(dict)
         for p in ev.prefill:
             cells[(p["model"], p["prefix"])][p["side"]] = p

@@ -89,19 +89,32 @@ AUTHORS = [
 ]
 PLAIN_LABELS = ["perf", "area:kernels", "area:runtime", "hold", "draft", "needs-benchmark"]
 
+# The shape of the collector's resolved policy (collector/policy.py: ResolvedPolicy).
 POLICY = {
-    "profile": "gpu",
-    "contexts": CONTEXTS,
-    "widths": WIDTHS,
-    "floor": 0.98,
-    "implausible_gain": 20.0,
-    "tiers": {name: low for name, low in TIERS},
-    "accuracy": {"tokens": 1200, "top1_min": 0.93, "kl_max": 0.03, "ppl_ratio_max": 1.02},
-    "prefill_path": {"prefixes": [128, 1024], "top1_drop": 0.10, "kl_factor": 3.0, "kl_add": 0.05},
-    "concurrent": {"runs": 3, "statistic": "median"},
-    "interval": {"method": "bootstrap", "level": 0.95},
-    "blocking_labels": ["hold", "needs-rebase", "draft"],
-    "strikes_to_reject": 2,
+    "profile_name": "gpu",
+    "verdict": {
+        "floor": 0.98,
+        "implausible_gain": 20.0,
+        "tiers": {name: low for name, low in TIERS},
+        "confidence": 0.95,
+        "bootstrap_resamples": 2000,
+        "noise_multiplier": 1.0,
+        "blocking_labels": ["hold", "needs-rebase", "draft"],
+        "strikes_to_reject": 2,
+    },
+    "accuracy": {"top1_min": 0.93, "kl_max": 0.03, "ppl_ratio_max": 1.02, "topk": 16, "models": {}},
+    "prefill_path": {"top1_margin": 0.10, "kl_factor": 3.0, "kl_margin": 0.05},
+    "profile": {
+        "backend": "cupy",
+        "models": MODELS,
+        "contexts": CONTEXTS,
+        "guard_ctx": 32768,
+        "widths": WIDTHS,
+        "reps": 5,
+        "concurrent_runs": 3,
+        "prefill_prefixes": [128, 1024],
+        "prefill_positions": 64,
+    },
 }
 
 

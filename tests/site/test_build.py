@@ -215,7 +215,7 @@ def test_rules_page_reads_the_policy(built: tuple[Path, Path]) -> None:
     _, out = built
     plain = Page((out / "rules.html").read_text()).plain
     assert "98.0% of main" in plain
-    assert "tiers.XL" in plain and "0.18" in plain
+    assert "verdict.tiers.XL" in plain and "0.18" in plain and "≥ 0.93" in plain
 
 
 def test_same_database_same_files(small_db: Path, tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from engine.harness_io import (
     BACKENDS,
     Clock,
     EngineOutputError,
+    check_out,
     cli_main,
     corpus_prompt_ids,
     cycled,
@@ -187,6 +188,7 @@ def bench() -> None:
 def sweep(model: str, ctx_list: str, tokens: int, reps: int, out: str, backend: str) -> None:
     """Decode and prefill tok/s per context, every repetition's raw value."""
     clock = Clock()
+    check_out(out)
     ctxs = parse_int_list(ctx_list, "ctx")
     require_positive(tokens, "--tokens")
     require_positive(reps, "--reps")
@@ -237,6 +239,7 @@ def concurrent(
 ) -> None:
     """Aggregate decode tok/s with N sequences in flight, tokens expected and decoded."""
     clock = Clock()
+    check_out(out)
     widths = parse_int_list(width_list, "widths")
     require_positive(tokens, "--tokens")
     require_positive(runs, "--runs")

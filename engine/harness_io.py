@@ -172,6 +172,17 @@ def corpus_prompt_ids(model: str, vocab_size: int) -> list[int]:
 # --- output --------------------------------------------------------------------------------
 
 
+def check_out(out: str) -> None:
+    """Refuse an --out whose folder does not exist before measuring anything."""
+    if out == "-":
+        return
+    parent = Path(out).parent
+    if not parent.is_dir():
+        raise EngineError(f"cannot write {out!r}: folder {str(parent)!r} does not exist")
+    if Path(out).is_dir():
+        raise EngineError(f"cannot write {out!r}: it is a folder")
+
+
 def write_document(doc: BaseModel, out: str) -> None:
     """Write `doc` as JSON to `out` ('-' = stdout) atomically: FILE.tmp, then rename."""
     text = doc.model_dump_json(indent=1) + "\n"

@@ -31,6 +31,7 @@ from engine.harness_io import (
     DEFAULT_CORPUS,
     Clock,
     EngineOutputError,
+    check_out,
     cli_main,
     corpus_prompt_ids,
     cycled,
@@ -235,6 +236,7 @@ def score_command(
 ) -> None:
     """Teacher-forced pass: per position the argmax, the target's log-prob and the top-k."""
     clock = Clock()
+    check_out(out)
     if text_file is not None and tokens_file is not None:
         raise EngineError("give --text-file or --tokens-file, not both")
     require_positive(topk, "--topk")
@@ -281,6 +283,7 @@ def score_command(
 def prefill_check(model: str, prefix_list: str, positions: int, out: str, backend: str) -> None:
     """Batched prefill against the token-by-token loop inside one build (top-1, KL)."""
     clock = Clock()
+    check_out(out)
     prefixes = parse_int_list(prefix_list, "prefix")
     require_positive(positions, "--positions")
     max_ctx = _config(model).max_context

@@ -134,6 +134,17 @@ def test_bad_input_is_one_line_and_exit_2_in_a_subprocess(tmp_path: Path) -> Non
     assert proc.stdout == ""
 
 
+def test_unwritable_out_is_a_one_line_error(tmp_path: Path) -> None:
+    out = tmp_path / "no-such-dir" / "sweep.json"
+    proc = harness(
+        "engine.bench", "sweep", "--model", "tiny", "--ctx", "8", "--tokens", "2", "--reps", "1",
+        "--backend", "numpy", "--out", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: cannot write") and proc.stderr.count("\n") == 1
+    assert not out.parent.exists()
+
+
 BAD_BENCH = [
     ["sweep", "--model", "no-such-model"],
     ["sweep", "--model", "tiny", "--ctx", "8190", "--tokens", "16"],

@@ -299,3 +299,38 @@ def test_device_info_on_the_cpu() -> None:
     info = harness_io.describe_device("numpy")
     assert info.backend == "numpy" and info.name
     assert info.runtime == f"numpy {np.__version__}"
+
+
+def test_extra_bench_commands_register_when_their_module_imports(monkeypatch) -> None:
+    import sys
+    import types
+
+    import click
+
+    from engine import bench as bench_module
+
+    with_register = types.ModuleType("fake_roofline")
+
+    @click.command(name="roofline")
+    def roofline() -> None:
+        """Fake."""
+
+    with_register.register = lambda group: group.add_command(roofline)
+    plain = types.ModuleType("fake_peers")
+
+    @click.command(name="peers")
+    def peers() -> None:
+        """Fake."""
+
+    peers.callback.__module__ = "fake_peers"
+    plain.peers = peers
+    monkeypatch.setitem(sys.modules, "fake_roofline", with_register)
+    monkeypatch.setitem(sys.modules, "fake_peers", plain)
+    monkeypatch.setattr(
+        bench_module,
+        "EXTRA_COMMAND_MODULES",
+        ("fake_roofline", "fake_peers", "engine.no_such_module_here"),
+    )
+    group = click.Group(name="g")
+    bench_module._register_extra_commands(group)
+    assert sorted(group.commands) == ["peers", "roofline"]

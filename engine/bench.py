@@ -7,9 +7,11 @@ Each writes one JSON document (engine.protocol.SweepResult / ConcurrentResult) h
 repetition's raw value. The collector runs these from a candidate's checkout but pins this file
 to main's copy, so a pull request cannot change how it is measured.
 
-Timing rule: the runner is synchronized before every clock read (time.perf_counter), and one
-untimed warm-up (a short prefill and a few decode steps) runs first, so kernel compilation and
-graph capture stay out of the numbers.
+Timing rule: the runner is synchronized before every clock read (time.perf_counter). One
+untimed warm-up (a short prefill and a few decode steps) runs first, so kernel compilation stays
+out of the numbers; then each context and each width gets `--warmup` untimed repetitions of its
+own shape (default 1), because a backend may size buffers or capture CUDA graphs per KV-cache
+shape, and the first repetition at a new shape would otherwise carry that cost.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from engine.harness_io import (
     header,
     parse_int_list,
     progress,
+    require_non_negative,
     require_positive,
     write_document,
 )
@@ -70,13 +73,16 @@ def _first_tokens(logits: np.ndarray) -> np.ndarray:
 
 
 def measure_context(
-    runner: Runner, prompt: Sequence[int], ctx: int, tokens: int, reps: int
+    runner: Runner, prompt: Sequence[int], ctx: int, tokens: int, reps: int, warmup: int = 0
 ) -> ContextSample:
-    """`reps` timed repetitions at one context: prefill `ctx` tokens, then decode `tokens`."""
+    """`reps` timed repetitions at one context: prefill `ctx` tokens, then decode `tokens`.
+
+    The first `warmup` repetitions run the same way and are dropped.
+    """
     decode_tok_s: list[float] = []
     prefill_tok_s: list[float] = []
     ids = cycled(prompt, ctx)
-    for _ in range(reps):
+    for _ in range(warmup + reps):
         runner.reset(1, ctx + tokens)
         runner.synchronize()
         t0 = time.perf_counter()
@@ -91,8 +97,8 @@ def measure_context(
     return ContextSample(
         ctx=ctx,
         decode_tokens=tokens,
-        decode_tok_s=decode_tok_s,
-        prefill_tok_s=prefill_tok_s,
+        decode_tok_s=decode_tok_s[warmup:],
+        prefill_tok_s=prefill_tok_s[warmup:],
         vram=runner.vram(kv_tokens=ctx + tokens),
     )
 
@@ -148,6 +154,7 @@ def measure_width(
 MODEL_HELP = "Model name, e.g. tiny, smollm2-135m, llama-8b:q4_0."
 BACKEND_HELP = "numpy, cupy, or auto (CuPy when a GPU is usable)."
 OUT_HELP = "Where to write the JSON document ('-' = stdout); written atomically."
+WARMUP_HELP = "Untimed repetitions of the same shape before the timed ones"
 
 
 def _config(model: str) -> ModelConfig:
@@ -181,17 +188,21 @@ def bench() -> None:
     "--tokens", default=32, show_default=True, help="Tokens decoded per repetition (greedy)."
 )
 @click.option("--reps", default=3, show_default=True, help="Timed repetitions per context.")
+@click.option("--warmup", default=1, show_default=True, help=WARMUP_HELP + " per context.")
 @click.option("--out", default="-", show_default=True, help=OUT_HELP)
 @click.option(
     "--backend", type=click.Choice(BACKENDS), default="auto", show_default=True, help=BACKEND_HELP
 )
-def sweep(model: str, ctx_list: str, tokens: int, reps: int, out: str, backend: str) -> None:
+def sweep(
+    model: str, ctx_list: str, tokens: int, reps: int, warmup: int, out: str, backend: str
+) -> None:
     """Decode and prefill tok/s per context, every repetition's raw value."""
     clock = Clock()
     check_out(out)
     ctxs = parse_int_list(ctx_list, "ctx")
     require_positive(tokens, "--tokens")
     require_positive(reps, "--reps")
+    require_non_negative(warmup, "--warmup")
     max_ctx = _config(model).max_context
     for ctx in ctxs:
         if ctx + tokens > max_ctx:
@@ -203,7 +214,7 @@ def sweep(model: str, ctx_list: str, tokens: int, reps: int, out: str, backend: 
     warm_up(runner, prompt)
     contexts = []
     for ctx in ctxs:
-        sample = measure_context(runner, prompt, ctx, tokens, reps)
+        sample = measure_context(runner, prompt, ctx, tokens, reps, warmup)
         progress(
             f"sweep {model} ctx {ctx}: decode {np.median(sample.decode_tok_s):.1f} tok/s, "
             f"prefill {np.median(sample.prefill_tok_s):.1f} tok/s (median of {reps})"
@@ -224,6 +235,7 @@ def sweep(model: str, ctx_list: str, tokens: int, reps: int, out: str, backend: 
 )
 @click.option("--tokens", default=32, show_default=True, help="Tokens decoded per sequence.")
 @click.option("--runs", default=3, show_default=True, help="Timed runs per width.")
+@click.option("--warmup", default=1, show_default=True, help=WARMUP_HELP + " per width.")
 @click.option(
     "--prompt-len",
     default=64,
@@ -235,7 +247,14 @@ def sweep(model: str, ctx_list: str, tokens: int, reps: int, out: str, backend: 
     "--backend", type=click.Choice(BACKENDS), default="auto", show_default=True, help=BACKEND_HELP
 )
 def concurrent(
-    model: str, width_list: str, tokens: int, runs: int, prompt_len: int, out: str, backend: str
+    model: str,
+    width_list: str,
+    tokens: int,
+    runs: int,
+    warmup: int,
+    prompt_len: int,
+    out: str,
+    backend: str,
 ) -> None:
     """Aggregate decode tok/s with N sequences in flight, tokens expected and decoded."""
     clock = Clock()
@@ -244,6 +263,7 @@ def concurrent(
     require_positive(tokens, "--tokens")
     require_positive(runs, "--runs")
     require_positive(prompt_len, "--prompt-len")
+    require_non_negative(warmup, "--warmup")
     max_ctx = _config(model).max_context
     for w in widths:
         need = prompt_len + tokens + w
@@ -257,6 +277,8 @@ def concurrent(
     warm_up(runner, prompt)
     samples = []
     for w in widths:
+        for _ in range(warmup):  # same shape, untimed
+            measure_width(runner, prompt, w, prompt_len, tokens)
         width_runs = [measure_width(runner, prompt, w, prompt_len, tokens) for _ in range(runs)]
         progress(
             f"concurrent {model} width {w}: "

@@ -68,6 +68,11 @@ def require_positive(value: int, option: str) -> None:
         raise EngineError(f"{option} must be positive, got {value}")
 
 
+def require_non_negative(value: int, option: str) -> None:
+    if value < 0:
+        raise EngineError(f"{option} must not be negative, got {value}")
+
+
 # --- the document header -------------------------------------------------------------------
 
 

@@ -104,7 +104,7 @@ def corpus(n: int = 300) -> list[int]:
 
 def test_measure_context_records_every_repetition() -> None:
     runner = FakeRunner()
-    sample = measure_context(runner, corpus(), ctx=50, tokens=7, reps=4)
+    sample = measure_context(runner, corpus(), ctx=50, tokens=7, reps=4, warmup=2)
     assert isinstance(sample, ContextSample)
     assert len(sample.decode_tok_s) == 4 and len(sample.prefill_tok_s) == 4
     assert all(v > 0 for v in sample.decode_tok_s + sample.prefill_tok_s)

@@ -7,6 +7,7 @@ different machines are never compared as if they came from one.
 from __future__ import annotations
 
 import platform
+import re
 import socket
 from pathlib import Path
 
@@ -36,6 +37,16 @@ def _cuda_version(v: int) -> str:
     return f"{v // 1000}.{(v % 1000) // 10}"
 
 
+def nvidia_kernel_driver(proc_file: Path = Path("/proc/driver/nvidia/version")) -> str | None:
+    """The NVIDIA kernel driver's version ("580.82.07"), where the driver exposes it."""
+    try:
+        first = proc_file.read_text(encoding="utf-8", errors="replace").splitlines()[0]
+    except (OSError, IndexError):
+        return None
+    match = re.search(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)", first)
+    return match.group(1) if match else None
+
+
 def _host() -> str:
     try:
         return _clip(socket.gethostname())
@@ -55,6 +66,11 @@ def describe_numpy() -> DeviceInfo:
     )
 
 
+def _driver_text(kernel: str | None, cuda: str) -> str:
+    """'580.82.07 (CUDA 13.0)': the driver and the newest CUDA it supports."""
+    return f"{kernel} (CUDA {cuda})" if kernel else f"CUDA {cuda}"
+
+
 def describe_cupy() -> DeviceInfo:
     import cupy
 
@@ -66,7 +82,7 @@ def describe_cupy() -> DeviceInfo:
     return DeviceInfo(
         backend="cupy",
         name=_clip(str(name)) or "unknown GPU",
-        driver=_cuda_version(rt.driverGetVersion()),
+        driver=_driver_text(nvidia_kernel_driver(), _cuda_version(rt.driverGetVersion())),
         runtime=f"CUDA {_cuda_version(rt.runtimeGetVersion())}, cupy {cupy.__version__}",
         host=_host(),
     )

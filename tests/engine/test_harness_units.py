@@ -334,3 +334,20 @@ def test_extra_bench_commands_register_when_their_module_imports(monkeypatch) ->
     group = click.Group(name="g")
     bench_module._register_extra_commands(group)
     assert sorted(group.commands) == ["peers", "roofline"]
+
+
+def test_nvidia_driver_version_is_read_from_proc(tmp_path) -> None:
+    from engine.device_info import cpu_model_name, nvidia_kernel_driver
+
+    f = tmp_path / "version"
+    f.write_text(
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.82.07  Release Build  "
+        "(dvs-builder@U22)  Wed Jul 23 2025\nGCC version:  gcc version 12.3.0\n"
+    )
+    assert nvidia_kernel_driver(f) == "580.82.07"
+    f.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 2024\n")
+    assert nvidia_kernel_driver(f) == "550.54.15"
+    assert nvidia_kernel_driver(tmp_path / "absent") is None
+    cpu = tmp_path / "cpuinfo"
+    cpu.write_text("processor\t: 0\nmodel name\t: AMD EPYC   9654 96-Core Processor\n")
+    assert cpu_model_name(cpu) == "AMD EPYC 9654 96-Core Processor"

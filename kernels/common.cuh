@@ -7,6 +7,9 @@ typedef signed char i8;
 typedef unsigned int u32;
 
 #define FULL_MASK 0xffffffffu
+#ifndef INFINITY  // NVRTC has no math.h
+#define INFINITY __int_as_float(0x7f800000)
+#endif
 
 // Weight storage types on the GPU (engine/cuda/layout.py writes the same numbers).
 #define WT_F32 0

@@ -71,7 +71,10 @@ def time_prefill(runner, n: int) -> float:
 @click.option("--prefill", "prefill_n", default=0, type=int, help="also time a prefill of N")
 @click.option("--widths", default="", help="also time concurrent decode at these widths")
 @click.option("--out", default="", help="JSON rows")
-def main(models: str, ctx: str, tokens: int, prefill_n: int, widths: str, out: str) -> None:
+@click.option("--profile", is_flag=True, help="per-kernel times of one eager decode step")
+def main(
+    models: str, ctx: str, tokens: int, prefill_n: int, widths: str, out: str, profile: bool
+) -> None:
     import cupy as cp
 
     from engine.models import open_runner
@@ -95,6 +98,12 @@ def main(models: str, ctx: str, tokens: int, prefill_n: int, widths: str, out: s
                 dict(model=name, what=f"decode@{c}", tok_s=tps, ceiling=ceil_c, ratio=tps / ceil_c)
             )
             print(f"{name} decode@{c}: {tps:.1f} tok/s ceiling {ceil_c:.1f}", file=sys.stderr)
+        if profile:
+            times = r.profile_step(1)
+            total = sum(times.values())
+            print(f"{name}: eager step kernels sum {total:.0f} us", file=sys.stderr)
+            for kname, us in sorted(times.items(), key=lambda kv: -kv[1])[:12]:
+                print(f"  {kname:28} {us:9.1f} us", file=sys.stderr)
         for w in [int(x) for x in widths.split(",") if x]:
             tps = time_decode(r, 128, tokens, width=w)
             rows.append(

@@ -60,7 +60,7 @@ class Kernels:
         for module in self.modules:
             try:
                 return module.get_function(name)
-            except Exception:  # CUDA_ERROR_NOT_FOUND from the module that lacks it
+            except cp.cuda.driver.CUDADriverError:  # not in this module: try the next one
                 continue
         raise KeyError(f"no kernel named {name} in {', '.join(SOURCES)}")
 

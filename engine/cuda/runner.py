@@ -47,6 +47,7 @@ ATTN_SPLITS = 64  # flash-decoding partitions per sequence (fixed: results never
 DEQUANT_BUFFER_ELEMENTS = 1 << 27  # float16 scratch for prefill weights: 256 MiB
 CUDA_R_16F, CUDA_R_32F = 2, 0
 CUBLAS_OP_N, CUBLAS_OP_T = 0, 1
+CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT = 68, -1
 LOG2E = 1.4426950408889634
 NULL = np.uint64(0)
 
@@ -131,6 +132,9 @@ class CupyRunner(Runner):
         self._graphs: dict[int, Any] = {}
         self._prefill_bufs: dict[str, Any] = {}
         self._deq: Any = None
+        self._trace: list | None = None
+        self._one = np.ones(1, dtype=np.float32)  # host scalars for cuBLAS (pointer mode host)
+        self._zero = np.zeros(1, dtype=np.float32)
         self._ready = False
 
     # ---- sizes --------------------------------------------------------------------------
@@ -193,8 +197,8 @@ class CupyRunner(Runner):
             b["seq_ids"] = cp.zeros(R, dtype=cp.int32)
             b["x"] = cp.zeros((R, c.dim), dtype=cp.float32)
             b["h"] = cp.zeros((R, c.dim), dtype=cp.float32)
-            b["xq"] = cp.zeros((R, kmax), dtype=cp.int8)
-            b["xs"] = cp.zeros((R, kmax // 32 * 2 + 2), dtype=cp.float32)
+            b["xq"] = cp.zeros((R, 2 * kmax), dtype=cp.int8)
+            b["xs"] = cp.zeros((R, kmax // 32 * 4), dtype=cp.float32)
             b["q"] = cp.zeros((R, q_dim), dtype=cp.float32)
             b["k"] = cp.zeros((R, kv_dim), dtype=cp.float32)
             b["v"] = cp.zeros((R, kv_dim), dtype=cp.float32)
@@ -283,8 +287,11 @@ class CupyRunner(Runner):
             if self._quantized_src != src:
                 x = b[src]
                 nblocks = rows * x.shape[1] // 32
-                self.k["quantize_q8"](
-                    ((nblocks * 32 + 255) // 256,), (256,), (x, b["xq"], b["xs"], _i(nblocks))
+                self._launch(
+                    "quantize_q8",
+                    ((nblocks * 32 + 255) // 256,),
+                    (256,),
+                    (x, b["xq"], b["xs"], _i(nblocks)),
                 )
                 self._quantized_src = src
             xa, xs = b["xq"], b["xs"]
@@ -305,18 +312,45 @@ class CupyRunner(Runner):
             _i(rows),
             _i(out.shape[1]),
         )
-        self.k[gemv_name(w.wt, rb, mode)](grid, (GEMV_WARPS * 32,), args)
+        self._launch(gemv_name(w.wt, rb, mode), grid, (GEMV_WARPS * 32,), args)
+
+    def _launch(self, name: str, grid: tuple, block: tuple, args: tuple) -> None:
+        """Launch one kernel on the runner's stream; timed per kernel when tracing."""
+        fn = self.k[name]
+        if self._trace is None:
+            fn(grid, block, args)
+            return
+        a, b = cp.cuda.Event(), cp.cuda.Event()
+        a.record(self.stream)
+        fn(grid, block, args)
+        b.record(self.stream)
+        self._trace.append((name, a, b))
+
+    def profile_step(self, rows: int = 1) -> dict[str, float]:
+        """Microseconds per kernel name for one eager decode step (advances the rows by one)."""
+        self._trace = []
+        try:
+            with self.stream:
+                self._step_kernels(rows)
+            self.stream.synchronize()
+            out: dict[str, float] = {}
+            for name, a, b in self._trace:
+                out[name] = out.get(name, 0.0) + cp.cuda.get_elapsed_time(a, b) * 1e3
+        finally:
+            self._trace = None
+        return out
 
     def _rmsnorm(self, x: Any, w: Any, y: Any, y16: Any, rows: int) -> None:
         dim = self.config.dim
-        self.k["rmsnorm"]((rows,), (256,), (x, w, y, y16, _i(dim), _f(self.config.norm_eps)))
+        self._launch("rmsnorm", (rows,), (256,), (x, w, y, y16, _i(dim), _f(self.config.norm_eps)))
 
     def _rope_kv(
         self, li: int, L: _Layer, q: Any, k: Any, v: Any, rows: int, seq: int, pos_base: int
     ) -> None:
         c = self.config
         b = self._buf
-        self.k["rope_kv"](
+        self._launch(
+            "rope_kv",
             (c.n_heads + c.n_kv_heads, rows),
             (32,),
             (
@@ -336,7 +370,8 @@ class CupyRunner(Runner):
         hd = c.head_dim
         self._quantized_src = None
         e = self.tok_embd
-        self.k["embed"](
+        self._launch(
+            "embed",
             (rows,),
             (256,),
             (b["tokens"], _i(e.wt), e.q, e.s if e.s is not None else NULL, b["x"], _i(c.dim)),
@@ -349,7 +384,8 @@ class CupyRunner(Runner):
             self._mv(L.wk, "h", rows, b["k"], "store")
             self._mv(L.wv, "h", rows, b["v"], "store")
             self._rope_kv(li, L, b["q"], b["k"], b["v"], rows, 0, -1)
-            self.k[f"attn_split_{hd}"](
+            self._launch(
+                f"attn_split_{hd}",
                 (ATTN_SPLITS, c.n_kv_heads, rows),
                 (128,),
                 (
@@ -358,7 +394,8 @@ class CupyRunner(Runner):
                     _i(self.max_len), _i(ATTN_SPLITS), _f(scale),
                 ),
             )  # fmt: skip
-            self.k["attn_combine"](
+            self._launch(
+                "attn_combine",
                 (c.n_heads, rows),
                 (hd,),
                 (
@@ -374,7 +411,8 @@ class CupyRunner(Runner):
         self._rmsnorm(b["x"], self.out_norm, b["h"], NULL, rows)
         self._quantized_src = None
         self._mv(self.w_out, "h", rows, b["logits"], "store")
-        self.k["argmax_advance"](
+        self._launch(
+            "argmax_advance",
             (rows,),
             (1024,),
             (
@@ -483,11 +521,13 @@ class CupyRunner(Runner):
                     (256,),
                     (_i(w.wt), w.q, w.s if w.s is not None else NULL, w16, _i(r0), _i(nr), _i(k)),
                 )
-            cublas.sgemmEx(
+            cublas.gemmEx(
                 handle, CUBLAS_OP_T, CUBLAS_OP_N, nr, m_rows, k,
-                1.0, w16.data.ptr, CUDA_R_16F, k,
+                self._one.ctypes.data, w16.data.ptr, CUDA_R_16F, k,
                 x16.data.ptr, CUDA_R_16F, k,
-                beta, out.data.ptr + r0 * 4, CUDA_R_32F, ldc,
+                (self._one if beta else self._zero).ctypes.data,
+                out.data.ptr + r0 * 4, CUDA_R_32F, ldc,
+                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT,
             )  # fmt: skip
 
     def _prefill_chunk(self, seq: int, pos0: int, ids: np.ndarray, logits: str) -> Any:

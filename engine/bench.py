@@ -72,37 +72,6 @@ def _first_tokens(logits: np.ndarray) -> np.ndarray:
     return np.array([int(np.argmax(logits))], dtype=np.int64)
 
 
-def measure_context(
-    runner: Runner, prompt: Sequence[int], ctx: int, tokens: int, reps: int, warmup: int = 0
-) -> ContextSample:
-    """`reps` timed repetitions at one context: prefill `ctx` tokens, then decode `tokens`.
-
-    The first `warmup` repetitions run the same way and are dropped.
-    """
-    decode_tok_s: list[float] = []
-    prefill_tok_s: list[float] = []
-    ids = cycled(prompt, ctx)
-    for _ in range(warmup + reps):
-        runner.reset(1, ctx + tokens)
-        runner.synchronize()
-        t0 = time.perf_counter()
-        logits = runner.prefill(0, ids)
-        prefill_tok_s.append(ctx / _elapsed(runner, t0))
-
-        first = _first_tokens(logits)
-        runner.synchronize()
-        t0 = time.perf_counter()
-        runner.decode_greedy([0], first, tokens)
-        decode_tok_s.append(tokens / _elapsed(runner, t0))
-    return ContextSample(
-        ctx=ctx,
-        decode_tokens=tokens,
-        decode_tok_s=decode_tok_s[warmup:],
-        prefill_tok_s=prefill_tok_s[warmup:],
-        vram=runner.vram(kv_tokens=ctx + tokens),
-    )
-
-
 def count_decoded(out: object, prompt_lens: Sequence[int], runner: Runner, tokens: int) -> int:
     """Tokens actually decoded: valid ids (0 <= id < vocab) in each sequence's column, capped
     by how far that sequence's KV cache really grew, and by `tokens`."""
@@ -124,6 +93,44 @@ def count_decoded(out: object, prompt_lens: Sequence[int], runner: Runner, token
         grown = runner.seq_len(seq) - plen
         total += max(0, min(int(valid[:, seq].sum()), grown, tokens))
     return total
+
+
+def measure_context(
+    runner: Runner, prompt: Sequence[int], ctx: int, tokens: int, reps: int, warmup: int = 0
+) -> ContextSample:
+    """`reps` timed repetitions at one context: prefill `ctx` tokens, then decode `tokens`.
+
+    The first `warmup` repetitions run the same way and are dropped.
+    """
+    decode_tok_s: list[float] = []
+    prefill_tok_s: list[float] = []
+    ids = cycled(prompt, ctx)
+    for _ in range(warmup + reps):
+        runner.reset(1, ctx + tokens)
+        runner.synchronize()
+        t0 = time.perf_counter()
+        logits = runner.prefill(0, ids)
+        prefill_tok_s.append(ctx / _elapsed(runner, t0))
+
+        first = _first_tokens(logits)
+        runner.synchronize()
+        t0 = time.perf_counter()
+        out = runner.decode_greedy([0], first, tokens)
+        decode_tok_s.append(tokens / _elapsed(runner, t0))
+        # a decode that skipped work would look fast: every token must be real
+        decoded = count_decoded(out, [ctx], runner, tokens)
+        if decoded != tokens:
+            raise EngineOutputError(
+                f"ctx {ctx}: decode produced {decoded} valid tokens of {tokens} "
+                f"(KV cache holds {runner.seq_len(0)} of {ctx + tokens})"
+            )
+    return ContextSample(
+        ctx=ctx,
+        decode_tokens=tokens,
+        decode_tok_s=decode_tok_s[warmup:],
+        prefill_tok_s=prefill_tok_s[warmup:],
+        vram=runner.vram(kv_tokens=ctx + tokens),
+    )
 
 
 def measure_width(

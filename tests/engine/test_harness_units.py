@@ -113,6 +113,11 @@ def test_measure_context_records_every_repetition() -> None:
     assert runner.seq_len(0) == 50 + 7
 
 
+def test_measure_context_refuses_a_decode_that_lost_tokens() -> None:
+    with pytest.raises(harness_io.EngineOutputError, match="decode produced 3 valid tokens of 6"):
+        measure_context(LosesTokens(), corpus(), ctx=20, tokens=6, reps=2)
+
+
 def test_measure_width_counts_every_token_when_nothing_is_lost() -> None:
     runner = FakeRunner()
     run = measure_width(runner, corpus(), width=3, prompt_len=20, tokens=9)
@@ -351,3 +356,20 @@ def test_nvidia_driver_version_is_read_from_proc(tmp_path) -> None:
     cpu = tmp_path / "cpuinfo"
     cpu.write_text("processor\t: 0\nmodel name\t: AMD EPYC   9654 96-Core Processor\n")
     assert cpu_model_name(cpu) == "AMD EPYC 9654 96-Core Processor"
+
+
+def test_broken_engine_output_is_exit_1_with_one_line(monkeypatch, capsys, tmp_path) -> None:
+    """Bad input is exit 2; an engine that returns unusable output is exit 1 (the PR's fault)."""
+    import engine.bench
+    import engine.models
+    from engine.bench import bench
+
+    monkeypatch.setattr(engine.models, "open_runner", lambda name, backend: LosesTokens())
+    monkeypatch.setattr(engine.bench, "corpus_prompt_ids", lambda model, vocab: corpus())
+    out = tmp_path / "sweep.json"
+    args = ["sweep", "--model", "tiny", "--ctx", "16", "--tokens", "4", "--out", str(out)]
+    assert harness_io.run_cli(bench, args) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ctx 16: decode produced 2 valid tokens of 4")
+    assert err.count("\n") == 1
+    assert not out.exists()

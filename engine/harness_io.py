@@ -188,9 +188,11 @@ def check_out(out: str) -> None:
         raise EngineError(f"cannot write {out!r}: it is a folder")
 
 
-def write_document(doc: BaseModel, out: str) -> None:
-    """Write `doc` as JSON to `out` ('-' = stdout) atomically: FILE.tmp, then rename."""
-    text = doc.model_dump_json(indent=1) + "\n"
+def write_document(doc: BaseModel, out: str, compact: bool = False) -> None:
+    """Write `doc` as JSON to `out` ('-' = stdout) atomically: FILE.tmp, then rename.
+
+    Indented for reading, unless `compact` (a score dump is thousands of small lists)."""
+    text = doc.model_dump_json(indent=None if compact else 1) + "\n"
     if out == "-":
         sys.stdout.write(text)
         sys.stdout.flush()

@@ -258,7 +258,7 @@ def score_command(
     nll = -float(np.mean([p.target_logprob for p in positions]))
     progress(f"score {model}: {len(positions)} positions, perplexity {np.exp(nll):.3f}")
     doc = ScoreResult(**header(model, runner, clock), topk=topk, tokens=tokens, positions=positions)
-    write_document(doc, out)
+    write_document(doc, out, compact=True)
 
 
 @score_group.command(name="prefill-check")

@@ -98,7 +98,7 @@ def verdict(db: Path, round_id: str | None) -> None:
             rid = round_id or latest_round(store)
             for v in decide_round(store, rid):
                 mf = " merge-first" if v.merge_first else ""
-                click.echo(term_safe(f"#{v.pr}\t{v.label}{mf}\t{v.reason}"))
+                click.echo(f"#{v.pr}\t{v.label}{mf}\t{term_safe(v.reason)}")
     except USER_ERRORS as e:
         raise _fail(e) from None
 

@@ -159,7 +159,9 @@ def _implausible(
     return None
 
 
-def write_session(store: Store, round_id: str, task: Task, commit: str, o: Outcome) -> None:
+def write_session(
+    store: Store, round_id: str, task: Task, commit: str, o: Outcome, main_fails_too: bool = False
+) -> None:
     """The session row, its raw samples, and its score dump or prefill checks: one transaction."""
     doc = o.document
     device = driver = None
@@ -178,11 +180,12 @@ def write_session(store: Store, round_id: str, task: Task, commit: str, o: Outco
             )
         exclude = {"positions", "tokens"} if isinstance(doc, ScoreResult) else set()
         doc_json = doc.model_dump_json(exclude=exclude)
-    fault = (
-        "none"
-        if o.status == "ok"
-        else ("infra" if task.side == "main" or o.status == "infra" else "pr")
-    )
+    if o.status == "ok":
+        fault = "none"
+    elif task.side == "main" or o.status == "infra" or main_fails_too:
+        fault = "infra"  # main failing (or a PR failing just as main does) is not the PR's doing
+    else:
+        fault = "pr"
     samples = samples_of(doc) if o.status in ("ok", "implausible", "incomplete") else []
     with store.transaction() as con:
         con.execute("DELETE FROM samples WHERE session_id = ?", [task.session_id])
@@ -403,7 +406,8 @@ def _collect(
     finished = {
         r[0]
         for r in store.query(
-            f"SELECT session_id FROM sessions WHERE round_id = ? AND status IN ({','.join('?' * len(FINISHED))})",
+            f"SELECT session_id FROM sessions WHERE round_id = ? AND fault <> 'infra' "
+            f"AND status IN ({','.join('?' * len(FINISHED))})",
             [m.round, *FINISHED],
         )
     }
@@ -489,11 +493,28 @@ def _one(
         )
         if why:
             o.status, o.detail = "implausible", why
-    write_session(store, slot_round(task), task, commit, o)
+    main_fails_too = False
+    if task.side == "pr" and not o.ok and o.status != "implausible":
+        main_fails_too = bool(
+            store.query(
+                "SELECT 1 FROM sessions WHERE round_id = ? AND side = 'main' AND list_contains(?, kind) "
+                "AND model = ? AND status <> 'ok'",
+                [
+                    slot_round(task),
+                    ["sweep", "guard"] if task.kind in ("sweep", "guard") else [task.kind],
+                    task.model,
+                ],
+            )
+        )
+        if main_fails_too:
+            o.detail += " (main fails the same way in this round)"
+    write_session(store, slot_round(task), task, commit, o, main_fails_too)
     if not o.ok:
         who = "main" if task.side == "main" else f"PR #{task.pr}"
         log(f"  {who} {task.kind} {task.model}: {o.status}: {o.detail}")
-    return 1 if (o.status == "infra" or (task.side == "main" and not o.ok)) else 0
+    return (
+        1 if (o.status == "infra" or (not o.ok and (task.side == "main" or main_fails_too))) else 0
+    )
 
 
 def slot_round(task: Task) -> str:

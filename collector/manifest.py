@@ -135,7 +135,8 @@ def _describe(err: dict, data: dict, text: str, path: Path) -> str:
     field = ".".join(str(x) for x in loc) or "(top level)"
     if err["type"] == "missing":
         msg = "missing field"
-    if field == "pr" and "listed twice" in msg:
+    if "listed twice" in msg:
+        field = "pr"
         m = re.search(r"#(\d+)", msg)
         lines = _pr_lines(text)
         if m:
@@ -281,7 +282,7 @@ def targets_from_body(body: str) -> list[str]:
     """Model names a PR body mentions, in the engine's spelling, longest match first."""
     found: list[str] = []
     for name in sorted(known_models(), key=len, reverse=True):
-        pat = r"(?<![\w:.-])" + re.escape(name) + r"(?![\w:.-])"
+        pat = r"(?<![\w:.-])" + re.escape(name) + r"(?![\w:-]|\.\w)"
         if re.search(pat, body, flags=re.IGNORECASE) and not any(f.startswith(name) for f in found):
             found.append(name)
     return sorted(found, key=known_models().index)

@@ -237,6 +237,7 @@ def decide_pr(store: Store, data: RoundData, prow: dict) -> Verdict:
             if s["fault"] == "infra":
                 status = "warn" if status != "fail" else status
                 soft.append(f"{model} {s['kind']}: infrastructure ({s['detail']})")
+                soft[:] = list(dict.fromkeys(soft))
                 reasons.append(f"infrastructure, will retry: {what}")
                 continue
             flaky = s["status"] in ("timeout", "incomplete") or (
@@ -267,13 +268,17 @@ def decide_pr(store: Store, data: RoundData, prow: dict) -> Verdict:
                 else:
                     hard.append(f"{model} {s['kind']} {s['status']}: {s['detail']}")
                 reasons.append(what)
-        if main_bad and not any(
-            s["status"] == "ok" and s["side"] == "main" and s["model"] == model
+        main_ok_kinds = {
+            s["kind"]
             for s in data.sessions
-        ):
+            if s["side"] == "main" and s["model"] == model and s["status"] == "ok"
+        }
+        for kind in sorted({s["kind"] for s in main_bad} - main_ok_kinds):
             status = "warn" if status != "fail" else status
-            soft.append(f"main could not be measured on {model} (infrastructure)")
-            reasons.append("main failed on this model: infrastructure, will retry")
+            soft.append(
+                f"main could not be measured on {model} {kind} (infrastructure, will retry)"
+            )
+            reasons.append(f"main failed on {kind}: infrastructure, will retry")
         gates.append(Gate(f"run:{model}", status, "; ".join(reasons) or "every session finished"))
 
     # comparisons
@@ -434,10 +439,10 @@ def decide_pr(store: Store, data: RoundData, prow: dict) -> Verdict:
     v.best = best
     if hard:
         v.label = "REJECT"
-        v.reason = "Rejected — " + "; ".join(hard) + "."
+        v.reason = "Rejected — " + "; ".join(dict.fromkeys(hard)) + "."
     elif soft:
         v.label = "pending"
-        v.reason = "Pending — " + "; ".join(soft) + "."
+        v.reason = "Pending — " + "; ".join(dict.fromkeys(soft)) + "."
     elif sig:
         assert best is not None
         v.label = best.tier

@@ -10,6 +10,11 @@ from engine import fake_behavior as B
 
 
 def misbehave(command: str, out: str) -> None:
+    ledger = os.environ.get("FAKE_ENGINE_LEDGER")
+    if ledger:  # tests watch progress through this file
+        with open(ledger, "a") as f:
+            f.write(command + "\n")
+    time.sleep(float(os.environ.get("FAKE_ENGINE_SLEEP", "0")))
     how = B.FAIL.get(command) or B.FAIL.get("*")
     if not how:
         return
@@ -29,8 +34,8 @@ def misbehave(command: str, out: str) -> None:
     if how == "enospc":
         print("OSError: [Errno 28] No space left on device", file=sys.stderr)
         sys.exit(1)
-    if how == "bad-model":
-        return
+    if how == "wrong-model":  # a valid document about something else
+        sys.argv[sys.argv.index("--model") + 1] = "tiny:f16"
 
 
 def header(model: str, backend: str) -> dict:

@@ -2,7 +2,9 @@
 
 import argparse
 import json
+import sys
 
+from engine import fake_behavior as B
 from engine._fake_common import header, jitter, misbehave, speed
 
 
@@ -18,8 +20,8 @@ def main() -> None:
     ap.add_argument("--prompt-len", type=int, default=16)
     ap.add_argument("--backend", default="auto")
     ap.add_argument("--out", required=True)
+    misbehave(sys.argv[1], sys.argv[sys.argv.index("--out") + 1])
     a = ap.parse_args()
-    misbehave(a.command, a.out)
     doc = header(a.model, a.backend)
     if a.command == "sweep":
         ctxs = [int(c) for c in a.ctx.split(",")]
@@ -50,10 +52,11 @@ def main() -> None:
             for _ in range(a.runs):
                 tok_s = 800.0 * w**0.5 * speed(a.model, "concurrent") * jitter()
                 exp = w * a.tokens
+                lost = 1 if B.FAIL.get("concurrent") == "lossy" else 0
                 runs.append(
                     {
                         "tokens_expected": exp,
-                        "tokens_decoded": exp,
+                        "tokens_decoded": exp - lost,
                         "seconds": exp / tok_s,
                         "tok_s": tok_s,
                     }

@@ -3,6 +3,7 @@
 import argparse
 import json
 import math
+import sys
 
 from engine import fake_behavior as B
 from engine._fake_common import header, misbehave
@@ -18,8 +19,8 @@ def main() -> None:
     ap.add_argument("--positions", type=int, default=16)
     ap.add_argument("--backend", default="auto")
     ap.add_argument("--out", required=True)
+    misbehave(sys.argv[1], sys.argv[sys.argv.index("--out") + 1])
     a = ap.parse_args()
-    misbehave(a.command, a.out)
     doc = header(a.model, a.backend)
     if a.command == "score":
         with open(a.text_file, encoding="utf-8") as f:

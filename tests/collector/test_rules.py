@@ -1,0 +1,144 @@
+"""The verdict rules on synthetic numbers: tiers, floor, noise, implausible guard, merge-first."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from collector.policy import load_policy, resolve
+from collector.stats import bootstrap_delta_ci, session_spread
+from collector.verdict import Comparison, Verdict, choose_merge_first, compare_axis
+
+POLICY = resolve(load_policy(), "cpu")
+
+
+def cmp(main: float, pr: float, noise_medians: list[float] | None = None) -> Comparison:
+    """Constant samples: delta exact, interval a point."""
+    return compare_axis(
+        POLICY,
+        "tiny",
+        "target",
+        "decode@128",
+        [main] * 5,
+        [pr] * 5,
+        noise_medians or [main, main, main],
+    )
+
+
+@pytest.mark.parametrize(
+    ("pr", "tier"),
+    [
+        (101.99, "none"),
+        (102.0, "XS"),
+        (103.49, "XS"),
+        (103.5, "S"),
+        (105.99, "S"),
+        (106.0, "M"),
+        (109.99, "M"),
+        (110.0, "L"),
+        (117.99, "L"),
+        (118.0, "XL"),
+        (500.0, "XL"),
+    ],
+)
+def test_tier_boundaries(pr: float, tier: str) -> None:
+    c = cmp(100.0, pr)
+    assert c.tier == tier
+    assert c.significant == (tier != "none")
+
+
+def test_tier_boundaries_are_inclusive_at_other_scales() -> None:
+    for main in (0.37, 63.5, 4824.02, 1e5):
+        assert cmp(main, main * 1.02).tier == "XS"
+        assert cmp(main, main * 1.035).tier == "S"
+        assert cmp(main, main * 1.18).tier == "XL"
+
+
+@pytest.mark.parametrize(
+    ("pr", "below"), [(98.0, False), (97.99, True), (99.0, False), (50.0, True)]
+)
+def test_floor(pr: float, below: bool) -> None:
+    assert cmp(100.0, pr).below_floor is below
+
+
+def test_noise_blocks_significance_and_floor() -> None:
+    noisy = [95.0, 100.0, 105.0]  # 10% spread between main's sessions
+    assert cmp(100.0, 105.0, noisy).significant is False
+    assert cmp(100.0, 105.0, noisy).tier == "none"
+    assert cmp(100.0, 95.0, noisy).below_floor is False
+    assert cmp(100.0, 115.0, noisy).tier == "L"
+    assert cmp(100.0, 85.0, noisy).below_floor is True
+
+
+def test_interval_including_zero_is_not_significant() -> None:
+    rng = np.random.default_rng(1)
+    main = list(100 + rng.normal(0, 5, 6))
+    pr = list(103 + rng.normal(0, 5, 6))
+    c = compare_axis(POLICY, "tiny", "target", "decode@32", main, pr, [100.0, 100.0])
+    assert c.ci_low < 0 < c.ci_high
+    assert not c.significant
+
+
+def test_implausible_guard() -> None:
+    assert cmp(100.0, 2001.0).implausible is True
+    assert cmp(100.0, 1999.0).implausible is False
+
+
+def test_bootstrap_interval_contains_true_delta() -> None:
+    """On synthetic data with a known 5% gain the 95% interval covers it about 95% of the time."""
+    rng = np.random.default_rng(7)
+    covered = 0
+    trials = 200
+    for t in range(trials):
+        main = rng.normal(100.0, 1.0, 15)
+        pr = rng.normal(105.0, 1.05, 15)
+        _, lo, hi = bootstrap_delta_ci(main, pr, 1000, 0.95, seed=t)
+        covered += lo <= 0.05 <= hi
+    assert covered / trials > 0.85
+
+
+def test_bootstrap_is_deterministic() -> None:
+    a, b = [1.0, 2.0, 3.0, 4.0], [2.0, 3.0, 4.0, 5.0]
+    assert bootstrap_delta_ci(a, b, seed=3) == bootstrap_delta_ci(a, b, seed=3)
+
+
+def test_session_spread() -> None:
+    assert session_spread([100.0]) == 0.0
+    assert session_spread([99.0, 100.0, 101.0]) == pytest.approx(0.02)
+
+
+def _v(pr: int, label: str, delta: float) -> Verdict:
+    v = Verdict(pr, "c", label, "r")
+    v.best = cmp(100.0, 100.0 * (1 + delta))
+    return v
+
+
+def test_merge_first_skips_held_and_rejected() -> None:
+    verdicts = [
+        _v(1, "XL", 0.30),
+        _v(2, "REJECT", 0.50),
+        _v(3, "M", 0.07),
+        _v(4, "L", 0.12),
+        _v(5, "none", 0.01),
+    ]
+    prs = {
+        1: {"labels": ["Hold"]},
+        2: {"labels": []},
+        3: {"labels": []},
+        4: {"labels": ["perf"]},
+        5: {"labels": []},
+    }
+    assert choose_merge_first(verdicts, prs, POLICY) == 4
+    prs[4]["labels"] = ["needs-rebase"]
+    assert choose_merge_first(verdicts, prs, POLICY) == 3
+
+
+def test_merge_first_none_when_nothing_passes() -> None:
+    assert (
+        choose_merge_first(
+            [_v(1, "none", 0.0), _v(2, "REJECT", 0.2)],
+            {1: {"labels": []}, 2: {"labels": []}},
+            POLICY,
+        )
+        is None
+    )

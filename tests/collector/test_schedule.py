@@ -1,0 +1,60 @@
+"""The interleaved plan: main, PR, main, PR ... with main spread between PRs, stable ids."""
+
+from __future__ import annotations
+
+from collector.policy import load_policy, resolve
+from collector.schedule import plan_round
+
+PROFILE = resolve(load_policy(), "cpu").profile
+
+
+def sides(slots) -> str:  # type: ignore[no-untyped-def]
+    return "".join("M" if s.side == "main" else str(s.pr) for s in slots)
+
+
+def test_one_pr_alternates_with_three_mains() -> None:
+    slots = plan_round("r", [(7, ["tiny"])], PROFILE)
+    assert sides(slots) == "M7M7M"
+
+
+def test_many_prs_share_spread_main_sessions() -> None:
+    slots = plan_round("r", [(i, ["tiny"]) for i in range(1, 8)], PROFILE)
+    s = sides(slots)
+    assert s == "M12M34M56M7M"
+    assert "MM" not in s and s[0] == "M" and s[-1] == "M"
+
+
+def test_tasks_targets_and_guards() -> None:
+    slots = plan_round("r", [(5, ["tiny"])], PROFILE)
+    first_pr = slots[1]
+    kinds = [(t.kind, t.model) for t in first_pr.tasks]
+    assert kinds == [
+        ("sweep", "tiny"),
+        ("concurrent", "tiny"),
+        ("score", "tiny"),
+        ("prefill-check", "tiny"),
+        ("guard", "tiny:q8_0"),
+    ]
+    second_pr = slots[3]
+    assert [(t.kind, t.model) for t in second_pr.tasks] == [
+        ("sweep", "tiny"),
+        ("concurrent", "tiny"),
+        ("guard", "tiny:q8_0"),
+    ]
+    main_kinds = [[t.kind for t in s.tasks] for s in slots if s.side == "main"]
+    assert main_kinds[0] == ["sweep", "concurrent", "score", "prefill-check", "guard"]
+    assert main_kinds[1] == ["sweep", "concurrent", "score", "guard"]
+    assert main_kinds[2] == ["sweep", "concurrent", "guard"]
+
+
+def test_ids_are_stable_and_unique() -> None:
+    a = plan_round("r", [(1, ["tiny"]), (2, ["tiny:q8_0"])], PROFILE)
+    b = plan_round("r", [(1, ["tiny"]), (2, ["tiny:q8_0"])], PROFILE)
+    ids = [t.session_id for s in a for t in s.tasks]
+    assert ids == [t.session_id for s in b for t in s.tasks]
+    assert len(set(ids)) == len(ids)
+    assert ids[0] == "r/main/0/0/sweep/tiny"
+
+
+def test_no_measurable_prs_no_sessions() -> None:
+    assert plan_round("r", [], PROFILE) == []

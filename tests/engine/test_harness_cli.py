@@ -228,3 +228,24 @@ def test_help_on_every_command() -> None:
             assert command.help, name
             for param in command.params:
                 assert getattr(param, "help", None), (name, param.name)
+
+
+@pytest.mark.gpu
+def test_every_command_on_the_gpu(tmp_path: Path) -> None:
+    """The same commands on the CuPy backend: documents validate and say they ran on the GPU."""
+    runs = {
+        "sweep": ("engine.bench", "sweep", "--ctx", "16,64", "--tokens", "8", "--reps", "2"),
+        "concurrent": ("engine.bench", "concurrent", "--widths", "2,4", "--tokens", "8"),
+        "score": ("engine.score", "score", "--topk", "5"),
+        "prefill-check": ("engine.score", "prefill-check", "--prefix", "16,64", "--positions", "8"),
+    }
+    for kind, (module, *args) in runs.items():
+        out = tmp_path / f"{kind}.json"
+        proc = harness(module, *args, "--model", "tiny", "--backend", "cupy", "--out", str(out))
+        doc = document(out, kind, proc)
+        assert doc.device.backend == "cupy" and doc.device.driver, kind
+        if kind == "concurrent":
+            assert all(r.complete for w in doc.widths for r in w.runs)
+        if kind == "prefill-check":
+            # different kernels on the two paths: agreement, not bit-identity (a loose bound)
+            assert all(p.top1 >= 0.9 for p in doc.prefixes), doc.prefixes

@@ -54,12 +54,11 @@ def generate(
     model: str, prompt: str, max_tokens: int, temperature: float, seed: int, backend: str
 ) -> None:
     """Print the continuation of PROMPT."""
-    from engine.models import model_config, open_runner, open_tokenizer, resolve
+    from engine.models import check_model, open_runner, open_tokenizer
 
-    resolve(model)  # refuse a bad name before any slow loading
+    config = check_model(model, backend)  # refuse a bad name/file before any slow loading
     if not prompt:
         raise EngineError("the prompt is empty")
-    config = model_config(model)
     tok = open_tokenizer(model)
     ids = tok.encode(prompt)
     if not ids:

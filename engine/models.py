@@ -150,6 +150,27 @@ def _check_fits_numpy(name: str, config: ModelConfig) -> None:
         )
 
 
+def check_model(name: str, backend: str = "auto") -> ModelConfig:
+    """Everything about a model that can be refused cheaply, before a slow load.
+
+    The name or format, the backend, whether the model fits the NumPy backend, and for GGUF
+    files the metadata and every tensor's type and shape (memmaps: nothing is read).
+    Returns the model's config.
+    """
+    from engine.backends import resolve_backend
+
+    spec = resolve(name)
+    chosen = resolve_backend(backend)
+    if spec.kind == "gguf":
+        config = load_weights(name).config  # validates the file's tensors too
+    else:
+        assert spec.dummy is not None
+        config = spec.dummy.config
+    if chosen == "numpy":
+        _check_fits_numpy(spec.name, config)
+    return config
+
+
 def open_runner(name: str, backend: str = "auto", **kwargs: Any) -> Runner:
     """A Runner with the model loaded on the chosen backend ("auto": CuPy when usable)."""
     from engine.backends import array_module, resolve_backend

@@ -39,6 +39,11 @@ class _Layer:
     w_down: np.ndarray
 
 
+def matmul_t(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """x @ w.T for x [n, in] and w [out, in]; OpenBLAS runs W @ x.T faster when n > 1."""
+    return x @ w.T if x.shape[0] == 1 else (w @ x.T).T
+
+
 def rope_neox(arch: str) -> bool:
     """True when the architecture rotates (i, i + d/2) pairs; False for adjacent pairs."""
     return arch == "qwen3"
@@ -208,7 +213,7 @@ class NumpyRunner(Runner):
         scale = self.dtype.type(1.0 / np.sqrt(hd))
         for li, L in enumerate(self.layers):
             xn = self._rms_norm(x, L.attn_norm)
-            qkv = xn @ L.wqkv.T
+            qkv = matmul_t(xn, L.wqkv)
             q = qkv[:, : nq * hd].reshape(n, nq, hd)
             k = qkv[:, nq * hd : (nq + nkv) * hd].reshape(n, nkv, hd)
             v = qkv[:, (nq + nkv) * hd :].reshape(n, nkv, hd)
@@ -244,17 +249,17 @@ class NumpyRunner(Runner):
                 attn[r0 : r0 + m] = (
                     o.reshape(nkv, m, g, hd).transpose(1, 0, 2, 3).reshape(m, nq * hd)
                 )
-            x = x + attn @ L.wo.T
+            x = x + matmul_t(attn, L.wo)
             xn = self._rms_norm(x, L.ffn_norm)
-            gu = xn @ L.w_gate_up.T
+            gu = matmul_t(xn, L.w_gate_up)
             gate, up = gu[:, : c.ffn_dim], gu[:, c.ffn_dim :]
             with np.errstate(over="ignore"):
                 act = gate / (1.0 + np.exp(-gate))  # SiLU; exp overflow gives the right 0
-            x = x + (act * up) @ L.w_down.T
+            x = x + matmul_t(act * up, L.w_down)
         for seq, _, m in segments:
             self._lens[seq] += m
         return x
 
     def _logits(self, h: np.ndarray) -> np.ndarray:
         hn = self._rms_norm(h, self.output_norm)
-        return (hn @ self.w_out.T).astype(np.float32)
+        return matmul_t(hn, self.w_out).astype(np.float32)

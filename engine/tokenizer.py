@@ -144,6 +144,10 @@ def _tokenizer_cached(path: str, mtime_ns: int) -> Tokenizer:
     f = open_gguf(path)
     reader = f.reader
     model = _field(reader, "tokenizer.ggml.model")
+    if model is None:
+        raise EngineError(
+            f"{path}: the GGUF carries no tokenizer (tokenizer.ggml.model is missing)"
+        )
     if model != "gpt2":
         raise EngineError(
             f"{path}: tokenizer model {model!r} is not supported (only byte-level BPE, 'gpt2')"

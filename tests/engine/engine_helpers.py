@@ -51,10 +51,17 @@ def assert_one_line_error(proc: subprocess.CompletedProcess[str], *fragments: st
         assert f.lower() in lines[0].lower(), (f, lines[0])
 
 
-def write_gguf(path: Path, weights, arch: str | None = None, **kv_overrides) -> Path:  # noqa: ANN001
+def write_gguf(
+    path: Path,
+    weights,  # noqa: ANN001
+    arch: str | None = None,
+    tokenizer_from: Path | None = None,
+    **kv_overrides,  # noqa: ANN003
+) -> Path:
     """Write ModelWeights to a GGUF file with gguf.GGUFWriter (tensors in their own formats).
 
-    kv_overrides replace metadata values by key suffix, e.g. context_length=64.
+    kv_overrides replace metadata values by key suffix, e.g. context_length=64;
+    tokenizer_from copies another GGUF's tokenizer.* metadata (so llama.cpp can load it).
     """
     import gguf
 
@@ -78,6 +85,18 @@ def write_gguf(path: Path, weights, arch: str | None = None, **kv_overrides) -> 
         w.add_uint32(f"{arch}.{key}", int(value))
     w.add_float32(f"{arch}.rope.freq_base", float(kv_overrides.get("rope_base", c.rope_base)))
     w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", float(c.norm_eps))
+    w.add_uint32(f"{arch}.attention.value_length", c.head_dim)
+    if tokenizer_from is not None:
+        src = gguf.GGUFReader(tokenizer_from)
+        for key, field in src.fields.items():
+            if not key.startswith("tokenizer.") or key == "tokenizer.chat_template":
+                continue
+            value = field.contents()
+            vtype = field.types[0]
+            if vtype == gguf.GGUFValueType.ARRAY:
+                w.add_array(key, value)
+            else:
+                w.add_key_value(key, value, vtype)
     for t in weights.tensors.values():
         data = np.asarray(t.data)
         if t.ggml_type == "BF16":

@@ -63,11 +63,14 @@ __device__ __forceinline__ void attn_split_body(const float* __restrict__ q, con
 #pragma unroll
         for (int g = 0; g < GMAX; ++g) s[g] = 0.f;
         if (valid) {
+            // the whole K row in flight at once: latency, not bandwidth, rules short contexts
             const uint4* krow = reinterpret_cast<const uint4*>(K + (size_t)p * HD);
-#pragma unroll 4
+            uint4 kr[HD / 8];
+#pragma unroll
+            for (int c = 0; c < HD / 8; ++c) kr[c] = __ldg(krow + c);
+#pragma unroll
             for (int c = 0; c < HD / 8; ++c) {
-                const uint4 kv = __ldg(krow + c);
-                const __half2* kh = reinterpret_cast<const __half2*>(&kv);
+                const __half2* kh = reinterpret_cast<const __half2*>(&kr[c]);
                 float kf[8];
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
@@ -109,30 +112,42 @@ __device__ __forceinline__ void attn_split_body(const float* __restrict__ q, con
             }
         }
         const int cnt = min(32, end - base);
-        for (int j = 0; j < cnt; ++j) {
-            const __half* vrow = V + (size_t)(base + j) * HD + (vlane ? lane * DPL : 0);
-            float vf[DPL];
-            if (DPL == 4) {
-                const uint2 raw = __ldg(reinterpret_cast<const uint2*>(vrow));
-                const __half2* vh = reinterpret_cast<const __half2*>(&raw);
-                const float2 f0 = __half22float2(vh[0]), f1 = __half22float2(vh[1]);
-                vf[0] = f0.x;
-                vf[DPL > 1 ? 1 : 0] = f0.y;
-                vf[DPL > 2 ? 2 : 0] = f1.x;
-                vf[DPL > 3 ? 3 : 0] = f1.y;
-            } else if (DPL == 2) {
-                const float2 f0 = __half22float2(__ldg(reinterpret_cast<const __half2*>(vrow)));
-                vf[0] = f0.x;
-                vf[DPL > 1 ? 1 : 0] = f0.y;
-            } else {
-                vf[0] = __half2float(__ldg(vrow));
+        const int voff = vlane ? lane * DPL : 0;
+        for (int j0 = 0; j0 < cnt; j0 += 16) {
+            // 16 V rows in flight, then the 16 weighted adds
+            float vf[16][DPL];
+#pragma unroll
+            for (int jj = 0; jj < 16; ++jj) {
+                const int j = j0 + jj;
+                const __half* vrow = V + (size_t)(base + min(j, cnt - 1)) * HD + voff;
+                if (DPL == 4) {
+                    const uint2 raw = __ldg(reinterpret_cast<const uint2*>(vrow));
+                    const __half2* vh = reinterpret_cast<const __half2*>(&raw);
+                    const float2 f0 = __half22float2(vh[0]), f1 = __half22float2(vh[1]);
+                    vf[jj][0] = f0.x;
+                    vf[jj][DPL > 1 ? 1 : 0] = f0.y;
+                    vf[jj][DPL > 2 ? 2 : 0] = f1.x;
+                    vf[jj][DPL > 3 ? 3 : 0] = f1.y;
+                } else if (DPL == 2) {
+                    const float2 f0 = __half22float2(__ldg(reinterpret_cast<const __half2*>(vrow)));
+                    vf[jj][0] = f0.x;
+                    vf[jj][DPL > 1 ? 1 : 0] = f0.y;
+                } else {
+                    vf[jj][0] = __half2float(__ldg(vrow));
+                }
             }
 #pragma unroll
-            for (int g = 0; g < GMAX; ++g) {
-                if (g < G) {
-                    const float pj = __shfl_sync(FULL_MASK, s[g], j);
+            for (int jj = 0; jj < 16; ++jj) {
+                const int j = j0 + jj;
 #pragma unroll
-                    for (int d = 0; d < DPL; ++d) o[g][d] = fmaf(pj, vf[d], o[g][d]);
+                for (int g = 0; g < GMAX; ++g) {
+                    if (g < G) {
+                        // lanes past cnt hold p = 0 (s[g] of an invalid lane), so the clamped
+                        // duplicate row adds nothing
+                        const float pj = __shfl_sync(FULL_MASK, s[g], j & 31);
+#pragma unroll
+                        for (int d = 0; d < DPL; ++d) o[g][d] = fmaf(pj, vf[jj][d], o[g][d]);
+                    }
                 }
             }
         }
@@ -192,10 +207,13 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_split_128(ATTN
     attn_split_body<128>(ATTN_SPLIT_PASS);
 }
 
-// Merge the splits of one (head, row): grid (n_heads, rows), hd threads.
+// Merge the splits of one (head, row): grid (n_heads, rows), hd threads. Also writes the
+// two-level int8 blocks of the output (xq/xs non-null) for a quantized output projection:
+// with hd >= 32 each warp holds exactly one block of 32.
 extern "C" __global__ void attn_combine(const float* __restrict__ part_o, const float* __restrict__ part_ml,
                                         const int* __restrict__ seq_ids, const int* __restrict__ lens,
-                                        float* __restrict__ out, int n_heads, int hd, int nsplit) {
+                                        float* __restrict__ out, i8* __restrict__ xq,
+                                        float4* __restrict__ xs, int n_heads, int hd, int nsplit) {
     const int h = blockIdx.x, r = blockIdx.y, e = threadIdx.x;
     const int n = lens[seq_ids[r]] + 1;
     int chunk = (n + nsplit - 1) / nsplit;
@@ -210,7 +228,10 @@ extern "C" __global__ void attn_combine(const float* __restrict__ part_o, const 
         L += part_ml[(slot0 + s) * 2 + 1] * f;
         acc += part_o[(slot0 + s) * hd + e] * f;
     }
-    out[((size_t)r * n_heads + h) * hd + e] = acc / L;
+    const float v = acc / L;
+    const size_t i = ((size_t)r * n_heads + h) * hd + e;
+    out[i] = v;
+    if (xq && hd >= 32) quant_block(v, xq + (i / 32) * 64, xs + i / 32);
 }
 
 // ---------------------------------------------------------------------------------------

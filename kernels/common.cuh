@@ -79,3 +79,22 @@ __device__ __forceinline__ float weight_at(int wt, const void* __restrict__ wq,
         }
     }
 }
+
+// Two-level int8 quantization of one block of 32 activations held one per lane (see
+// quantize_q8 in gemv.cu for the layout): q1 at xq[0..31], q2 at xq[32..63], *xs = {d1, d2, sum}.
+__device__ __forceinline__ void quant_block(float v, i8* __restrict__ xq, float4* __restrict__ xs) {
+    const int lane = threadIdx.x & 31;
+    const float amax = warp_max(fabsf(v));
+    const float d1 = amax / 127.f;
+    const float id1 = amax > 0.f ? 127.f / amax : 0.f;
+    const int q1 = __float2int_rn(v * id1);
+    const float res = v - d1 * (float)q1;
+    const float rmax = warp_max(fabsf(res));
+    const float d2 = rmax / 127.f;
+    const float id2 = rmax > 0.f ? 127.f / rmax : 0.f;
+    const int q2 = __float2int_rn(res * id2);
+    const float sum = warp_sum(v);
+    xq[lane] = (i8)q1;
+    xq[32 + lane] = (i8)q2;
+    if (lane == 0) *xs = make_float4(d1, d2, sum, 0.f);
+}

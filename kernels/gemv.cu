@@ -132,7 +132,7 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ wq, const voi
         acc2[r] = 0.f;
     }
     const int nchunks = (WT == WT_F16 || WT == WT_F32) ? K / 8 : K / 32;
-#pragma unroll 4
+#pragma unroll 8
     for (int c = lane; c < nchunks; c += 32) {
         gemv_chunk<WT, RB>(wq, ws, row, K, c, x, xs, r0, nr, acc);
         if (MODE == MODE_GLU) gemv_chunk<WT, RB>(wq2, ws2, row, K, c, x, xs, r0, nr, acc2);
@@ -195,20 +195,6 @@ GEMV_MODES(q4_1, WT_Q4_1)
 extern "C" __global__ void quantize_q8(const float* __restrict__ x, i8* __restrict__ xq,
                                        float4* __restrict__ xs, int nblocks) {
     const int b = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    const int lane = threadIdx.x & 31;
     if (b >= nblocks) return;
-    const float v = x[(size_t)b * 32 + lane];
-    const float amax = warp_max(fabsf(v));
-    const float d1 = amax / 127.f;
-    const float id1 = amax > 0.f ? 127.f / amax : 0.f;
-    const int q1 = __float2int_rn(v * id1);
-    const float res = v - d1 * (float)q1;
-    const float rmax = warp_max(fabsf(res));
-    const float d2 = rmax / 127.f;
-    const float id2 = rmax > 0.f ? 127.f / rmax : 0.f;
-    const int q2 = __float2int_rn(res * id2);
-    const float sum = warp_sum(v);
-    xq[(size_t)b * 64 + lane] = (i8)q1;
-    xq[(size_t)b * 64 + 32 + lane] = (i8)q2;
-    if (lane == 0) xs[b] = make_float4(d1, d2, sum, 0.f);
+    quant_block(x[(size_t)b * 32 + (threadIdx.x & 31)], xq + (size_t)b * 64, xs + b);
 }

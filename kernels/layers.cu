@@ -1,10 +1,12 @@
 // Element-wise and per-row layer kernels shared by decode and prefill: RMSNorm, embedding
 // lookup, RoPE with the KV-cache write, argmax, dequantization for the prefill GEMMs, SwiGLU.
 
-// y[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * w; one block per row. Writes float32 (decode)
-// or float16 (prefill GEMM input) depending on which pointer is non-null.
+// y[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * w; one block per row. Writes any of: float32
+// (y), float16 (y16, the prefill GEMM input), two-level int8 blocks (xq/xs, the input of
+// the quantized mat-vec: the quantization is fused here). dim is a multiple of 32.
 extern "C" __global__ void rmsnorm(const float* __restrict__ x, const float* __restrict__ w,
-                                   float* __restrict__ y, __half* __restrict__ y16, int dim,
+                                   float* __restrict__ y, __half* __restrict__ y16,
+                                   i8* __restrict__ xq, float4* __restrict__ xs, int dim,
                                    float eps) {
     const size_t base = (size_t)blockIdx.x * dim;
     float ss = 0.f;
@@ -14,10 +16,13 @@ extern "C" __global__ void rmsnorm(const float* __restrict__ x, const float* __r
     }
     ss = block_sum(ss);
     const float rs = rsqrtf(ss / (float)dim + eps);
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+    const int lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    for (int b = threadIdx.x >> 5; b < dim / 32; b += nw) {
+        const int i = b * 32 + lane;
         const float v = x[base + i] * rs * w[i];
         if (y) y[base + i] = v;
         if (y16) y16[base + i] = __float2half_rn(v);
+        if (xq) quant_block(v, xq + (base / 32 + b) * 64, xs + base / 32 + b);
     }
 }
 
@@ -52,19 +57,19 @@ extern "C" __global__ void swiglu_f16(const float* __restrict__ g, const float* 
     out[i] = __float2half_rn(a / (1.f + expf(-a)) * u[i]);
 }
 
-// Optional per-head RMSNorm (Qwen3 q/k norm), then RoPE on q (in place) and k, and the
-// KV-cache write of k and v in float16. Grid (n_heads + n_kv, rows), one warp per head.
+// Optional per-head RMSNorm (Qwen3 q/k norm), then RoPE on q and k, and the KV-cache write
+// of k and v in float16. Grid (n_heads + n_kv, rows), one warp per head. Input: the fused
+// q|k|v projection rows (row stride ld); q is written rotated to q_out [rows][n_heads][hd].
 // Row r's sequence and position: decode reads them from device memory (seq_ids[r],
 // lens[seq]) so a captured graph replays for any position; prefill passes pos_base >= 0
 // and seq_fixed, and row r sits at pos_base + r.
 // Cache layout per layer: [seq][kv_head][max_len][head_dim].
-extern "C" __global__ void rope_kv(float* __restrict__ q, const float* __restrict__ k,
-                                   const float* __restrict__ v, __half* __restrict__ kc,
-                                   __half* __restrict__ vc, const float* __restrict__ qn_w,
-                                   const float* __restrict__ kn_w, const int* __restrict__ seq_ids,
-                                   const int* __restrict__ lens, int seq_fixed, int pos_base,
-                                   int n_heads, int n_kv, int hd, int max_len, float rope_base,
-                                   int neox, float eps) {
+extern "C" __global__ void rope_kv(const float* __restrict__ qkv, int ld, float* __restrict__ q_out,
+                                   __half* __restrict__ kc, __half* __restrict__ vc,
+                                   const float* __restrict__ qn_w, const float* __restrict__ kn_w,
+                                   const int* __restrict__ seq_ids, const int* __restrict__ lens,
+                                   int seq_fixed, int pos_base, int n_heads, int n_kv, int hd,
+                                   int max_len, float rope_base, int neox, float eps) {
     __shared__ float buf[256];
     const int h = blockIdx.x, r = blockIdx.y, lane = threadIdx.x;
     int seq, pos;
@@ -77,7 +82,8 @@ extern "C" __global__ void rope_kv(float* __restrict__ q, const float* __restric
     }
     const bool isq = h < n_heads;
     const int kvh = h - n_heads;
-    const float* src = isq ? q + ((size_t)r * n_heads + h) * hd : k + ((size_t)r * n_kv + kvh) * hd;
+    const float* row = qkv + (size_t)r * ld;
+    const float* src = isq ? row + (size_t)h * hd : row + (size_t)(n_heads + kvh) * hd;
     const float* nw = isq ? qn_w : kn_w;
     float ss = 0.f;
     for (int e = lane; e < hd; e += 32) {
@@ -105,7 +111,7 @@ extern "C" __global__ void rope_kv(float* __restrict__ q, const float* __restric
         const float y0 = x0 * c - x1 * s;
         const float y1 = x0 * s + x1 * c;
         if (isq) {
-            float* dst = q + ((size_t)r * n_heads + h) * hd;
+            float* dst = q_out + ((size_t)r * n_heads + h) * hd;
             dst[a] = y0;
             dst[b] = y1;
         } else {
@@ -114,7 +120,7 @@ extern "C" __global__ void rope_kv(float* __restrict__ q, const float* __restric
         }
     }
     if (!isq) {
-        const float* vs = v + ((size_t)r * n_kv + kvh) * hd;
+        const float* vs = row + (size_t)(n_heads + n_kv + kvh) * hd;
         for (int e = lane; e < hd; e += 32) vc[cache_row + e] = __float2half_rn(vs[e]);
     }
 }

@@ -78,3 +78,20 @@ def vector_to_gpu(t: Any) -> Any:
         data = t.dequantize(np)
         return cp.asarray(np.asarray(data, dtype=np.float32).reshape(-1))
     return cp.ascontiguousarray(_float32(t.data, t.ggml_type).reshape(-1))
+
+
+def fuse_rows(parts: list[GpuWeight]) -> list[tuple[GpuWeight, int]]:
+    """Weights that share the input (q, k, v) as one matrix, so one launch reads them all.
+
+    Returns [(fused, 0)], or the parts at their output column offsets when their storage
+    types differ.
+    """
+    offsets, col = [], 0
+    for p in parts:
+        offsets.append(col)
+        col += p.rows
+    if len({(p.wt, p.cols) for p in parts}) != 1:
+        return list(zip(parts, offsets, strict=True))
+    q = cp.concatenate([p.q for p in parts], axis=0)
+    s = None if parts[0].s is None else cp.concatenate([p.s for p in parts], axis=0)
+    return [(GpuWeight(parts[0].wt, q, s, col, parts[0].cols), 0)]

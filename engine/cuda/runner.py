@@ -31,7 +31,7 @@ from engine.cuda.kernels import (
     gemv_name,
     get_kernels,
 )
-from engine.cuda.layout import GpuWeight, matrix_to_gpu, vector_to_gpu
+from engine.cuda.layout import GpuWeight, fuse_rows, matrix_to_gpu, vector_to_gpu
 from engine.errors import EngineError
 from engine.protocol import VramInfo
 from engine.runner import Runner
@@ -63,9 +63,9 @@ def _f(v: float) -> np.float32:
 @dataclass
 class _Layer:
     attn_norm: Any
-    wq: GpuWeight
-    wk: GpuWeight
-    wv: GpuWeight
+    qkv: list[
+        tuple[GpuWeight, int]
+    ]  # the q|k|v projection: one fused weight, or three parts at column offsets
     wo: GpuWeight
     q_norm: Any | None
     k_norm: Any | None
@@ -109,9 +109,7 @@ class CupyRunner(Runner):
 
                 layer = _Layer(
                     attn_norm=v("attn_norm"),
-                    wq=m("attn_q"),
-                    wk=m("attn_k"),
-                    wv=m("attn_v"),
+                    qkv=fuse_rows([m("attn_q"), m("attn_k"), m("attn_v")]),
                     wo=m("attn_output"),
                     q_norm=v("attn_q_norm") if c.qk_norm else None,
                     k_norm=v("attn_k_norm") if c.qk_norm else None,
@@ -144,7 +142,7 @@ class CupyRunner(Runner):
         if not self.config.tied_embeddings:
             total += self.w_out.nbytes
         for L in self.layers:
-            for w in (L.wq, L.wk, L.wv, L.wo, L.wg, L.wu, L.wd):
+            for w in [w for w, _ in L.qkv] + [L.wo, L.wg, L.wu, L.wd]:
                 total += w.nbytes
         return total
 
@@ -154,7 +152,7 @@ class CupyRunner(Runner):
         per_row = self.tok_embd.nbytes // c.vocab_size
         total = per_row + self.w_out.nbytes + int(self.out_norm.nbytes)
         for L in self.layers:
-            for w in (L.wq, L.wk, L.wv, L.wo, L.wg, L.wu, L.wd):
+            for w in [w for w, _ in L.qkv] + [L.wo, L.wg, L.wu, L.wd]:
                 total += w.nbytes
         return total
 
@@ -199,9 +197,8 @@ class CupyRunner(Runner):
             b["h"] = cp.zeros((R, c.dim), dtype=cp.float32)
             b["xq"] = cp.zeros((R, 2 * kmax), dtype=cp.int8)
             b["xs"] = cp.zeros((R, kmax // 32 * 4), dtype=cp.float32)
+            b["qkv"] = cp.zeros((R, q_dim + 2 * kv_dim), dtype=cp.float32)
             b["q"] = cp.zeros((R, q_dim), dtype=cp.float32)
-            b["k"] = cp.zeros((R, kv_dim), dtype=cp.float32)
-            b["v"] = cp.zeros((R, kv_dim), dtype=cp.float32)
             b["att"] = cp.zeros((R, q_dim), dtype=cp.float32)
             b["f"] = cp.zeros((R, c.ffn_dim), dtype=cp.float32)
             b["logits"] = cp.zeros((R, c.vocab_size), dtype=cp.float32)
@@ -279,9 +276,16 @@ class CupyRunner(Runner):
     # ---- decode -------------------------------------------------------------------------------
 
     def _mv(
-        self, w: GpuWeight, src: str, rows: int, out: Any, mode: str, w2: GpuWeight | None = None
+        self,
+        w: GpuWeight,
+        src: str,
+        rows: int,
+        out: Any,
+        mode: str,
+        w2: GpuWeight | None = None,
+        col0: int = 0,
     ) -> None:
-        """out[:rows] (=, +=, silu-glu) W @ buf[src][:rows]; quantizes the input once if needed."""
+        """out[:rows, col0:] (=, +=, silu-glu) W @ buf[src][:rows]; quantizes the input once."""
         b = self._buf
         if w.quantized:
             if self._quantized_src != src:
@@ -306,7 +310,7 @@ class CupyRunner(Runner):
             w2.s if (w2 is not None and w2.s is not None) else NULL,
             xa,
             xs,
-            out,
+            out[:, col0:] if col0 else out,
             _i(w.rows),
             _i(w.cols),
             _i(rows),
@@ -340,12 +344,17 @@ class CupyRunner(Runner):
             self._trace = None
         return out
 
-    def _rmsnorm(self, x: Any, w: Any, y: Any, y16: Any, rows: int) -> None:
+    def _rmsnorm(self, x: Any, w: Any, y: Any, y16: Any, rows: int, quant: bool = False) -> None:
+        """RMSNorm rows of x into y (float32) and/or y16; quant also fills the int8 planes."""
         dim = self.config.dim
-        self._launch("rmsnorm", (rows,), (256,), (x, w, y, y16, _i(dim), _f(self.config.norm_eps)))
+        b = self._buf
+        xq, xs = (b["xq"], b["xs"]) if quant else (NULL, NULL)
+        args = (x, w, y, y16, xq, xs, _i(dim), _f(self.config.norm_eps))
+        self._launch("rmsnorm", (rows,), (min(1024, dim),), args)
+        self._quantized_src = "h" if quant else None
 
     def _rope_kv(
-        self, li: int, L: _Layer, q: Any, k: Any, v: Any, rows: int, seq: int, pos_base: int
+        self, li: int, L: _Layer, qkv: Any, q: Any, rows: int, seq: int, pos_base: int
     ) -> None:
         c = self.config
         b = self._buf
@@ -354,7 +363,7 @@ class CupyRunner(Runner):
             (c.n_heads + c.n_kv_heads, rows),
             (32,),
             (
-                q, k, v, self.kcache[li], self.vcache[li],
+                qkv, _i(qkv.shape[1]), q, self.kcache[li], self.vcache[li],
                 L.q_norm if L.q_norm is not None else NULL,
                 L.k_norm if L.k_norm is not None else NULL,
                 b["seq_ids"], self.lens, _i(seq), _i(pos_base),
@@ -378,12 +387,10 @@ class CupyRunner(Runner):
         )
         scale = 1.0 / math.sqrt(hd)
         for li, L in enumerate(self.layers):
-            self._rmsnorm(b["x"], L.attn_norm, b["h"], NULL, rows)
-            self._quantized_src = None
-            self._mv(L.wq, "h", rows, b["q"], "store")
-            self._mv(L.wk, "h", rows, b["k"], "store")
-            self._mv(L.wv, "h", rows, b["v"], "store")
-            self._rope_kv(li, L, b["q"], b["k"], b["v"], rows, 0, -1)
+            self._rmsnorm(b["x"], L.attn_norm, b["h"], NULL, rows, quant=L.qkv[0][0].quantized)
+            for w, col0 in L.qkv:
+                self._mv(w, "h", rows, b["qkv"], "store", col0=col0)
+            self._rope_kv(li, L, b["qkv"], b["q"], rows, 0, -1)
             self._launch(
                 f"attn_split_{hd}",
                 (ATTN_SPLITS, c.n_kv_heads, rows),
@@ -394,22 +401,23 @@ class CupyRunner(Runner):
                     _i(self.max_len), _i(ATTN_SPLITS), _f(scale),
                 ),
             )  # fmt: skip
+            quant_o = L.wo.quantized and hd >= 32
             self._launch(
                 "attn_combine",
                 (c.n_heads, rows),
                 (hd,),
                 (
                     b["part_o"], b["part_ml"], b["seq_ids"], self.lens, b["att"],
+                    b["xq"] if quant_o else NULL, b["xs"] if quant_o else NULL,
                     _i(c.n_heads), _i(hd), _i(ATTN_SPLITS),
                 ),
             )  # fmt: skip
+            self._quantized_src = "att" if quant_o else None
             self._mv(L.wo, "att", rows, b["x"], "add")
-            self._rmsnorm(b["x"], L.ffn_norm, b["h"], NULL, rows)
-            self._quantized_src = None
+            self._rmsnorm(b["x"], L.ffn_norm, b["h"], NULL, rows, quant=L.wg.quantized)
             self._mv(L.wg, "h", rows, b["f"], "glu", w2=L.wu)
             self._mv(L.wd, "f", rows, b["x"], "add")
-        self._rmsnorm(b["x"], self.out_norm, b["h"], NULL, rows)
-        self._quantized_src = None
+        self._rmsnorm(b["x"], self.out_norm, b["h"], NULL, rows, quant=self.w_out.quantized)
         self._mv(self.w_out, "h", rows, b["logits"], "store")
         self._launch(
             "argmax_advance",
@@ -500,8 +508,8 @@ class CupyRunner(Runner):
             self._prefill_bufs[name] = a
         return a[:size].reshape(shape)
 
-    def _gemm(self, x16: Any, w: GpuWeight, out: Any, beta: float) -> None:
-        """out[M, N] (float32, row stride out.shape[1]) = x16[M, K] @ W[N, K]^T + beta * out."""
+    def _gemm(self, x16: Any, w: GpuWeight, out: Any, beta: float, col0: int = 0) -> None:
+        """out[M, col0:col0+N] (float32) = x16[M, K] @ W[N, K]^T + beta * out[...]."""
         m_rows, k = x16.shape
         ldc = out.shape[1]
         handle = cp.cuda.device.get_cublas_handle()
@@ -526,7 +534,7 @@ class CupyRunner(Runner):
                 self._one.ctypes.data, w16.data.ptr, CUDA_R_16F, k,
                 x16.data.ptr, CUDA_R_16F, k,
                 (self._one if beta else self._zero).ctypes.data,
-                out.data.ptr + r0 * 4, CUDA_R_32F, ldc,
+                out.data.ptr + (col0 + r0) * 4, CUDA_R_32F, ldc,
                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT,
             )  # fmt: skip
 
@@ -539,9 +547,8 @@ class CupyRunner(Runner):
         tok = self._pbuf("tok", (C,), cp.int32)[:n]
         x = self._pbuf("x", (C, c.dim), cp.float32)[:n]
         h16 = self._pbuf("h16", (C, c.dim), cp.float16)[:n]
+        qkv = self._pbuf("qkv", (C, q_dim + 2 * kv_dim), cp.float32)[:n]
         q = self._pbuf("q", (C, q_dim), cp.float32)[:n]
-        kk = self._pbuf("k", (C, kv_dim), cp.float32)[:n]
-        vv = self._pbuf("v", (C, kv_dim), cp.float32)[:n]
         a16 = self._pbuf("a16", (C, q_dim), cp.float16)[:n]
         g = self._pbuf("g", (C, c.ffn_dim), cp.float32)[:n]
         u = self._pbuf("u", (C, c.ffn_dim), cp.float32)[:n]
@@ -554,10 +561,9 @@ class CupyRunner(Runner):
         scale_log2 = LOG2E / math.sqrt(hd)
         for li, L in enumerate(self.layers):
             self._rmsnorm(x, L.attn_norm, NULL, h16, n)
-            self._gemm(h16, L.wq, q, 0.0)
-            self._gemm(h16, L.wk, kk, 0.0)
-            self._gemm(h16, L.wv, vv, 0.0)
-            self._rope_kv(li, L, q, kk, vv, n, seq, pos0)
+            for w, col0 in L.qkv:
+                self._gemm(h16, w, qkv, 0.0, col0)
+            self._rope_kv(li, L, qkv, q, n, seq, pos0)
             self.k[f"attn_prefill_{hd}"](
                 ((n + 63) // 64, c.n_heads),
                 (128,),

@@ -135,20 +135,38 @@ def test_gemv_row_results_do_not_depend_on_batch(cu, kind):
         assert np.array_equal(batch[r], alone[0])
 
 
-def test_rmsnorm(cu):
+def quantized_planes(cp, k, x):
+    """The reference int8 planes of x [rows, K] from the standalone quantize kernel."""
+    rows, K = x.shape
+    xq = cp.zeros((rows, 2 * K), dtype=cp.int8)
+    xs = nan_buffer(cp, (rows, K // 32 * 4))
+    nb = rows * K // 32
+    k["quantize_q8"](((nb * 32 + 255) // 256,), (256,), (cp.asarray(x), xq, xs, np.int32(nb)))
+    return cp.asnumpy(xq), cp.asnumpy(xs)
+
+
+def test_rmsnorm_and_fused_quantization(cu):
     cp, k = cu
     rows, dim, eps = 5, 2048, 1e-5
     x = RNG.standard_normal((rows, dim)).astype(np.float32) * 3
     w = (1 + 0.1 * RNG.standard_normal(dim)).astype(np.float32)
     y = nan_buffer(cp, (rows, dim))
     y16 = cp.full((rows, dim), cp.nan, dtype=cp.float16)
+    xq = cp.zeros((rows, 2 * dim), dtype=cp.int8)
+    xs = nan_buffer(cp, (rows, dim // 32 * 4))
     k["rmsnorm"](
-        (rows,), (256,), (cp.asarray(x), cp.asarray(w), y, y16, np.int32(dim), np.float32(eps))
+        (rows,),
+        (1024,),
+        (cp.asarray(x), cp.asarray(w), y, y16, xq, xs, np.int32(dim), np.float32(eps)),
     )
     x64 = x.astype(np.float64)
     ref = x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + eps) * w
-    assert rel(cp.asnumpy(y), ref) < 1e-5
+    got = cp.asnumpy(y)
+    assert rel(got, ref) < 1e-5
     assert rel(cp.asnumpy(y16), ref) < 1e-3
+    want_q, want_s = quantized_planes(cp, k, got)
+    assert np.array_equal(cp.asnumpy(xq), want_q)
+    assert np.array_equal(cp.asnumpy(xs), want_s)
 
 
 def rope_ref(x: np.ndarray, pos: np.ndarray, base: float, neox: bool) -> np.ndarray:
@@ -177,19 +195,20 @@ def test_rope_kv_decode_positions_from_device(cu, hd, neox, qk_norm):
     q = RNG.standard_normal((rows, n_heads, hd)).astype(np.float32)
     kk = RNG.standard_normal((rows, n_kv, hd)).astype(np.float32)
     vv = RNG.standard_normal((rows, n_kv, hd)).astype(np.float32)
+    qkv = np.concatenate([q.reshape(rows, -1), kk.reshape(rows, -1), vv.reshape(rows, -1)], 1)
     qn = (1 + 0.1 * RNG.standard_normal(hd)).astype(np.float32)
     kn = (1 + 0.1 * RNG.standard_normal(hd)).astype(np.float32)
     seq_ids = np.array([2, 0, 1], dtype=np.int32)
     lens = RNG.integers(0, max_len, n_seqs).astype(np.int32)
     kc = cp.full((n_seqs, n_kv, max_len, hd), cp.nan, dtype=cp.float16)
     vc = cp.full((n_seqs, n_kv, max_len, hd), cp.nan, dtype=cp.float16)
-    qd = cp.asarray(q)
+    qd = nan_buffer(cp, (rows, n_heads, hd))
     NULL = np.uint64(0)
     k["rope_kv"](
         (n_heads + n_kv, rows),
         (32,),
         (
-            qd, cp.asarray(kk), cp.asarray(vv), kc, vc,
+            cp.asarray(qkv), np.int32(qkv.shape[1]), qd, kc, vc,
             cp.asarray(qn) if qk_norm else NULL, cp.asarray(kn) if qk_norm else NULL,
             cp.asarray(seq_ids), cp.asarray(lens), np.int32(0), np.int32(-1),
             np.int32(n_heads), np.int32(n_kv), np.int32(hd), np.int32(max_len),
@@ -248,12 +267,24 @@ def test_decode_attention_split_and_combine(cu, hd, n_heads, n_kv):
             np.int32(max_len), np.int32(splits), np.float32(scale),
         ),
     )  # fmt: skip
+    xq = cp.zeros((rows, 2 * n_heads * hd), dtype=cp.int8)
+    xs = nan_buffer(cp, (rows, n_heads * hd // 32 * 4))
+    quant = hd >= 32
+    NULL = np.uint64(0)
     k["attn_combine"](
         (n_heads, rows),
         (hd,),
-        (part_o, part_ml, sd, ld, out, np.int32(n_heads), np.int32(hd), np.int32(splits)),
-    )
-    got = cp.asnumpy(out).reshape(rows, n_heads, hd)
+        (
+            part_o, part_ml, sd, ld, out, xq if quant else NULL, xs if quant else NULL,
+            np.int32(n_heads), np.int32(hd), np.int32(splits),
+        ),
+    )  # fmt: skip
+    flat = cp.asnumpy(out)
+    if quant:  # the fused quantization equals the standalone kernel's
+        want_q, want_s = quantized_planes(cp, k, flat)
+        assert np.array_equal(cp.asnumpy(xq), want_q)
+        assert np.array_equal(cp.asnumpy(xs), want_s)
+    got = flat.reshape(rows, n_heads, hd)
     for r in range(rows):
         s = seq_ids[r]
         ref = attention_ref(q[r], kc[s], vc[s], int(lens[s]) + 1, scale)

@@ -57,3 +57,11 @@ def session_spread(session_medians: Sequence[float]) -> float:
         return 0.0
     v = np.asarray(session_medians, dtype=np.float64)
     return float((v.max() - v.min()) / np.median(v))
+
+
+def is_implausible(main: Sequence[float], pr: Sequence[float], gain: float) -> bool:
+    """A gain beyond `gain` x main (medians) that no noise explains: the PR's slowest sample
+    is still faster than main's fastest."""
+    if not main or not pr:
+        return False
+    return median(pr) > gain * median(main) and min(pr) > max(main)

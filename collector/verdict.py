@@ -11,7 +11,8 @@ Rules (numbers from the policy; DESIGN.md "Verdict rules"):
 * an axis is below the floor when PR < floor x main, its interval is wholly below 0 and the
   loss beats the noise (so main against itself never trips it); any such axis is a REJECT, on a
   target model or a guard;
-* PR > implausible_gain x main on any axis: REJECT as a broken measurement;
+* PR > implausible_gain x main on any axis (medians), with not one PR sample as slow as main's
+  fastest: REJECT as a broken measurement;
 * accuracy vs main and the prefill path must pass on every target model;
 * the label is the strongest significant target axis's tier: gains are never summed;
 * a PR failure that may be flaky (timeout, death by signal, lost tokens) is a strike; the
@@ -31,7 +32,13 @@ from collector.accuracy import AccuracyError, compare_dumps
 from collector.axes import axis, axis_sort_key
 from collector.policy import ResolvedPolicy
 from collector.schedule import guards_of
-from collector.stats import bootstrap_delta_ci, median, seed_for, session_spread
+from collector.stats import (
+    bootstrap_delta_ci,
+    is_implausible,
+    median,
+    seed_for,
+    session_spread,
+)
 from collector.store import Store
 
 TIERS = ("XS", "S", "M", "L", "XL")
@@ -115,7 +122,7 @@ def compare_axis(
         tier=v.tier(d) if significant else "none",
         significant=significant,
         below_floor=below,
-        implausible=(1 + d) > v.implausible_gain,
+        implausible=is_implausible(main_vals, pr_vals, v.implausible_gain),
         n_main=len(main_vals),
         n_pr=len(pr_vals),
     )

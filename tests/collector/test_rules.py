@@ -84,6 +84,15 @@ def test_implausible_guard() -> None:
     assert cmp(100.0, 1999.0).implausible is False
 
 
+def test_implausible_needs_samples_that_do_not_overlap() -> None:
+    """A loaded box makes single repetitions 100x fast on either side: that is noise."""
+    main = [500.0, 480.0, 87000.0, 490.0, 510.0]
+    pr = [485.0, 86000.0, 88000.0, 85000.0]
+    c = compare_axis(POLICY, "tiny", "target", "prefill@128", main, pr, [500.0, 495.0])
+    assert c.delta > 20 and not c.implausible
+    assert not c.significant  # and the interval is far too wide to call it a gain
+
+
 def test_bootstrap_interval_contains_true_delta() -> None:
     """On synthetic data with a known 5% gain the 95% interval covers it about 95% of the time."""
     rng = np.random.default_rng(7)

@@ -110,7 +110,7 @@ def mkdocs_config(docs: Path, out: Path, site: pages.Site) -> dict[str, Any]:
             "features": ["navigation.sections"],
         },
         "plugins": [],  # no search: its worker cannot load from file:// and it is not needed
-        "markdown_extensions": ["tables", "attr_list", "md_in_html", {"toc": {"permalink": False}}],
+        "markdown_extensions": ["tables", "attr_list", {"toc": {"permalink": False}}],
         "extra_css": ["assets/sparkboard.css"],
         "extra_javascript": [f"assets/vendor/{f}" for f in VENDOR_JS] + ["assets/sparkboard.js"],
         "extra": {"generator": False},

@@ -89,18 +89,22 @@ class Site:
         return tiers.badge(label, root)
 
     def pr_link(self, pr: int, root: str, anchor: str = "") -> Markup:
-        return Markup(f"[#{int(pr)}]({root}pr/{int(pr)}.md{anchor})")
+        return Markup(f'<a href="{root}pr/{int(pr)}.html{anchor}">#{int(pr)}</a>')
 
     def round_link(self, round_id: str, root: str) -> Markup:
-        return Markup(f"[{text(round_id)}]({root}rounds/{self.round_slug[round_id]}.md)")
+        return Markup(
+            f'<a href="{root}rounds/{self.round_slug[round_id]}.html">{text(round_id)}</a>'
+        )
 
     def model_link(self, model: str, root: str) -> Markup:
         if model not in self.model_slug:
             return text(model)
-        return Markup(f"[{text(model)}]({root}models/{self.model_slug[model]}.md)")
+        return Markup(f'<a href="{root}models/{self.model_slug[model]}.html">{text(model)}</a>')
 
     def tier_link(self, label: str, root: str) -> Markup:
-        return Markup(f"[{tiers.badge(label, root)}]({root}tiers/{tiers.slug(label)}.md)")
+        return Markup(
+            f'<a href="{root}tiers/{tiers.slug(label)}.html">{tiers.badge(label, root)}</a>'
+        )
 
     def gate_summary(self, ev: Evaluation) -> Markup:
         counts = Counter(g["status"] for g in ev.gates)
@@ -108,6 +112,11 @@ class Site:
             f"{fmt.ICONS[s]} {counts[s]}" for s in ("pass", "fail", "warn", "skip") if counts[s]
         ]
         return Markup(" · ".join(parts)) if parts else fmt.DASH
+
+    def eval_link(self, ev: Evaluation, root: str, pr_page: bool = False) -> Markup:
+        """A link to the evaluation's section of its PR page."""
+        href = "" if pr_page else f"{root}pr/{int(ev.pr)}.html"
+        return Markup(f'<a href="{href}{self.eval_anchor(ev)}">{text(ev.round_id)}</a>')
 
     def eval_anchor(self, ev: Evaluation) -> str:
         return f"#round-{self.round_slug.get(ev.round_id, fmt.slug(ev.round_id))}"

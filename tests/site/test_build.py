@@ -94,7 +94,11 @@ def test_leaderboard_shows_every_field(built: tuple[Path, Path], small_db: Path)
     con.close()
     assert rid in page.plain and main[:9] in page.plain and device in page.plain
     assert "main baseline" in page.plain
-    rows = [line for line in md.splitlines() if re.match(r"^\| \d+ \| \[#\d+\]", line)]
+    rows = [
+        line
+        for line in md.splitlines()
+        if re.match(r"^\| \d+ \| <a href=\"pr/\d+\.html\">#\d+</a>", line)
+    ]
     assert len(rows) == n
     assert re.search(r"\[[+-]\d+\.\d%, [+-]\d+\.\d%\]", page.plain)  # an interval
     assert "✅" in page.plain  # gates
@@ -125,8 +129,11 @@ def test_pr_page_has_the_reference_tables(built: tuple[Path, Path], small_db: Pa
         "### Gates and guards",
     ):
         assert heading in md, heading
-    assert "| ctx | phase | main | PR | delta | interval | noise | significant |" in md
-    assert "| concurrency | main | PR | delta | interval | significant |" in md
+    heads = "".join(
+        f"<th>{h}</th>" for h in ["ctx", "phase", "main", "PR", "delta", "interval", "noise", "significant"]
+    )
+    assert heads in md
+    assert "<th>concurrency</th><th>main</th><th>PR</th><th>delta</th>" in md
     assert md.count("\n## Round ") == rounds
     page = Page((out / "pr" / f"{pr}.html").read_text())
     figures = [a for t, a in page.tags if t == "figure" and "sb-chart" in (a.get("class") or "")]

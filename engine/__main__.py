@@ -14,7 +14,7 @@ import sys
 import click
 import numpy as np
 
-from engine.cli_common import cli_errors
+from engine.cli_common import cli_errors, run_group
 from engine.errors import EngineError
 
 
@@ -102,4 +102,4 @@ def models_command() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_group(main))

@@ -10,9 +10,14 @@ its click command function with `@cli_errors`:
         ...
 
 EngineError, pydantic ValidationError, OSError (missing or unreadable files), ValueError from
-parsing input and click usage errors all print `error: <one line>` on stderr and exit 2;
-nothing prints a traceback. Set SPARKBOARD_DEBUG=1 to get the traceback anyway.
-Click's own usage errors (bad flags) already exit 2 with click's message.
+parsing input all print `error: <one line>` on stderr and exit 2; nothing prints a
+traceback. Set SPARKBOARD_DEBUG=1 to get the traceback anyway.
+
+`run_group(group)` runs a whole click group the same way and also turns click's usage errors
+(an unknown flag, a bad value) into one line and exit 2:
+
+    if __name__ == "__main__":
+        sys.exit(run_group(main))
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TypeVar
 
 import click
@@ -95,3 +100,23 @@ def cli_errors(fn: F) -> F:
         return run_cli(lambda: fn(*args, **kwargs))
 
     return wrapper  # type: ignore[return-value]
+
+
+def run_group(group: click.Group, args: Sequence[str] | None = None) -> int:
+    """Run a click group; user errors, usage errors included, give one line and exit code 2."""
+    try:
+        rc = run_cli(lambda: group.main(args=args, standalone_mode=False))
+    except click.exceptions.Abort:
+        click.echo("error: aborted", err=True)
+        return 1
+    except click.UsageError as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # a bare command: show its help
+            click.echo(exc.ctx.get_help() if exc.ctx else "", err=True)
+            return EXIT_USER_ERROR
+        hint = f" (see: {exc.ctx.command_path} --help)" if exc.ctx else ""
+        click.echo(f"error: {' '.join(exc.format_message().split())}{hint}", err=True)
+        return EXIT_USER_ERROR
+    except click.ClickException as exc:
+        click.echo(f"error: {' '.join(exc.format_message().split())}", err=True)
+        return EXIT_USER_ERROR
+    return rc if isinstance(rc, int) else 0

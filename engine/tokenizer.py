@@ -64,7 +64,8 @@ class Tokenizer:
             )
         vocab = {tok: i for i, tok in enumerate(tokens)}
         pairs = [tuple(m.split(" ", 1)) for m in merges]
-        bpe = models.BPE(vocab=vocab, merges=pairs, ignore_merges=False)
+        # llama.cpp looks whole pre-tokens up in the vocabulary first for llama3 only
+        bpe = models.BPE(vocab=vocab, merges=pairs, ignore_merges=pre in ("llama-bpe", "llama3"))
         self._tok = HFTokenizer(bpe)
         splits = [
             pre_tokenizers.Split(Regex(rx), behavior="isolated")

@@ -56,6 +56,8 @@ def bad_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         ("tiny", "", [], ["prompt is empty"]),
         ("tiny", "hi", ["--max-tokens", "9000"], ["longer than the model allows"]),
         ("llama-8b:q4_0", "hi", ["--backend", "numpy"], ["--backend cupy"]),
+        ("tiny", "hi", ["--max-tokens", "0"], ["--max-tokens"]),
+        ("tiny", "hi", ["--temperature", "hot"], ["--temperature"]),
     ],
 )
 def test_bad_input_gives_one_line_and_exit_2(
@@ -75,3 +77,8 @@ def test_a_handcrafted_gguf_generates(bad_files: dict[str, Path]) -> None:
     )
     # the handcrafted file carries no vocabulary: refused cleanly, not with a traceback
     assert_one_line_error(proc, "tokenizer")
+
+
+def test_usage_errors_are_one_line() -> None:
+    assert_one_line_error(run_engine("generate", "--prompt", "hi"), "missing option '--model'")
+    assert_one_line_error(run_engine("summon"), "no such command 'summon'")

@@ -7,6 +7,7 @@ tok/s of 8 sequences in flight).
 
 from __future__ import annotations
 
+import functools
 import re
 
 BASE_MODELS = ("smollm2-135m", "tiny", "llama-1b", "llama-8b", "qwen3-8b")
@@ -16,9 +17,28 @@ EXTRA_FORMATS = {"tiny": ("f32",)}
 _AXIS = re.compile(r"^(decode|prefill|concurrent)@([1-9][0-9]*)$")
 
 
+@functools.cache
 def known_models() -> list[str]:
-    """Every model name the engine accepts: base names and base:format."""
+    """Every model name the engine accepts: base names and base:format.
+
+    The engine's own list (engine.models.list_models) when it can be imported, else the
+    shared contract's names.
+    """
+    try:
+        from engine.models import list_models
+
+        listed = list_models()
+    except Exception:  # an engine without the list, or one that cannot import here
+        listed = []
     names: list[str] = []
+    for full in listed:
+        base = full.partition(":")[0]
+        if base not in names:
+            names.append(base)
+        if full not in names:
+            names.append(full)
+    if names:
+        return names
     for base in BASE_MODELS:
         names.append(base)
         if base == "smollm2-135m":

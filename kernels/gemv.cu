@@ -1,8 +1,9 @@
 // Decode mat-vec: out[r, n] = sum_k W[n, k] * x[r, k] for up to RB activation rows at once,
-// so each weight byte is read once for RB rows. One warp per output row; lane i takes
-// chunks i, i+32, ... of the row (a chunk is one 32-element block for quantized weights,
-// 8 elements for float weights). The per-row arithmetic does not depend on RB or on the
-// other rows: a sequence decoded in a batch gets bit-identical results to one decoded alone.
+// so each weight byte is read once for RB rows. A warp owns NR output rows; lane i takes
+// chunks i, i+32, ... of each row (a chunk is one 32-element block for quantized weights,
+// 8 elements for float weights), loading U chunks before using any. The per-row arithmetic
+// (lane assignment, accumulation order) depends on neither RB nor NR nor the other rows: a
+// sequence decoded in a batch gets bit-identical results to one decoded alone.
 //
 // Quantized weights are read as int8 dp4a dot products against activations quantized to
 // two-level int8 blocks of 32 (quantize_q8 below); the block sum of x folds the Q4_0
@@ -18,142 +19,213 @@
 
 #define GEMV_WARPS 4
 
-template <int WT, int RB>
-__device__ __forceinline__ void gemv_chunk(const void* __restrict__ wq, const void* __restrict__ ws,
-                                           size_t row, int K, int c, const void* __restrict__ x,
-                                           const float4* __restrict__ xs, int r0, int nr,
-                                           float (&acc)[RB]) {
-    if (WT == WT_F16 || WT == WT_F32) {
-        float w[8];
-        if (WT == WT_F16) {
-            const uint4 v = __ldg(reinterpret_cast<const uint4*>(wq) + row * (K / 8) + c);
-            const __half2* h = reinterpret_cast<const __half2*>(&v);
+// Raw weight data of one chunk (loaded first, for U chunks at once, so a lane has U
+// independent 16-byte loads in flight whatever the row length).
+template <int WT> struct WChunk;
+template <> struct WChunk<WT_F32> { float4 a, b; };
+template <> struct WChunk<WT_F16> { uint4 v; };
+template <> struct WChunk<WT_Q8_0> { int4 lo, hi; __half d; };
+template <> struct WChunk<WT_Q4_0> { uint4 v; __half d; };
+template <> struct WChunk<WT_Q4_1> { uint4 v; __half2 dm; };
+
+template <int WT>
+__device__ __forceinline__ WChunk<WT> load_chunk(const void* __restrict__ wq, const void* __restrict__ ws,
+                                                 size_t row, int K, int c) {
+    WChunk<WT> w;
+    if constexpr (WT == WT_F32) {
+        const float4* p = reinterpret_cast<const float4*>(wq) + row * (K / 4) + 2 * c;
+        w.a = __ldg(p);
+        w.b = __ldg(p + 1);
+    } else if constexpr (WT == WT_F16) {
+        w.v = __ldg(reinterpret_cast<const uint4*>(wq) + row * (K / 8) + c);
+    } else if constexpr (WT == WT_Q8_0) {
+        const int4* p = reinterpret_cast<const int4*>(reinterpret_cast<const i8*>(wq) + row * K) + 2 * c;
+        w.lo = __ldg(p);
+        w.hi = __ldg(p + 1);
+        w.d = __ldg(reinterpret_cast<const __half*>(ws) + row * (K / 32) + c);
+    } else if constexpr (WT == WT_Q4_0) {
+        w.v = __ldg(reinterpret_cast<const uint4*>(reinterpret_cast<const u8*>(wq) + row * (K / 2)) + c);
+        w.d = __ldg(reinterpret_cast<const __half*>(ws) + row * (K / 32) + c);
+    } else {
+        w.v = __ldg(reinterpret_cast<const uint4*>(reinterpret_cast<const u8*>(wq) + row * (K / 2)) + c);
+        w.dm = __ldg(reinterpret_cast<const __half2*>(ws) + row * (K / 32) + c);
+    }
+    return w;
+}
+
+// Float weights: 8 values of the chunk.
+template <int WT>
+__device__ __forceinline__ void chunk_floats(const WChunk<WT>& w, float (&f)[8]) {
+    if constexpr (WT == WT_F32) {
+        f[0] = w.a.x; f[1] = w.a.y; f[2] = w.a.z; f[3] = w.a.w;
+        f[4] = w.b.x; f[5] = w.b.y; f[6] = w.b.z; f[7] = w.b.w;
+    } else if constexpr (WT == WT_F16) {
+        const __half2* h = reinterpret_cast<const __half2*>(&w.v);
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const float2 f = __half22float2(h[i]);
-                w[2 * i] = f.x;
-                w[2 * i + 1] = f.y;
-            }
-        } else {
-            const float4* p = reinterpret_cast<const float4*>(wq) + row * (K / 4) + 2 * c;
-            const float4 a = __ldg(p), b = __ldg(p + 1);
-            w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w;
-            w[4] = b.x; w[5] = b.y; w[6] = b.z; w[7] = b.w;
+        for (int i = 0; i < 4; ++i) {
+            const float2 t = __half22float2(h[i]);
+            f[2 * i] = t.x;
+            f[2 * i + 1] = t.y;
         }
+    }
+}
+
+// Quantized weights: int8 lanes of elements 0..15 (lo) and 16..31 (hi), scale d, min m.
+template <int WT>
+__device__ __forceinline__ void chunk_ints(const WChunk<WT>& w, int4& lo, int4& hi, float& d, float& m) {
+    m = 0.f;
+    if constexpr (WT == WT_Q8_0) {
+        lo = w.lo;
+        hi = w.hi;
+        d = __half2float(w.d);
+    } else if constexpr (WT == WT_Q4_0 || WT == WT_Q4_1) {
+        lo.x = w.v.x & 0x0F0F0F0F; lo.y = w.v.y & 0x0F0F0F0F;
+        lo.z = w.v.z & 0x0F0F0F0F; lo.w = w.v.w & 0x0F0F0F0F;
+        hi.x = (w.v.x >> 4) & 0x0F0F0F0F; hi.y = (w.v.y >> 4) & 0x0F0F0F0F;
+        hi.z = (w.v.z >> 4) & 0x0F0F0F0F; hi.w = (w.v.w >> 4) & 0x0F0F0F0F;
+        if constexpr (WT == WT_Q4_0) {
+            d = __half2float(w.d);
+        } else {
+            d = __low2float(w.dm);
+            m = __high2float(w.dm);
+        }
+    }
+}
+
+__device__ __forceinline__ int dot32(const int4& lo, const int4& hi, const int4& a, const int4& b) {
+    int s = __dp4a(lo.x, a.x, 0);
+    s = __dp4a(lo.y, a.y, s);
+    s = __dp4a(lo.z, a.z, s);
+    s = __dp4a(lo.w, a.w, s);
+    s = __dp4a(hi.x, b.x, s);
+    s = __dp4a(hi.y, b.y, s);
+    s = __dp4a(hi.z, b.z, s);
+    return __dp4a(hi.w, b.w, s);
+}
+
+// acc[r][j] += weight row j's chunk c . activation row r0 + r, for NW weight rows (NR output
+// rows, times two matrices for GLU) against RB activation rows; each activation chunk is
+// loaded once for all NW weight rows.
+template <int WT, int RB, int NW>
+__device__ __forceinline__ void chunk_dot(const WChunk<WT> (&w)[NW], const void* __restrict__ x,
+                                          const float4* __restrict__ xs, int K, int c, int r0,
+                                          int nr, float (&acc)[RB][NW]) {
+    if constexpr (WT == WT_F16 || WT == WT_F32) {
+        float wf[NW][8];
+#pragma unroll
+        for (int j = 0; j < NW; ++j) chunk_floats<WT>(w[j], wf[j]);
 #pragma unroll
         for (int r = 0; r < RB; ++r) {
             if (r < nr) {
                 const float4* xr =
                     reinterpret_cast<const float4*>(reinterpret_cast<const float*>(x) + (size_t)(r0 + r) * K) + 2 * c;
                 const float4 a = __ldg(xr), b = __ldg(xr + 1);
-                float t = w[0] * a.x;
-                t = fmaf(w[1], a.y, t);
-                t = fmaf(w[2], a.z, t);
-                t = fmaf(w[3], a.w, t);
-                t = fmaf(w[4], b.x, t);
-                t = fmaf(w[5], b.y, t);
-                t = fmaf(w[6], b.z, t);
-                t = fmaf(w[7], b.w, t);
-                acc[r] += t;
+#pragma unroll
+                for (int j = 0; j < NW; ++j) {
+                    float t = wf[j][0] * a.x;
+                    t = fmaf(wf[j][1], a.y, t);
+                    t = fmaf(wf[j][2], a.z, t);
+                    t = fmaf(wf[j][3], a.w, t);
+                    t = fmaf(wf[j][4], b.x, t);
+                    t = fmaf(wf[j][5], b.y, t);
+                    t = fmaf(wf[j][6], b.z, t);
+                    t = fmaf(wf[j][7], b.w, t);
+                    acc[r][j] += t;
+                }
             }
         }
     } else {
+        int4 lo[NW], hi[NW];
+        float d[NW], m[NW];
+#pragma unroll
+        for (int j = 0; j < NW; ++j) chunk_ints<WT>(w[j], lo[j], hi[j], d[j], m[j]);
         const int nb = K / 32;
-        int4 lo, hi;  // weight bytes of elements 0..15 and 16..31 as signed int8 lanes
-        float d, m = 0.f;
-        if (WT == WT_Q8_0) {
-            const int4* p = reinterpret_cast<const int4*>(reinterpret_cast<const i8*>(wq) + row * K) + 2 * c;
-            lo = __ldg(p);
-            hi = __ldg(p + 1);
-            d = __half2float(__ldg(reinterpret_cast<const __half*>(ws) + row * nb + c));
-        } else {
-            const uint4 v = __ldg(reinterpret_cast<const uint4*>(reinterpret_cast<const u8*>(wq) + row * (K / 2)) + c);
-            lo.x = v.x & 0x0F0F0F0F; lo.y = v.y & 0x0F0F0F0F; lo.z = v.z & 0x0F0F0F0F; lo.w = v.w & 0x0F0F0F0F;
-            hi.x = (v.x >> 4) & 0x0F0F0F0F; hi.y = (v.y >> 4) & 0x0F0F0F0F;
-            hi.z = (v.z >> 4) & 0x0F0F0F0F; hi.w = (v.w >> 4) & 0x0F0F0F0F;
-            if (WT == WT_Q4_0) {
-                d = __half2float(__ldg(reinterpret_cast<const __half*>(ws) + row * nb + c));
-            } else {
-                const __half2 dm = __ldg(reinterpret_cast<const __half2*>(ws) + row * nb + c);
-                d = __low2float(dm);
-                m = __high2float(dm);
-            }
-        }
 #pragma unroll
         for (int r = 0; r < RB; ++r) {
             if (r < nr) {
                 // activation block c of row r0 + r: 32 bytes of level-1 codes, 32 of level 2
                 const int4* xr = reinterpret_cast<const int4*>(reinterpret_cast<const i8*>(x) + (size_t)(r0 + r) * 2 * K) + 4 * c;
                 const int4 a = __ldg(xr), b = __ldg(xr + 1), a2 = __ldg(xr + 2), b2 = __ldg(xr + 3);
-                int s = __dp4a(lo.x, a.x, 0);
-                s = __dp4a(lo.y, a.y, s);
-                s = __dp4a(lo.z, a.z, s);
-                s = __dp4a(lo.w, a.w, s);
-                s = __dp4a(hi.x, b.x, s);
-                s = __dp4a(hi.y, b.y, s);
-                s = __dp4a(hi.z, b.z, s);
-                s = __dp4a(hi.w, b.w, s);
-                int s2 = __dp4a(lo.x, a2.x, 0);
-                s2 = __dp4a(lo.y, a2.y, s2);
-                s2 = __dp4a(lo.z, a2.z, s2);
-                s2 = __dp4a(lo.w, a2.w, s2);
-                s2 = __dp4a(hi.x, b2.x, s2);
-                s2 = __dp4a(hi.y, b2.y, s2);
-                s2 = __dp4a(hi.z, b2.z, s2);
-                s2 = __dp4a(hi.w, b2.w, s2);
                 const float4 sc = __ldg(xs + (size_t)(r0 + r) * nb + c);  // {d1, d2, sum x, 0}
-                const float dot = fmaf(sc.x, (float)s, sc.y * (float)s2);
-                if (WT == WT_Q8_0) {
-                    acc[r] += d * dot;
-                } else if (WT == WT_Q4_0) {
-                    acc[r] += d * fmaf(-8.f, sc.z, dot);
-                } else {
-                    acc[r] += fmaf(d, dot, m * sc.z);
+#pragma unroll
+                for (int j = 0; j < NW; ++j) {
+                    const int s = dot32(lo[j], hi[j], a, b);
+                    const int s2 = dot32(lo[j], hi[j], a2, b2);
+                    const float dot = fmaf(sc.x, (float)s, sc.y * (float)s2);
+                    if constexpr (WT == WT_Q8_0) {
+                        acc[r][j] += d[j] * dot;
+                    } else if constexpr (WT == WT_Q4_0) {
+                        acc[r][j] += d[j] * fmaf(-8.f, sc.z, dot);
+                    } else {
+                        acc[r][j] += fmaf(d[j], dot, m[j] * sc.z);
+                    }
                 }
             }
         }
     }
 }
 
-template <int WT, int RB, int MODE>
+// One warp computes NR consecutive output rows for up to RB activation rows.
+template <int WT, int RB, int MODE, int NR>
 __device__ __forceinline__ void gemv_body(const void* __restrict__ wq, const void* __restrict__ ws,
                                           const void* __restrict__ wq2, const void* __restrict__ ws2,
                                           const void* __restrict__ x, const float4* __restrict__ xs,
                                           float* __restrict__ out, int N, int K, int nrows, int ldo) {
+    constexpr bool QUANT = !(WT == WT_F16 || WT == WT_F32);
+    constexpr int NW = MODE == MODE_GLU ? 2 * NR : NR;     // weight rows per warp
+    constexpr int U = (QUANT ? 8 : 16) / NW > 0 ? (QUANT ? 8 : 16) / NW : 1;  // chunks in flight
     const int lane = threadIdx.x & 31;
-    const int row = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
-    if (row >= N) return;
+    const int row0 = (blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5)) * NR;
+    if (row0 >= N) return;
     const int r0 = blockIdx.y * RB;
     const int nr = min(RB, nrows - r0);
-    float acc[RB], acc2[RB];
+    float acc[RB][NW];
 #pragma unroll
-    for (int r = 0; r < RB; ++r) {
-        acc[r] = 0.f;
-        acc2[r] = 0.f;
-    }
-    const int nchunks = (WT == WT_F16 || WT == WT_F32) ? K / 8 : K / 32;
-#pragma unroll 8
-    for (int c = lane; c < nchunks; c += 32) {
-        gemv_chunk<WT, RB>(wq, ws, row, K, c, x, xs, r0, nr, acc);
-        if (MODE == MODE_GLU) gemv_chunk<WT, RB>(wq2, ws2, row, K, c, x, xs, r0, nr, acc2);
+    for (int r = 0; r < RB; ++r)
+#pragma unroll
+        for (int j = 0; j < NW; ++j) acc[r][j] = 0.f;
+    const int nchunks = QUANT ? K / 32 : K / 8;
+    for (int c0 = lane; c0 < nchunks; c0 += 32 * U) {
+        WChunk<WT> w[U][NW];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int c = c0 + 32 * u;
+            if (c < nchunks) {
+#pragma unroll
+                for (int j = 0; j < NR; ++j) {
+                    const size_t row = (size_t)min(row0 + j, N - 1);
+                    w[u][j] = load_chunk<WT>(wq, ws, row, K, c);
+                    if constexpr (MODE == MODE_GLU) w[u][NR + j] = load_chunk<WT>(wq2, ws2, row, K, c);
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int c = c0 + 32 * u;
+            if (c < nchunks) chunk_dot<WT, RB, NW>(w[u], x, xs, K, c, r0, nr, acc);
+        }
     }
 #pragma unroll
-    for (int r = 0; r < RB; ++r) {
-        acc[r] = warp_sum(acc[r]);
-        if (MODE == MODE_GLU) acc2[r] = warp_sum(acc2[r]);
-    }
+    for (int r = 0; r < RB; ++r)
+#pragma unroll
+        for (int j = 0; j < NW; ++j) acc[r][j] = warp_sum(acc[r][j]);
     if (lane == 0) {
 #pragma unroll
         for (int r = 0; r < RB; ++r) {
             if (r < nr) {
-                float* o = out + (size_t)(r0 + r) * ldo + row;
-                if (MODE == MODE_STORE) {
-                    *o = acc[r];
-                } else if (MODE == MODE_ADD) {
-                    *o += acc[r];
-                } else {
-                    const float g = acc[r];
-                    *o = g / (1.f + expf(-g)) * acc2[r];
+#pragma unroll
+                for (int j = 0; j < NR; ++j) {
+                    if (row0 + j < N) {
+                        float* o = out + (size_t)(r0 + r) * ldo + row0 + j;
+                        if constexpr (MODE == MODE_STORE) {
+                            *o = acc[r][j];
+                        } else if constexpr (MODE == MODE_ADD) {
+                            *o += acc[r][j];
+                        } else {
+                            const float g = acc[r][j];
+                            *o = g / (1.f + expf(-g)) * acc[r][NR + j];
+                        }
+                    }
                 }
             }
         }
@@ -166,10 +238,13 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ wq, const voi
         float *__restrict__ out, int N, int K, int nrows, int ldo
 #define GEMV_PASS wq, ws, wq2, ws2, x, xs, out, N, K, nrows, ldo
 
+// Output rows per warp: 1 for a single activation row; more rows share each activation
+// load across weight rows (the L1 traffic of RB rows would otherwise outgrow the weights').
+#define GEMV_NR(RB) ((RB) >= 4 ? 4 : (RB) == 2 ? 2 : 1)
 #define GEMV_ONE(TNAME, WT, RB, MNAME, MODE)                                                  \
     extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32)                              \
         gemv_##TNAME##_r##RB##_##MNAME(GEMV_ARGS) {                                            \
-        gemv_body<WT, RB, MODE>(GEMV_PASS);                                                    \
+        gemv_body<WT, RB, MODE, GEMV_NR(RB)>(GEMV_PASS);                                       \
     }
 #define GEMV_RBS(TNAME, WT, MNAME, MODE) \
     GEMV_ONE(TNAME, WT, 1, MNAME, MODE)  \

@@ -49,12 +49,14 @@ extern "C" __global__ void dequant_f16(int wt, const void* __restrict__ wq, cons
 }
 
 // out16 = silu(g) * u, the prefill SwiGLU (decode fuses it into the gate/up mat-vec).
-extern "C" __global__ void swiglu_f16(const float* __restrict__ g, const float* __restrict__ u,
-                                      __half* __restrict__ out, size_t n) {
+// gu rows hold [gate | up], ffn values each; n = rows * ffn.
+extern "C" __global__ void swiglu_f16(const float* __restrict__ gu, int ffn, __half* __restrict__ out,
+                                      size_t n) {
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    const float a = g[i];
-    out[i] = __float2half_rn(a / (1.f + expf(-a)) * u[i]);
+    const size_t row = i / ffn, col = i % ffn;
+    const float a = gu[row * 2 * ffn + col];
+    out[i] = __float2half_rn(a / (1.f + expf(-a)) * gu[row * 2 * ffn + ffn + col]);
 }
 
 // Optional per-head RMSNorm (Qwen3 q/k norm), then RoPE on q and k, and the KV-cache write
@@ -69,7 +71,8 @@ extern "C" __global__ void rope_kv(const float* __restrict__ qkv, int ld, float*
                                    const float* __restrict__ qn_w, const float* __restrict__ kn_w,
                                    const int* __restrict__ seq_ids, const int* __restrict__ lens,
                                    int seq_fixed, int pos_base, int n_heads, int n_kv, int hd,
-                                   int max_len, float rope_base, int neox, float eps) {
+                                   int max_len, const double* __restrict__ inv_freq, int neox,
+                                   float eps) {
     __shared__ float buf[256];
     const int h = blockIdx.x, r = blockIdx.y, lane = threadIdx.x;
     int seq, pos;
@@ -103,9 +106,8 @@ extern "C" __global__ void rope_kv(const float* __restrict__ qkv, int ld, float*
     for (int i = lane; i < half_dim; i += 32) {
         const int a = neox ? i : 2 * i;
         const int b = neox ? i + half_dim : 2 * i + 1;
-        const double inv_freq = pow((double)rope_base, -2.0 * (double)i / (double)hd);
         double sn, cs;
-        sincos((double)pos * inv_freq, &sn, &cs);
+        sincos((double)pos * inv_freq[i], &sn, &cs);  // the angle in float64, as the reference
         const float c = (float)cs, s = (float)sn;
         const float x0 = buf[a], x1 = buf[b];
         const float y0 = x0 * c - x1 * s;

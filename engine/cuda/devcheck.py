@@ -72,8 +72,16 @@ def time_prefill(runner, n: int) -> float:
 @click.option("--widths", default="", help="also time concurrent decode at these widths")
 @click.option("--out", default="", help="JSON rows")
 @click.option("--profile", is_flag=True, help="per-kernel times of one eager decode step")
+@click.option("--ablate", is_flag=True, help="graph step time with kernel groups left out")
 def main(
-    models: str, ctx: str, tokens: int, prefill_n: int, widths: str, out: str, profile: bool
+    models: str,
+    ctx: str,
+    tokens: int,
+    prefill_n: int,
+    widths: str,
+    out: str,
+    profile: bool,
+    ablate: bool,
 ) -> None:
     import cupy as cp
 
@@ -104,6 +112,26 @@ def main(
             print(f"{name}: eager step kernels sum {total:.0f} us", file=sys.stderr)
             for kname, us in sorted(times.items(), key=lambda kv: -kv[1])[:12]:
                 print(f"  {kname:28} {us:9.1f} us", file=sys.stderr)
+        if ablate:
+            r.reset(1, 128 + 2000)
+            r.prefill(0, np.arange(128) % 1000)
+            others = ("embed", "rmsnorm", "rope_kv", "attn_", "argmax", "quantize")
+            for label, skip in [
+                ("full", ()),
+                ("no attention", ("attn_",)),
+                ("no rmsnorm", ("rmsnorm",)),
+                ("no rope", ("rope_kv",)),
+                ("no quantize", ("quantize",)),
+                ("mat-vec only", others),
+                ("no mat-vec", ("gemv_",)),
+            ]:
+                ms = r.time_graph(1, skip, reps=20)
+                print(f"  ablate {name:14} {label:14} {ms * 1e3:8.1f} us/step", file=sys.stderr)
+                rows.append(
+                    dict(
+                        model=name, what=f"abl:{label}", tok_s=1e3 / ms, ceiling=ceiling, ratio=0.0
+                    )
+                )
         for w in [int(x) for x in widths.split(",") if x]:
             tps = time_decode(r, 128, tokens, width=w)
             rows.append(

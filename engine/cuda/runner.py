@@ -28,6 +28,7 @@ from engine.cuda.kernels import (
     HEAD_DIMS,
     MAX_GROUP,
     WT_F16,
+    gemv_grid,
     gemv_name,
     get_kernels,
 )
@@ -73,10 +74,7 @@ class _Layer:
     wg: GpuWeight
     wu: GpuWeight
     wd: GpuWeight
-
-
-def _row_block(n: int) -> int:
-    return 1 if n <= 1 else 2 if n <= 2 else 4 if n <= 4 else 8
+    wgu: GpuWeight | None = None  # gate|up fused (wg and wu are then views of it)
 
 
 class CupyRunner(Runner):
@@ -120,7 +118,23 @@ class CupyRunner(Runner):
                 )
                 if layer.wg.wt != layer.wu.wt:
                     raise EngineError(f"layer {i}: ffn_gate and ffn_up differ in type")
+                # gate|up as one matrix: one prefill GEMM; decode reads the halves as views
+                (gu, _), *rest = fuse_rows([layer.wg, layer.wu])
+                if not rest:
+                    f = c.ffn_dim
+                    layer.wg = GpuWeight(
+                        gu.wt, gu.q[:f], None if gu.s is None else gu.s[:f], f, gu.cols
+                    )
+                    layer.wu = GpuWeight(
+                        gu.wt, gu.q[f:], None if gu.s is None else gu.s[f:], f, gu.cols
+                    )
+                    layer.wgu = gu
                 self.layers.append(layer)
+            # RoPE frequencies in float64, computed as the NumPy reference computes them
+            half = c.head_dim // 2
+            self.inv_freq = cp.asarray(
+                c.rope_base ** (-np.arange(half, dtype=np.float64) * 2.0 / c.head_dim)
+            )
         self.stream.synchronize()
         cp.get_default_memory_pool().free_all_blocks()
         free, self._total = cp.cuda.runtime.memGetInfo()
@@ -131,6 +145,7 @@ class CupyRunner(Runner):
         self._prefill_bufs: dict[str, Any] = {}
         self._deq: Any = None
         self._trace: list | None = None
+        self._skip: tuple[str, ...] = ()  # kernel-name prefixes left out (timing ablations)
         self._one = np.ones(1, dtype=np.float32)  # host scalars for cuBLAS (pointer mode host)
         self._zero = np.zeros(1, dtype=np.float32)
         self._ready = False
@@ -178,6 +193,13 @@ class CupyRunner(Runner):
                 f"a context of {max_len} tokens is longer than the model allows ({c.max_context})"
             )
         self.stream.synchronize()
+        if self._ready and (n_seqs, max_len) == (self.n_seqs, self.max_len):
+            # same shape: keep the cache buffers and the captured graphs, forget the tokens
+            with self.stream:
+                self.lens.fill(0)
+            self.stream.synchronize()
+            self._lens[:] = 0
+            return
         self._graphs.clear()
         self.kcache = self.vcache = None
         self._buf = {}
@@ -209,6 +231,7 @@ class CupyRunner(Runner):
         self._lens = np.zeros(n_seqs, dtype=np.int64)
         self.n_seqs, self.max_len = n_seqs, max_len
         self._ready = True
+        self._capture(n_seqs)  # the usual step shape, captured now so no timed decode pays it
         self._sample_memory()
 
     def _ensure_ready(self) -> None:
@@ -301,8 +324,7 @@ class CupyRunner(Runner):
             xa, xs = b["xq"], b["xs"]
         else:
             xa, xs = b[src], NULL
-        rb = _row_block(rows)
-        grid = ((w.rows + GEMV_WARPS - 1) // GEMV_WARPS, (rows + rb - 1) // rb)
+        grid, rb = gemv_grid(w.rows, rows)
         args = (
             w.q,
             w.s if w.s is not None else NULL,
@@ -321,6 +343,8 @@ class CupyRunner(Runner):
     def _launch(self, name: str, grid: tuple, block: tuple, args: tuple) -> None:
         """Launch one kernel on the runner's stream; timed per kernel when tracing."""
         fn = self.k[name]
+        if self._skip and name.startswith(self._skip):
+            return
         if self._trace is None:
             fn(grid, block, args)
             return
@@ -343,6 +367,32 @@ class CupyRunner(Runner):
         finally:
             self._trace = None
         return out
+
+    def time_graph(self, rows: int, skip: tuple[str, ...] = (), reps: int = 50) -> float:
+        """Milliseconds per replay of a decode-step graph captured without the `skip` kernels.
+
+        A measuring tool (leave-one-stage-out timings): the results of such a step are wrong,
+        and each replay that keeps argmax_advance moves the rows on by one token.
+        """
+        self._skip = tuple(skip)
+        try:
+            with self.stream:
+                self.stream.begin_capture()
+                try:
+                    self._step_kernels(rows)
+                finally:
+                    graph = self.stream.end_capture()
+        finally:
+            self._skip = ()
+        for _ in range(3):
+            graph.launch(self.stream)
+        a, b = cp.cuda.Event(), cp.cuda.Event()
+        a.record(self.stream)
+        for _ in range(reps):
+            graph.launch(self.stream)
+        b.record(self.stream)
+        b.synchronize()
+        return cp.cuda.get_elapsed_time(a, b) / reps
 
     def _rmsnorm(self, x: Any, w: Any, y: Any, y16: Any, rows: int, quant: bool = False) -> None:
         """RMSNorm rows of x into y (float32) and/or y16; quant also fills the int8 planes."""
@@ -368,7 +418,7 @@ class CupyRunner(Runner):
                 L.k_norm if L.k_norm is not None else NULL,
                 b["seq_ids"], self.lens, _i(seq), _i(pos_base),
                 _i(c.n_heads), _i(c.n_kv_heads), _i(c.head_dim), _i(self.max_len),
-                _f(c.rope_base), _i(1 if c.arch == "qwen3" else 0), _f(c.norm_eps),
+                self.inv_freq, _i(1 if c.arch == "qwen3" else 0), _f(c.norm_eps),
             ),
         )  # fmt: skip
 
@@ -550,8 +600,7 @@ class CupyRunner(Runner):
         qkv = self._pbuf("qkv", (C, q_dim + 2 * kv_dim), cp.float32)[:n]
         q = self._pbuf("q", (C, q_dim), cp.float32)[:n]
         a16 = self._pbuf("a16", (C, q_dim), cp.float16)[:n]
-        g = self._pbuf("g", (C, c.ffn_dim), cp.float32)[:n]
-        u = self._pbuf("u", (C, c.ffn_dim), cp.float32)[:n]
+        gu = self._pbuf("gu", (C, 2 * c.ffn_dim), cp.float32)[:n]
         f16 = self._pbuf("f16", (C, c.ffn_dim), cp.float16)[:n]
         tok.set(ids.astype(np.int32), stream=self.stream)
         e = self.tok_embd
@@ -574,10 +623,15 @@ class CupyRunner(Runner):
             )  # fmt: skip
             self._gemm(a16, L.wo, x, 1.0)
             self._rmsnorm(x, L.ffn_norm, NULL, h16, n)
-            self._gemm(h16, L.wg, g, 0.0)
-            self._gemm(h16, L.wu, u, 0.0)
+            if L.wgu is not None:
+                self._gemm(h16, L.wgu, gu, 0.0)
+            else:
+                self._gemm(h16, L.wg, gu, 0.0)
+                self._gemm(h16, L.wu, gu, 0.0, c.ffn_dim)
             total = n * c.ffn_dim
-            self.k["swiglu_f16"](((total + 255) // 256,), (256,), (g, u, f16, np.uint64(total)))
+            self.k["swiglu_f16"](
+                ((total + 255) // 256,), (256,), (gu, _i(c.ffn_dim), f16, np.uint64(total))
+            )
             self._gemm(f16, L.wd, x, 1.0)
         if logits == "none":
             return None

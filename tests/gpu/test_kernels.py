@@ -61,9 +61,9 @@ def nan_buffer(cp, shape):
     return cp.full(shape, cp.nan, dtype=cp.float32)
 
 
-def run_gemv(cp, runner_mod, k, w, rows: int, x: np.ndarray, mode: str, w2=None, out0=None):
+def run_gemv(cp, k, w, rows: int, x: np.ndarray, mode: str, w2=None, out0=None):
     """Launch one mat-vec the way the runner does and return the float32 result."""
-    from engine.cuda.kernels import GEMV_WARPS, gemv_name
+    from engine.cuda.kernels import GEMV_WARPS, gemv_grid, gemv_name
 
     NULL = np.uint64(0)
     xd = cp.asarray(x, dtype=cp.float32)
@@ -77,8 +77,7 @@ def run_gemv(cp, runner_mod, k, w, rows: int, x: np.ndarray, mode: str, w2=None,
     else:
         xa, xs = xd, NULL
     out = nan_buffer(cp, (rows, w.rows)) if out0 is None else cp.asarray(out0, dtype=cp.float32)
-    rb = runner_mod._row_block(rows)
-    grid = ((w.rows + GEMV_WARPS - 1) // GEMV_WARPS, (rows + rb - 1) // rb)
+    grid, rb = gemv_grid(w.rows, rows)
     k[gemv_name(w.wt, rb, mode)](
         grid,
         (GEMV_WARPS * 32,),
@@ -96,7 +95,6 @@ def run_gemv(cp, runner_mod, k, w, rows: int, x: np.ndarray, mode: str, w2=None,
 @pytest.mark.parametrize("rows", [1, 3, 8, 11])
 def test_gemv_matches_reference(cu, kind, rows):
     cp, k = cu
-    from engine.cuda import runner as runner_mod
     from engine.cuda.layout import matrix_to_gpu
 
     n_out, K = 300, 576
@@ -106,14 +104,14 @@ def test_gemv_matches_reference(cu, kind, rows):
     x = RNG.standard_normal((rows, K)).astype(np.float32)
     bound = 1e-5 if kind in ("F32", "F16") else 2e-4
     # store
-    got = run_gemv(cp, runner_mod, k, w, rows, x, "store")
+    got = run_gemv(cp, k, w, rows, x, "store")
     assert rel(got, x.astype(np.float64) @ ref_w.T) < bound
     # add (fused residual)
     base = RNG.standard_normal((rows, n_out)).astype(np.float32)
-    got = run_gemv(cp, runner_mod, k, w, rows, x, "add", out0=base)
+    got = run_gemv(cp, k, w, rows, x, "add", out0=base)
     assert rel(got, base + x.astype(np.float64) @ ref_w.T) < bound
     # glu (fused SwiGLU)
-    got = run_gemv(cp, runner_mod, k, w, rows, x, "glu", w2=w2)
+    got = run_gemv(cp, k, w, rows, x, "glu", w2=w2)
     g = x.astype(np.float64) @ ref_w.T
     u = x.astype(np.float64) @ ref_w2.T
     assert rel(got, g / (1 + np.exp(-g)) * u) < 2 * bound
@@ -123,15 +121,14 @@ def test_gemv_matches_reference(cu, kind, rows):
 def test_gemv_row_results_do_not_depend_on_batch(cu, kind):
     """Row r of an 8-row launch is bit-identical to the same row launched alone."""
     cp, k = cu
-    from engine.cuda import runner as runner_mod
     from engine.cuda.layout import matrix_to_gpu
 
     t, _ = make_weight(kind, 200, 512)
     w = matrix_to_gpu(t)
     x = RNG.standard_normal((8, 512)).astype(np.float32)
-    batch = run_gemv(cp, runner_mod, k, w, 8, x, "store")
+    batch = run_gemv(cp, k, w, 8, x, "store")
     for r in (0, 5, 7):
-        alone = run_gemv(cp, runner_mod, k, w, 1, x[r : r + 1], "store")
+        alone = run_gemv(cp, k, w, 1, x[r : r + 1], "store")
         assert np.array_equal(batch[r], alone[0])
 
 
@@ -212,7 +209,8 @@ def test_rope_kv_decode_positions_from_device(cu, hd, neox, qk_norm):
             cp.asarray(qn) if qk_norm else NULL, cp.asarray(kn) if qk_norm else NULL,
             cp.asarray(seq_ids), cp.asarray(lens), np.int32(0), np.int32(-1),
             np.int32(n_heads), np.int32(n_kv), np.int32(hd), np.int32(max_len),
-            np.float32(base), np.int32(int(neox)), np.float32(eps),
+            cp.asarray(base ** (-np.arange(hd // 2, dtype=np.float64) * 2.0 / hd)),
+            np.int32(int(neox)), np.float32(eps),
         ),
     )  # fmt: skip
     pos = lens[seq_ids]

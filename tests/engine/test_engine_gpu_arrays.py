@@ -44,7 +44,10 @@ def test_quants_are_bit_identical_on_the_gpu(cp, ggml_type: str) -> None:  # noq
     with np.errstate(all="ignore"):
         host = quants.dequantize(raw, ggml_type, np)
     dev = cp.asnumpy(quants.dequantize(cp.asarray(raw), ggml_type, cp))
-    assert np.array_equal(dev.view(np.uint32), host.view(np.uint32))
+    # random bytes make NaN scales: the GPU writes its canonical NaN, not NumPy's payload
+    nan = np.isnan(host)
+    assert np.array_equal(np.isnan(dev), nan)
+    assert np.array_equal(dev[~nan].view(np.uint32), host[~nan].view(np.uint32))
 
 
 def test_big_dummy_model_builds_on_the_gpu(cp) -> None:  # noqa: ANN001

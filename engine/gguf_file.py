@@ -80,7 +80,7 @@ def _fast_reader_class() -> type:
     return FastReader
 
 
-def _FastReader(path: Path, mode: str):  # noqa: ANN202, N802
+def _make_reader(path: Path, mode: str):  # noqa: ANN202
     try:
         cls = _fast_reader_class()
         return cls(path, mode)
@@ -105,7 +105,7 @@ def _open_cached(path: str, size: int, mtime_ns: int) -> GGUFFile:
     if magic != b"GGUF":
         raise EngineError(f"not a GGUF file (bad magic {magic!r}): {p}")
     try:
-        reader = _FastReader(p, "r")
+        reader = _make_reader(p, "r")
     except Exception as exc:  # the gguf package raises many kinds on damaged files
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise EngineError(f"damaged or truncated GGUF file {p}: {reason}") from None

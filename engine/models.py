@@ -1,7 +1,7 @@
 """Models addressed by name: "smollm2-135m", "tiny", "llama-1b:q4_0", or a path to a .gguf.
 
     resolve(name)          -> ModelSpec     (refuses unknown names/formats, listing valid ones)
-    load_weights(name, xp) -> ModelWeights  (GGUF: NumPy memmaps; dummy: made with xp)
+    load_weights(name, xp) -> ModelWeights  (GGUF: file-backed NumPy arrays; dummy: made with xp)
     open_runner(name, backend="auto") -> Runner
     open_tokenizer(name)   -> Tokenizer
     list_models()          -> every name:format this engine knows

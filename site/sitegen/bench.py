@@ -9,6 +9,7 @@ files only it references, i.e. beyond the assets every page shares).
 from __future__ import annotations
 
 import os
+import resource
 import tempfile
 import time
 from pathlib import Path
@@ -17,6 +18,14 @@ import click
 
 from sitegen import synthetic
 from sitegen.build import build_site
+
+
+def _cpu_s() -> float:
+    me, kids = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def pr_page_weights(out: Path) -> list[tuple[int, str]]:
@@ -45,7 +54,9 @@ def main(prs: int, rounds: int, seed: int, jobs: int, workdir: Path | None) -> N
         t0 = time.perf_counter()
         synthetic.generate(db, prs=prs, rounds=rounds, seed=seed)
         gen_s = time.perf_counter() - t0
+        cpu0 = _cpu_s()
         times = build_site(db, base / "out", jobs=jobs)
+        cpu = _cpu_s() - cpu0
         weights = pr_page_weights(base / "out")
         heaviest = weights[0] if weights else (0, "-")
         median = weights[len(weights) // 2][0] if weights else 0
@@ -53,7 +64,8 @@ def main(prs: int, rounds: int, seed: int, jobs: int, workdir: Path | None) -> N
             f"cores={os.cpu_count()} prs={prs} rounds={rounds} jobs={jobs}\n"
             f"synthetic database: {gen_s:.1f} s\n"
             f"build: {times['total_s']:.1f} s (docs {times['docs_s']:.1f} s, "
-            f"mkdocs {times['mkdocs_s']:.1f} s)\n"
+            f"mkdocs {times['mkdocs_s']:.1f} s); CPU {cpu:.1f} s (user+sys, with workers)\n"
+            f"load average at the end: {os.getloadavg()[0]:.1f}\n"
             f"PR pages: {len(weights)}, heaviest {heaviest[1]} {heaviest[0] / 1024:.0f} KiB, "
             f"median {median / 1024:.0f} KiB"
         )

@@ -31,6 +31,8 @@ __device__ __forceinline__ void attn_split_body(const float* __restrict__ q, con
     const int split = blockIdx.x, kvh = blockIdx.y, r = blockIdx.z;
     const int G = n_heads / n_kv;
     const bool vlane = lane * DPL < HD;  // HD 16: lanes 16..31 own no V dims
+    pdl_wait();
+    pdl_trigger();
     const int seq = seq_ids[r];
     const int n = lens[seq] + 1;  // the current token is already in the cache
     int chunk = (n + nsplit - 1) / nsplit;
@@ -215,6 +217,8 @@ extern "C" __global__ void attn_combine(const float* __restrict__ part_o, const 
                                         float* __restrict__ out, i8* __restrict__ xq,
                                         float4* __restrict__ xs, int n_heads, int hd, int nsplit) {
     const int h = blockIdx.x, r = blockIdx.y, e = threadIdx.x;
+    pdl_wait();
+    pdl_trigger();
     const int n = lens[seq_ids[r]] + 1;
     int chunk = (n + nsplit - 1) / nsplit;
     chunk = (chunk + 31) & ~31;

@@ -18,6 +18,13 @@ typedef unsigned int u32;
 #define WT_Q4_0 3
 #define WT_Q4_1 4
 
+// Programmatic dependent launch (sm_90): a kernel launched with the PDL attribute may start
+// while its predecessor finishes; pdl_wait() blocks until the predecessor grid has completed
+// and its writes are visible (a no-op for a plain launch), pdl_trigger() lets the successor
+// grid start launching. Every decode kernel waits before touching its inputs.
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" :::); }
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);

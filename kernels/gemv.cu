@@ -173,9 +173,10 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ wq, const voi
                                           float* __restrict__ out, int N, int K, int nrows, int ldo) {
     constexpr bool QUANT = !(WT == WT_F16 || WT == WT_F32);
     constexpr int NW = MODE == MODE_GLU ? 2 * NR : NR;     // weight rows per warp
-    constexpr int U = (QUANT ? 8 : 16) / NW > 0 ? (QUANT ? 8 : 16) / NW : 1;  // chunks in flight
+    constexpr int U = 8 / NW > 0 ? 8 / NW : 1;  // chunks in flight per lane and weight row
     const int lane = threadIdx.x & 31;
     const int row0 = (blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5)) * NR;
+    pdl_wait();
     if (row0 >= N) return;
     const int r0 = blockIdx.y * RB;
     const int nr = min(RB, nrows - r0);
@@ -205,6 +206,7 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ wq, const voi
             if (c < nchunks) chunk_dot<WT, RB, NW>(w[u], x, xs, K, c, r0, nr, acc);
         }
     }
+    pdl_trigger();  // the weights are read: let the next kernel's blocks start launching
 #pragma unroll
     for (int r = 0; r < RB; ++r)
 #pragma unroll
@@ -270,6 +272,8 @@ GEMV_MODES(q4_1, WT_Q4_1)
 extern "C" __global__ void quantize_q8(const float* __restrict__ x, i8* __restrict__ xq,
                                        float4* __restrict__ xs, int nblocks) {
     const int b = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    pdl_wait();
+    pdl_trigger();
     if (b >= nblocks) return;
     quant_block(x[(size_t)b * 32 + (threadIdx.x & 31)], xq + (size_t)b * 64, xs + b);
 }

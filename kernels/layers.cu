@@ -9,6 +9,8 @@ extern "C" __global__ void rmsnorm(const float* __restrict__ x, const float* __r
                                    i8* __restrict__ xq, float4* __restrict__ xs, int dim,
                                    float eps) {
     const size_t base = (size_t)blockIdx.x * dim;
+    pdl_wait();
+    pdl_trigger();
     float ss = 0.f;
     for (int i = threadIdx.x; i < dim; i += blockDim.x) {
         const float v = x[base + i];
@@ -29,6 +31,8 @@ extern "C" __global__ void rmsnorm(const float* __restrict__ x, const float* __r
 // out[r] = token_embd[tokens[r]] in float32, for any weight storage type.
 extern "C" __global__ void embed(const int* __restrict__ tokens, int wt, const void* __restrict__ wq,
                                  const void* __restrict__ ws, float* __restrict__ out, int dim) {
+    pdl_wait();
+    pdl_trigger();
     const int t = tokens[blockIdx.x];
     for (int e = threadIdx.x; e < dim; e += blockDim.x)
         out[(size_t)blockIdx.x * dim + e] = weight_at(wt, wq, ws, (size_t)t, dim, e);
@@ -75,6 +79,8 @@ extern "C" __global__ void rope_kv(const float* __restrict__ qkv, int ld, float*
                                    float eps) {
     __shared__ float buf[256];
     const int h = blockIdx.x, r = blockIdx.y, lane = threadIdx.x;
+    pdl_wait();
+    pdl_trigger();
     int seq, pos;
     if (pos_base >= 0) {
         seq = seq_fixed;
@@ -136,6 +142,8 @@ extern "C" __global__ void argmax_advance(const float* __restrict__ logits, int 
                                           int hist_stride, int advance) {
     __shared__ float bv[32];
     __shared__ int bi[32];
+    pdl_wait();
+    pdl_trigger();
     const float* row = logits + (size_t)blockIdx.x * vocab;
     float best = -INFINITY;
     int idx = 0x7fffffff;

@@ -32,6 +32,7 @@ from engine.cuda.kernels import (
     gemv_name,
     get_kernels,
 )
+from engine.cuda.launch import PdlLauncher
 from engine.cuda.layout import GpuWeight, fuse_rows, matrix_to_gpu, vector_to_gpu
 from engine.errors import EngineError
 from engine.protocol import VramInfo
@@ -90,6 +91,17 @@ class CupyRunner(Runner):
             raise EngineError(f"{c.n_heads} query heads over {c.n_kv_heads} KV heads unsupported")
         self.k = get_kernels()
         self.stream = cp.cuda.Stream(non_blocking=True)
+        self.pdl = PdlLauncher()
+        if self.pdl.available():
+            try:  # probe: a no-op launch through the driver
+                z = cp.zeros(1, dtype=cp.int32)
+                self.pdl.launch(self.k["advance_lens"], (1,), (32,), (z, z, _i(0)), self.stream)
+                self.stream.synchronize()
+            except Exception as exc:
+                print(
+                    f"warning: programmatic dependent launch unavailable ({exc})", file=sys.stderr
+                )
+                self.pdl.disable()
         self.prefill_chunk = prefill_chunk
         with self.stream:
             t = weights.tensors
@@ -346,7 +358,10 @@ class CupyRunner(Runner):
         if self._skip and name.startswith(self._skip):
             return
         if self._trace is None:
-            fn(grid, block, args)
+            if self.pdl.available():
+                self.pdl.launch(fn, grid, block, args, self.stream)
+            else:
+                fn(grid, block, args)
             return
         a, b = cp.cuda.Event(), cp.cuda.Event()
         a.record(self.stream)

@@ -25,9 +25,21 @@ def log_softmax(x: np.ndarray) -> np.ndarray:
     return x - np.log(np.exp(x).sum(-1, keepdims=True))
 
 
+TIE_NATS = 1e-3  # a GPU pick within this of the reference's best logit is a tie, not a miss
+
+
 def compare(ref: np.ndarray, got: np.ndarray) -> tuple[float, float]:
+    """(top-1 agreement, mean KL(ref || got) in nats) over positions.
+
+    Top-1 counts a position as agreeing when the GPU's argmax is the reference's, or is
+    tied with it in the reference to within TIE_NATS (dummy models have exact and near ties
+    that rounding alone may break either way).
+    """
     assert np.all(np.isfinite(got))
-    top1 = float(np.mean(ref.argmax(-1) == got.argmax(-1)))
+    pick = got.argmax(-1)
+    best = ref.max(-1)
+    at_pick = np.take_along_axis(ref, pick[:, None], axis=-1)[:, 0]
+    top1 = float(np.mean((pick == ref.argmax(-1)) | (at_pick >= best - TIE_NATS)))
     lp, lq = log_softmax(ref), log_softmax(got)
     kl = float(np.mean(np.sum(np.exp(lp) * (lp - lq), axis=-1)))
     return top1, kl
@@ -74,7 +86,9 @@ def test_gpu_logits_match_numpy(name):
     ref, got = logits_both(name)
     top1, kl = compare(ref, got)
     print(f"{name}: top1 {top1:.4f} kl {kl:.2e}")
-    assert top1 >= 0.99 and kl <= 1e-3, (top1, kl)
+    miss = ref.argmax(-1) != got.argmax(-1)
+    gaps = ref.max(-1)[miss] - np.take_along_axis(ref, got.argmax(-1)[:, None], -1)[:, 0][miss]
+    assert top1 >= 0.99 and kl <= 1e-3, (top1, kl, "reference gaps at misses:", gaps.tolist())
 
 
 @pytest.mark.slow

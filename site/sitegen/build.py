@@ -58,7 +58,10 @@ def _json_default(value: Any) -> Any:
 
 def _dump(data: Any) -> str:
     return (
-        json.dumps(data, default=_json_default, sort_keys=True, indent=1, ensure_ascii=False) + "\n"
+        json.dumps(
+            data, default=_json_default, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        )
+        + "\n"
     )
 
 

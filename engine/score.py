@@ -73,17 +73,42 @@ def _logit_rows(logits: np.ndarray, rows: int, vocab: int, what: str) -> np.ndar
     return arr
 
 
-def scored_position(logprobs: np.ndarray, target: int, topk: int) -> ScoredPosition:
-    """One prediction: argmax, the target's log-prob, and the top-k sorted by log-prob, then id."""
-    k = min(topk, logprobs.shape[0])
-    cand = np.argpartition(-logprobs, k - 1)[:k] if k < logprobs.shape[0] else np.arange(k)
-    order = np.lexsort((cand, -logprobs[cand]))  # log-prob descending, ties by smaller id
-    top = cand[order]
-    return ScoredPosition(
-        argmax=int(np.argmax(logprobs)),
-        target_logprob=float(logprobs[target]),
-        topk=[(int(i), float(logprobs[i])) for i in top],
-    )
+def score_rows(
+    logits: np.ndarray, targets: Sequence[int], topk: int, where: str
+) -> list[ScoredPosition]:
+    """Predictions of a block of positions: argmax, the target's log-prob and the top-k.
+
+    Log-probs are x - logsumexp(x) in float64. Argmax and top-k are picked on the float32
+    logits, which gives the same order (float32 -> float64 is exact and the shift is per row).
+    Top-k is sorted by log-prob descending, ties by the smaller id; argmax takes the smallest
+    id among equal maxima, so a target that is the argmax has its log-prob as topk[0].
+    """
+    x = np.asarray(logits)
+    if not np.all(np.isfinite(x)):
+        raise EngineOutputError(f"non-finite logits {where}")
+    rows, vocab = x.shape
+    x64 = x.astype(np.float64)
+    peak = x64.max(axis=1, keepdims=True)
+    lse = peak[:, 0] + np.log(np.exp(x64 - peak).sum(axis=1))
+    argmax = x.argmax(axis=1)
+    k = min(topk, vocab)
+    if k < vocab:
+        cand = np.argpartition(-x, k - 1, axis=1)[:, :k]
+    else:
+        cand = np.broadcast_to(np.arange(vocab), (rows, vocab))
+    out: list[ScoredPosition] = []
+    for r in range(rows):
+        ids = cand[r][np.lexsort((cand[r], -x[r, cand[r]]))]
+        lp = np.minimum(x64[r, ids] - lse[r], 0.0)  # round-off must not push one above 0
+        target_lp = min(float(x64[r, targets[r]] - lse[r]), 0.0)
+        out.append(
+            ScoredPosition(
+                argmax=int(argmax[r]),
+                target_logprob=target_lp,
+                topk=[(int(i), float(v)) for i, v in zip(ids, lp, strict=True)],
+            )
+        )
+    return out
 
 
 def score_tokens(
@@ -103,9 +128,8 @@ def score_tokens(
         stop = min(start + chunk, n_pred)
         logits = runner.prefill(0, ids[start:stop], all_logits=True)
         rows = _logit_rows(logits, stop - start, vocab, "prefill")
-        lp = log_softmax(rows, f"at positions {start}..{stop - 1}")
-        for r in range(stop - start):
-            positions.append(scored_position(lp[r], int(ids[start + r + 1]), topk))
+        targets = [int(t) for t in ids[start + 1 : stop + 1]]
+        positions += score_rows(rows, targets, topk, f"at positions {start}..{stop - 1}")
     return positions
 
 

@@ -373,3 +373,17 @@ def test_broken_engine_output_is_exit_1_with_one_line(monkeypatch, capsys, tmp_p
     assert err.startswith("error: ctx 16: decode produced 2 valid tokens of 4")
     assert err.count("\n") == 1
     assert not out.exists()
+
+
+def test_score_rows_ties_and_a_topk_as_large_as_the_vocab() -> None:
+    from engine.score import score_rows
+
+    logits = np.array([[1.0, 3.0, 3.0, -2.0], [0.0, 0.0, 0.0, 0.0]], dtype=np.float32)
+    rows = score_rows(logits, [2, 3], topk=4, where="test")
+    ref = log_softmax(logits, "ref")
+    assert rows[0].argmax == 1  # the smaller id among equal maxima
+    assert [i for i, _ in rows[0].topk] == [1, 2, 0, 3]
+    assert rows[0].target_logprob == pytest.approx(ref[0, 2], abs=1e-15)
+    assert [i for i, _ in rows[1].topk] == [0, 1, 2, 3]
+    assert rows[1].target_logprob == pytest.approx(np.log(0.25), abs=1e-15)
+    assert [lp for _, lp in rows[1].topk] == pytest.approx([np.log(0.25)] * 4, abs=1e-15)

@@ -22,7 +22,7 @@ pytestmark = [
 ]
 
 
-def open_page(url: str, tmp: Path) -> tuple[str, list[str], list[str]]:
+def open_page(url: str, tmp: Path, dark: bool = False) -> tuple[str, list[str], list[str]]:
     """(DOM after scripts ran, console lines, URLs the page requested)."""
     netlog = tmp / "net.json"
     cmd = [
@@ -45,6 +45,8 @@ def open_page(url: str, tmp: Path) -> tuple[str, list[str], list[str]]:
         "--dump-dom",
         url,
     ]
+    if dark:  # the system asks for dark: the palette follows it (prefers-color-scheme)
+        cmd[1:1] = ["--force-dark-mode", "--blink-settings=preferredColorScheme=0"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     console = [line for line in proc.stderr.splitlines() if ":CONSOLE" in line]
     return proc.stdout, console, page_requests(netlog)
@@ -116,3 +118,14 @@ def test_round_page_chart_is_drawn(built: tuple[Path, Path], tmp_path: Path) -> 
     dom, console, _ = open_page(page.as_uri(), tmp_path)
     figures, drawn, with_svg = rendered_charts(dom)
     assert console == [] and figures == 1 and with_svg == 1
+
+
+def test_charts_redraw_for_the_dark_palette(built: tuple[Path, Path], tmp_path: Path) -> None:
+    _, out = built
+    page = sorted((out / "pr").glob("*.html"))[0]
+    dom, console, _ = open_page(page.as_uri(), tmp_path, dark=True)
+    assert 'data-md-color-scheme="slate"' in dom
+    figures, _, with_svg = rendered_charts(dom)
+    assert console == [] and figures >= 1 and with_svg == figures
+    assert dom.count('data-sb-rendered="dark"') == figures
+    assert "#e9ecef" in dom  # main's series drawn light on the dark background

@@ -1,0 +1,33 @@
+"""Chart specs and static SVGs."""
+
+import json
+
+from sitegen import charts, tiers
+
+
+def test_comparison_svg_for_a_comment_is_deterministic() -> None:
+    rows = [
+        {"axis": f"decode@{n}", "main_value": 100.0 - i, "pr_value": 110.0 - i}
+        | {"ci_low": 0.09, "ci_high": 0.11, "noise": 0.005}
+        for i, n in enumerate((128, 512, 4096))
+    ]
+    svg = charts.comparison_svg(rows, "decode")
+    assert svg.startswith("<svg") and svg == charts.comparison_svg(rows, "decode")
+    assert "4k" in svg and "tok/s" in svg
+
+
+def test_chart_specs_carry_their_rows_and_no_urls() -> None:
+    rows = [
+        {"x": "128", "label": "128", "order": 0, "side": "PR", "value": 1.0, "lo": 0.9, "hi": 1.1}
+    ]
+    spec = charts.versus(rows, "context", tiers.colour("XL"))
+    assert spec["datasets"][charts.DATA] == rows
+    text = json.dumps(spec)
+    assert "http" not in text and tiers.colour("XL") in text and "__PR__" not in text
+
+
+def test_leaderboard_colours_are_the_tier_colours() -> None:
+    spec = charts.leaderboard([], charts.DARK)
+    scale = spec["layer"][0]["encoding"]["color"]["scale"]
+    assert scale["domain"] == tiers.ORDER
+    assert scale["range"] == [tiers.colour(t) for t in tiers.ORDER]

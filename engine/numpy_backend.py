@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from engine import quants
 from engine.errors import EngineError
 from engine.runner import Runner
 from engine.weights import ModelWeights
@@ -58,7 +59,10 @@ class NumpyRunner(Runner):
         self.dtype = np.dtype(dtype)
 
         def deq(name: str) -> np.ndarray:
-            return np.ascontiguousarray(weights[name].dequantize(np), dtype=self.dtype)
+            t = weights[name]
+            data = t.data if isinstance(t.data, np.ndarray) else t.data.get()  # CuPy -> host
+            values = quants.dequantize(data, t.ggml_type, np).reshape(t.shape)
+            return np.ascontiguousarray(values, dtype=self.dtype)
 
         self.embd = deq("token_embd.weight")
         self.w_out = self.embd if c.tied_embeddings else deq("output.weight")

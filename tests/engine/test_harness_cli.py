@@ -24,8 +24,13 @@ REPO = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 120
 
 
+def _env() -> dict[str, str]:
+    paths = [str(REPO), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+
+
 def harness(module: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = _env()
     return subprocess.run(
         [sys.executable, "-m", module, *args],
         cwd=REPO,
@@ -99,7 +104,7 @@ def test_score_of_a_tokens_file(tmp_path: Path) -> None:
 
 
 def test_score_defaults_to_the_corpus_from_any_directory(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = _env()
     proc = subprocess.run(
         [sys.executable, "-m", "engine.score", "score", "--model", "tiny", "--topk", "2",
          "--backend", "numpy", "--out", "-"],

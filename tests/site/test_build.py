@@ -232,7 +232,7 @@ def test_rules_page_reads_the_policy(built: tuple[Path, Path]) -> None:
     assert "verdict.tiers.XL" in plain and "0.18" in plain and "≥ 0.93" in plain
 
 
-def test_same_database_same_files(small_db: Path, tmp_path: Path) -> None:
+def test_same_database_same_files(tmp_path: Path) -> None:
     def digest(folder: Path) -> dict[str, str]:
         return {
             str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
@@ -240,8 +240,9 @@ def test_same_database_same_files(small_db: Path, tmp_path: Path) -> None:
             if p.is_file()
         }
 
-    build_site(small_db, tmp_path / "a", log=lambda _m: None)
-    build_site(small_db, tmp_path / "b", log=lambda _m: None)
+    db = synthetic.generate(tmp_path / "d.duckdb", prs=12, rounds=2)
+    build_site(db, tmp_path / "a", log=lambda _m: None)
+    build_site(db, tmp_path / "b", log=lambda _m: None)
     assert digest(tmp_path / "a") == digest(tmp_path / "b")
 
 

@@ -1,0 +1,265 @@
+"""Write the demo round's patches (data/demo/patches/*.patch) against this repository's HEAD.
+
+    python data/demo/make_patches.py      # from the repository root
+
+Each demo PR is a set of exact text edits to the engine; each edit names the text it expects
+to find, so when the engine changes under it this script stops with the edit that no longer
+fits instead of writing a patch that means something else. tests/collector/test_demo.py checks
+that the committed patches still apply to HEAD (and that the conflicting one still conflicts).
+"""
+
+from __future__ import annotations
+
+import difflib
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+OUT = Path(__file__).resolve().parent / "patches"
+NB = "engine/numpy_backend.py"
+
+# --- the edits -------------------------------------------------------------------------------
+
+# A decode step of one sequence on 1-D vectors with RoPE tables computed once per reset: the
+# general path's per-layer reshapes, cos/sin and broadcasting dominate a small model's step.
+FAST_DECODE = [
+    (
+        NB,
+        "        self.n_seqs, self.max_len = n_seqs, max_len\n",
+        "        self.n_seqs, self.max_len = n_seqs, max_len\n"
+        "        # RoPE tables for every position of the cache: a decode step only indexes them\n"
+        "        ang = np.arange(max_len, dtype=np.float64)[:, None] * self._inv_freq[None, :]\n"
+        "        self._cos_table = np.cos(ang).astype(self.dtype)\n"
+        "        self._sin_table = np.sin(ang).astype(self.dtype)\n",
+    ),
+    (
+        NB,
+        "        h = self._forward(ids, [(s, i, 1) for i, s in enumerate(seqs)])\n"
+        "        return self._logits(h)\n",
+        "        if len(seqs) == 1 and not self._neox and self.layers[0].q_norm is None:\n"
+        "            return self._decode_one(seqs[0], int(ids[0]))[None, :]\n"
+        "        h = self._forward(ids, [(s, i, 1) for i, s in enumerate(seqs)])\n"
+        "        return self._logits(h)\n"
+        "\n"
+        "    def _decode_one(self, seq: int, token: int) -> np.ndarray:\n"
+        '        """One llama decode step of one sequence on 1-D vectors: far fewer NumPy calls."""\n'
+        "        c = self.config\n"
+        "        hd, nq, nkv, g = c.head_dim, c.n_heads, c.n_kv_heads, c.group_size\n"
+        "        p = self._lens[seq]\n"
+        "        cos, sin = self._cos_table[p], self._sin_table[p]\n"
+        "        eps, inv_dim = float(c.norm_eps), 1.0 / c.dim\n"
+        "        scale = float(1.0 / np.sqrt(hd))\n"
+        "        x = self.embd[token]\n"
+        "        for li, L in enumerate(self.layers):\n"
+        "            xn = x * (L.attn_norm / np.sqrt(np.dot(x, x) * inv_dim + eps))\n"
+        "            qkv = L.wqkv @ xn\n"
+        "            qk = qkv[: (nq + nkv) * hd].reshape(nq + nkv, hd)\n"
+        "            rot = np.empty_like(qk)\n"
+        "            rot[:, 0::2] = qk[:, 0::2] * cos - qk[:, 1::2] * sin\n"
+        "            rot[:, 1::2] = qk[:, 0::2] * sin + qk[:, 1::2] * cos\n"
+        "            kc, vc = self._k[li], self._v[li]\n"
+        "            kc[seq, :, p] = rot[nq:]\n"
+        "            vc[seq, :, p] = qkv[(nq + nkv) * hd :].reshape(nkv, hd)\n"
+        "            s = (rot[:nq].reshape(nkv, g, hd) @ kc[seq, :, : p + 1].transpose(0, 2, 1)) * scale\n"
+        "            s = np.exp(s - s.max(axis=-1, keepdims=True))\n"
+        "            s /= s.sum(axis=-1, keepdims=True)\n"
+        "            x = x + L.wo @ (s @ vc[seq, :, : p + 1]).reshape(nq * hd)\n"
+        "            xn = x * (L.ffn_norm / np.sqrt(np.dot(x, x) * inv_dim + eps))\n"
+        "            gu = L.w_gate_up @ xn\n"
+        "            gate, up = gu[: c.ffn_dim], gu[c.ffn_dim :]\n"
+        '            with np.errstate(over="ignore"):\n'
+        "                x = x + L.w_down @ (gate / (1.0 + np.exp(-gate)) * up)\n"
+        "        self._lens[seq] += 1\n"
+        "        hn = x * (self.output_norm / np.sqrt(np.dot(x, x) * inv_dim + eps))\n"
+        "        return self._project(hn[None, :])[0]\n",
+    ),
+    (
+        NB,
+        "        hn = self._rms_norm(h, self.output_norm)\n"
+        "        return matmul_t(hn, self.w_out).astype(np.float32)\n",
+        "        return self._project(self._rms_norm(h, self.output_norm))\n"
+        "\n"
+        "    def _project(self, hn: np.ndarray) -> np.ndarray:\n"
+        "        return matmul_t(hn, self.w_out).astype(np.float32)\n",
+    ),
+]
+
+# Prefill computes every position's logits and keeps the last: one code path, and a far
+# slower prefill (the output projection runs for every prompt token).
+PREFILL_ALL_LOGITS = [
+    (
+        NB,
+        "            h = self._forward(chunk, [(seq, 0, chunk.size)])\n"
+        "            if all_logits:\n"
+        "                outs.append(self._logits(h))\n"
+        "            elif last:\n"
+        "                outs.append(self._logits(h[-1:])[0])\n",
+        "            logits = self._logits(self._forward(chunk, [(seq, 0, chunk.size)]))\n"
+        "            if all_logits:\n"
+        "                outs.append(logits)\n"
+        "            elif last:\n"
+        "                outs.append(logits[-1])\n",
+    ),
+]
+
+# Early exit: the last layer is skipped everywhere. Faster, and no longer the same model.
+SKIP_LAST_LAYER = [
+    (
+        NB,
+        "        for li, L in enumerate(self.layers):\n"
+        "            xn = self._rms_norm(x, L.attn_norm)\n",
+        "        # early exit: the last layer changes the hidden state little, so skip it\n"
+        "        for li, L in enumerate(self.layers[: max(1, len(self.layers) - 1)]):\n"
+        "            xn = self._rms_norm(x, L.attn_norm)\n",
+    ),
+]
+
+# Quantized models compute their logits in float64 "for llama.cpp parity": the output
+# projection is converted to float64 on every call, which makes them far slower.
+F64_LOGITS_FOR_QUANTIZED = [
+    (
+        NB,
+        "    def _project(self, hn: np.ndarray) -> np.ndarray:\n"
+        "        return matmul_t(hn, self.w_out).astype(np.float32)\n",
+        "    def _project(self, hn: np.ndarray) -> np.ndarray:\n"
+        '        if any(f":{q}:" in self.model_id for q in ("q8_0", "q4_0", "q4_1")):\n'
+        "            # quantized weights: accumulate the logits in float64, as llama.cpp does\n"
+        "            w64 = self.w_out.astype(np.float64)\n"
+        "            return matmul_t(hn.astype(np.float64), w64).astype(np.float32)\n"
+        "        return matmul_t(hn, self.w_out).astype(np.float32)\n",
+    ),
+]
+
+# Longer warm-up in the bench itself: a PR may not change how it is measured.
+HARNESS_EDIT = [
+    (
+        "engine/bench.py",
+        "WARMUP_STEPS = 4\n",
+        "WARMUP_STEPS = 64  # a longer warm-up steadies the first repetition\n",
+    ),
+]
+
+# Longest sequence first in a multi-sequence decode step, with an off-by-one.
+CRASH_ON_CONCURRENT = [
+    (
+        NB,
+        "        h = self._forward(ids, [(s, i, 1) for i, s in enumerate(seqs)])\n",
+        "        if len(seqs) > 1:  # longest first: the attention loop walks the cache in order\n"
+        "            order = sorted(range(len(seqs) + 1), key=lambda i: -self._lens[seqs[i]])\n"
+        "            seqs, ids = [seqs[i] for i in order], ids[order]\n"
+        "        h = self._forward(ids, [(s, i, 1) for i, s in enumerate(seqs)])\n",
+    ),
+]
+
+# A refactor that changes no arithmetic: SiLU gets a name.
+NEUTRAL_REFACTOR = [
+    (
+        NB,
+        "def rope_neox(arch: str) -> bool:\n",
+        "def silu(x: np.ndarray) -> np.ndarray:\n"
+        '    """x * sigmoid(x); exp overflow gives the right 0."""\n'
+        '    with np.errstate(over="ignore"):\n'
+        "        return x / (1.0 + np.exp(-x))\n"
+        "\n"
+        "\n"
+        "def rope_neox(arch: str) -> bool:\n",
+    ),
+    (
+        NB,
+        '            with np.errstate(over="ignore"):\n'
+        "                act = gate / (1.0 + np.exp(-gate))  # SiLU; exp overflow gives the right 0\n"
+        "            x = x + matmul_t(act * up, L.w_down)\n",
+        "            x = x + matmul_t(silu(gate) * up, L.w_down)\n",
+    ),
+]
+
+# The prefill path also reads RoPE from the tables, and RMSNorm skips np.mean's wrapper.
+PREFILL_TABLES = [
+    (
+        NB,
+        "        ang = positions.astype(np.float64)[:, None] * self._inv_freq[None, :]\n"
+        "        cos = np.cos(ang).astype(self.dtype)[:, None, :]\n"
+        "        sin = np.sin(ang).astype(self.dtype)[:, None, :]\n",
+        "        cos = self._cos_table[positions][:, None, :]\n"
+        "        sin = self._sin_table[positions][:, None, :]\n",
+    ),
+    (
+        NB,
+        "        ms = np.mean(x * x, axis=-1, keepdims=True)\n",
+        '        ms = np.einsum("...i,...i->...", x, x)[..., None] * (1.0 / x.shape[-1])\n',
+    ),
+]
+
+# The conflicting PR was written against an older main whose prefill chunk was 256 tokens.
+CONFLICT_OLD_BASE = ("PREFILL_CHUNK = 512", "PREFILL_CHUNK = 256")
+CONFLICT_EDIT = [
+    (NB, "PREFILL_CHUNK = 256", "PREFILL_CHUNK = 1024"),
+]
+
+PATCHES: dict[str, list] = {
+    "101-fast-decode": FAST_DECODE,
+    "102-decode-gain-prefill-loss": FAST_DECODE + PREFILL_ALL_LOGITS,
+    "103-early-exit": SKIP_LAST_LAYER,
+    "104-target-gain-guard-loss": FAST_DECODE + F64_LOGITS_FOR_QUANTIZED,
+    "105-harness-edit": HARNESS_EDIT,
+    "106-conflicts": CONFLICT_EDIT,
+    "107-crash": CRASH_ON_CONCURRENT,
+    "108-neutral-refactor": NEUTRAL_REFACTOR,
+    "109-held-best": FAST_DECODE + PREFILL_TABLES,
+}
+
+
+def head_text(rel: str) -> str:
+    return subprocess.run(
+        ["git", "show", f"HEAD:{rel}"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+
+
+def apply_edits(files: dict[str, str], edits: list, name: str) -> dict[str, str]:
+    out = dict(files)
+    for rel, old, new in edits:
+        text = out.setdefault(rel, head_text(rel))
+        if text.count(old) != 1:
+            sys.exit(f"{name}: {rel} no longer holds exactly one copy of:\n{old}")
+        out[rel] = text.replace(old, new)
+    return out
+
+
+def unified(rel: str, before: str, after: str) -> str:
+    return "".join(
+        difflib.unified_diff(
+            before.splitlines(keepends=True),
+            after.splitlines(keepends=True),
+            fromfile=f"a/{rel}",
+            tofile=f"b/{rel}",
+        )
+    )
+
+
+def make(name: str, edits: list) -> str:
+    base: dict[str, str] = {}
+    if name == "106-conflicts":
+        text = head_text(NB)
+        old, older = CONFLICT_OLD_BASE
+        if text.count(old) != 1:
+            sys.exit(f"{name}: {NB} no longer holds {old!r}")
+        base[NB] = text.replace(old, older)
+    after = apply_edits(base, edits, name)
+    before = {rel: base.get(rel, head_text(rel)) for rel in after}
+    return "".join(
+        f"diff --git a/{rel} b/{rel}\n" + unified(rel, before[rel], after[rel])
+        for rel in sorted(after)
+    )
+
+
+def main() -> None:
+    OUT.mkdir(exist_ok=True)
+    for name, edits in PATCHES.items():
+        path = OUT / f"{name}.patch"
+        path.write_text(make(name, edits))
+        print(path.relative_to(ROOT))
+
+
+if __name__ == "__main__":
+    main()

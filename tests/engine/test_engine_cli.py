@@ -70,13 +70,23 @@ def test_bad_input_gives_one_line_and_exit_2(
     assert proc.stdout == ""
 
 
-def test_a_handcrafted_gguf_generates(bad_files: dict[str, Path]) -> None:
-    """A valid GGUF path runs like the named model (dummy GGUFs use SmolLM2's tokenizer)."""
+def test_a_gguf_without_a_vocabulary_is_refused_cleanly(bad_files: dict[str, Path]) -> None:
     proc = run_engine(
         "generate", "--model", str(bad_files["good"]), "--prompt", "Hi", "--max-tokens", "3"
     )
-    # the handcrafted file carries no vocabulary: refused cleanly, not with a traceback
-    assert_one_line_error(proc, "tokenizer")
+    assert_one_line_error(proc, "carries no tokenizer")
+
+
+def test_a_gguf_path_generates_like_the_named_model(tmp_path: Path, smollm2_path: Path) -> None:
+    """tiny:q8_0 written to a GGUF (with SmolLM2's vocabulary) continues text identically."""
+    path = write_gguf(
+        tmp_path / "tiny.gguf", load_weights("tiny:q8_0"), tokenizer_from=smollm2_path
+    )
+    args = ["--prompt", "The lighthouse keeper", "--max-tokens", "5", "--backend", "numpy"]
+    by_path = run_engine("generate", "--model", str(path), *args)
+    by_name = run_engine("generate", "--model", "tiny:q8_0", *args)
+    assert by_path.returncode == 0 and by_name.returncode == 0, by_path.stderr + by_name.stderr
+    assert by_path.stdout == by_name.stdout and by_path.stdout.strip()
 
 
 def test_usage_errors_are_one_line() -> None:

@@ -6,6 +6,7 @@ escaped text, so templates can print the results without escaping them twice.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any
 
@@ -105,6 +106,19 @@ def slug(value: str) -> str:
     """A file-name-safe slug (round ids, model names); never empty, never hidden."""
     s = _SLUG.sub("-", value).strip("-.") or "x"
     return s[:80]
+
+
+def unique_slugs(values: list[str]) -> dict[str, str]:
+    """A distinct file-name slug per value: a slug shared by two values gets a short hash."""
+    out: dict[str, str] = {}
+    taken: set[str] = set()
+    for value in values:
+        s = slug(value)
+        if s in taken or s.lower() in ("index",):
+            s = f"{s[:70]}-{hashlib.sha1(value.encode()).hexdigest()[:8]}"
+        taken.add(s)
+        out[value] = s
+    return out
 
 
 def policy_get(policy: dict[str, Any], paths: str, default: Any = None) -> Any:

@@ -70,10 +70,10 @@ class Site:
         self.rounds = data.rounds
         self.round_by_id = {r["round_id"]: r for r in data.rounds}
         self.round_order = {r["round_id"]: i for i, r in enumerate(data.rounds)}
-        self.round_slug = {r["round_id"]: fmt.slug(r["round_id"]) for r in data.rounds}
+        self.round_slug = fmt.unique_slugs([r["round_id"] for r in data.rounds])
         self.latest = data.rounds[-1] if data.rounds else None
         self.models = sorted({t["model"] for t in data.main_trend})
-        self.model_slug = {m: fmt.slug(m) for m in self.models}
+        self.model_slug = fmt.unique_slugs(self.models)
         self.trend = defaultdict(list)
         for row in data.main_trend:
             self.trend[(row["round_id"], row["model"])].append(row)
@@ -86,6 +86,10 @@ class Site:
         if tpl is None:
             tpl = self._templates[name] = self.env.get_template(name)
         return tpl.render(site=self, fmt=fmt, tiers=tiers, **ctx)
+
+    def rslug(self, round_id: str) -> str:
+        """The round's file slug (a PR row of a round missing from `rounds` still gets one)."""
+        return self.round_slug.get(round_id) or fmt.slug(round_id)
 
     def front(self, title: str) -> Markup:
         """YAML front matter with the page's title. MkDocs and Material print a page title raw
@@ -128,7 +132,7 @@ class Site:
         return Markup(f'<a href="{href}{self.eval_anchor(ev)}">{text(ev.round_id)}</a>')
 
     def eval_anchor(self, ev: Evaluation) -> str:
-        return f"#round-{self.round_slug.get(ev.round_id, fmt.slug(ev.round_id))}"
+        return f"#round-{self.rslug(ev.round_id)}"
 
     # --- leaderboard ------------------------------------------------------------------------
     def ranked(self, round_id: str) -> list[Evaluation]:
@@ -324,7 +328,7 @@ class Site:
     def pr_charts(self, ev: Evaluation) -> list[Markup]:
         out = []
         colour = tiers.colour(ev.label)
-        tag = self.round_slug.get(ev.round_id, fmt.slug(ev.round_id))
+        tag = self.rslug(ev.round_id)
         for model in self.target_models(ev):
             comps = [c for c in ev.comparisons if c["model"] == model]
             for kind, title in (

@@ -31,3 +31,12 @@ def test_leaderboard_colours_are_the_tier_colours() -> None:
     scale = spec["layer"][0]["encoding"]["color"]["scale"]
     assert scale["domain"] == tiers.ORDER
     assert scale["range"] == [tiers.colour(t) for t in tiers.ORDER]
+
+
+def test_slugs_are_safe_and_distinct() -> None:
+    from sitegen.format import unique_slugs
+
+    slugs = unique_slugs(["a/b", "a:b", "../../etc", "index", "", "ok-1"])
+    assert len(set(slugs.values())) == 6
+    for s in slugs.values():
+        assert s and not s.startswith(".") and "/" not in s and s != "index"

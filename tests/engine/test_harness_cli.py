@@ -183,10 +183,12 @@ def _bad_score_cases(tmp: Path) -> list[list[str]]:
     (tmp / "long.json").write_text(json.dumps([5] * 8193))
     (tmp / "bin.txt").write_bytes(b"\xff\xfe\x00bad")
     (tmp / "ok.json").write_text("[1, 2, 3]")
+    (tmp / "one-token.txt").write_text("a")
     return [
         ["score", "--model", "tiny", "--text-file", str(tmp / "empty.txt")],
         ["score", "--model", "tiny", "--text-file", str(tmp / "absent.txt")],
         ["score", "--model", "tiny", "--text-file", str(tmp / "bin.txt")],
+        ["score", "--model", "tiny", "--text-file", str(tmp / "one-token.txt")],
         ["score", "--model", "tiny", "--tokens-file", str(tmp / "absent.json")],
         ["score", "--model", "tiny", "--tokens-file", str(tmp / "not-json.json")],
         ["score", "--model", "tiny", "--tokens-file", str(tmp / "dict.json")],

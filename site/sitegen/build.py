@@ -65,6 +65,18 @@ def _dump(data: Any) -> str:
     )
 
 
+def _replaceable(folder: Path) -> None:
+    """Refuse to wipe a folder that is neither empty nor an earlier build of ours."""
+    if not folder.exists():
+        return
+    if not folder.is_dir():
+        raise BuildError(f"{folder} is not a folder")
+    if any(folder.iterdir()) and not (folder / "assets" / "sparkboard.js").is_file():
+        raise BuildError(
+            f"refusing to replace {folder}: it is not empty and not an earlier sparkboard build"
+        )
+
+
 def _check_out(out: Path) -> None:
     """Refuse to build into the generator's own folder (MkDocs' default `site/`)."""
     source = Path(resources.files("sitegen")).resolve().parent  # the repo's site/
@@ -218,6 +230,7 @@ def generate_docs(db: Path, docs: Path, jobs: int = 1, log: Log = _stderr) -> pa
     log(
         f"loaded {len(site.data.evaluations)} evaluations of {len(site.data.by_pr)} PRs in {len(site.rounds)} rounds ({time.perf_counter() - t0:.1f} s)"
     )
+    _replaceable(docs)
     if docs.exists():
         shutil.rmtree(docs)
     docs.mkdir(parents=True)
@@ -310,6 +323,7 @@ def build_site(
     if not db.is_file():
         raise BuildError(f"no database at {db}")
     _check_out(out)
+    _replaceable(out)
     t0 = time.perf_counter()
     scratch = None
     if docs_dir is None:

@@ -120,10 +120,17 @@ class Site:
         )
 
     def gate_summary(self, ev: Evaluation) -> Markup:
+        """'✅ 5 · ❌ 1 (floor)': counts per status, and the gates that did not pass by name."""
         counts = Counter(g["status"] for g in ev.gates)
-        parts = [
-            f"{fmt.ICONS[s]} {counts[s]}" for s in ("pass", "fail", "warn", "skip") if counts[s]
-        ]
+        parts = []
+        for status in ("pass", "fail", "warn", "skip"):
+            if not counts[status]:
+                continue
+            part = f"{fmt.ICONS[status]} {counts[status]}"
+            if status in ("fail", "warn"):
+                names = ", ".join(str(text(g["gate"])) for g in ev.gates if g["status"] == status)
+                part += f" ({names})"
+            parts.append(part)
         return Markup(" · ".join(parts)) if parts else fmt.DASH
 
     def eval_link(self, ev: Evaluation, root: str, pr_page: bool = False) -> Markup:

@@ -267,3 +267,12 @@ def test_page_text_unescaped_once(built: tuple[Path, Path]) -> None:
     _, out = built
     for path in pages(out):
         assert "&amp;#" not in path.read_text(), path
+
+
+def test_refuses_to_wipe_a_folder_that_is_not_a_site(small_db: Path, tmp_path: Path) -> None:
+    precious = tmp_path / "home"
+    precious.mkdir()
+    (precious / "thesis.tex").write_text("years of work")
+    result = CliRunner().invoke(build, ["--db", str(small_db), "--out", str(precious)])
+    assert result.exit_code == 1 and "refusing to replace" in result.output
+    assert (precious / "thesis.tex").read_text() == "years of work"

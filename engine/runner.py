@@ -56,7 +56,7 @@ class Runner(ABC):
             out[i] = cur
         return out
 
-    def synchronize(self) -> None:
+    def synchronize(self) -> None:  # noqa: B027 (optional hook: a no-op on the CPU)
         """Wait for queued device work (a no-op on the CPU)."""
 
     def vram(self, kv_tokens: int = 0) -> VramInfo | None:

@@ -177,7 +177,9 @@ def _load(con: duckdb.DuckDBPyConnection) -> SiteData:
         con,
         """
         SELECT table_name, column_name, data_type, is_nullable
-        FROM duckdb_columns() WHERE schema_name = 'main'
+        FROM duckdb_columns()
+        WHERE NOT internal AND schema_name = 'main' AND database_name = current_database()
+          AND table_name IN (SELECT table_name FROM duckdb_tables() WHERE NOT internal)
         ORDER BY table_name, column_index
         """,
     )

@@ -223,6 +223,7 @@ def test_downloads_per_round(built: tuple[Path, Path], small_db: Path) -> None:
         assert verdicts and {v["round_id"] for v in verdicts} == {rid}
     page = Page((out / "data.html").read_text()).plain
     assert "comparisons" in page and "ci_low" in page  # the schema
+    assert "duckdb_" not in page and "sqlite_" not in page  # only the database's own tables
 
 
 def test_rules_page_reads_the_policy(built: tuple[Path, Path]) -> None:

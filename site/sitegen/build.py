@@ -246,6 +246,10 @@ def generate_docs(db: Path, docs: Path, jobs: int = 1, log: Log = _stderr) -> pa
         _pr_pages(site, docs, prs)
     log(f"wrote {len(prs)} PR pages ({time.perf_counter() - t1:.1f} s)")
 
+    t3 = time.perf_counter()
+    n_svg = _comment_svgs(site, docs)
+    log(f"wrote {n_svg} comment SVGs ({time.perf_counter() - t3:.1f} s)")
+
     headline = False
     if site.latest:
         rows = site.leaderboard_chart_rows(site.latest["round_id"])
@@ -273,6 +277,20 @@ def generate_docs(db: Path, docs: Path, jobs: int = 1, log: Log = _stderr) -> pa
     _write(docs / "data.md", site.data_page(exports, block(schema, 0) if schema else None))
     log(f"docs written in {time.perf_counter() - t0:.1f} s")
     return site
+
+
+def _comment_svgs(site: pages.Site, docs: Path) -> int:
+    """A static SVG per PR measured in the latest round, for its GitHub comment to link to
+    (pr/<n>.svg): main vs PR on the kind of axis that set the label. Bounded to one round."""
+    if not site.latest:
+        return 0
+    n = 0
+    for ev in site.data.by_round.get(site.latest["round_id"], []):
+        svg = site.comment_svg(ev)
+        if svg:
+            _write(docs / "pr" / f"{int(ev.pr)}.svg", svg)
+            n += 1
+    return n
 
 
 def _source_date(db: Path) -> int:

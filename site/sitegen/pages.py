@@ -353,6 +353,20 @@ class Site:
                 out.append(chart(spec, caption, f"chart-{tag}-{fmt.slug(model)}-{kind}"))
         return out
 
+    def comment_svg(self, ev: Evaluation) -> str | None:
+        """The static chart of `ev` for its PR comment: the best axis's kind, its model."""
+        v = ev.verdict or {}
+        model = v.get("best_model") or next(iter(self.target_models(ev)), None)
+        parsed = fmt.parse_axis(v.get("best_axis") or "")
+        kind = parsed[0] if parsed else "decode"
+        comps = [c for c in ev.comparisons if c["model"] == model]
+        if not comps or not charts.versus_rows(comps, kind):
+            return None
+        return charts.comparison_svg(comps, kind, tiers.colour(ev.label))
+
+    def has_comment_svg(self, ev: Evaluation) -> bool:
+        return bool(self.latest and ev.round_id == self.latest["round_id"] and ev.comparisons)
+
     def failures(self, ev: Evaluation) -> list[dict[str, Any]]:
         return [
             {**f, "log": block(f.get("log_tail"), 2000) if f.get("log_tail") else None}

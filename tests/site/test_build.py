@@ -144,6 +144,24 @@ def test_pr_page_has_the_reference_tables(built: tuple[Path, Path], small_db: Pa
     assert "tier from" in page.plain and "merge-first" in page.plain
 
 
+def test_comment_svgs_for_the_latest_round(built: tuple[Path, Path], small_db: Path) -> None:
+    _, out = built
+    con = duckdb.connect(str(small_db), read_only=True)
+    measured = {
+        r[0]
+        for r in con.execute(
+            """SELECT DISTINCT pr FROM comparisons WHERE round_id =
+               (SELECT round_id FROM rounds ORDER BY created_at DESC LIMIT 1)"""
+        ).fetchall()
+    }
+    con.close()
+    svgs = {int(p.stem) for p in (out / "pr").glob("*.svg")}
+    assert svgs == measured
+    for pr in svgs:
+        assert (out / "pr" / f"{pr}.svg").read_text().startswith("<svg")
+        assert f'href="{pr}.svg"' in (out / "pr" / f"{pr}.html").read_text()
+
+
 def test_hostile_strings_show_as_plain_text_on_every_page(built: tuple[Path, Path]) -> None:
     _, out = built
     for path in pages(out):

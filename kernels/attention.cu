@@ -1,7 +1,7 @@
 // Attention over the float16 KV cache (layout per layer: [seq][kv_head][max_len][head_dim]).
 //
-// Decode (flash-decoding): attn_split_<HD> splits each sequence's KV length into nsplit
-// chunks; one block per (split, kv head, row) reads its chunk of K and V once for all the
+// Decode (flash-decoding): attn_split_<HD> splits each sequence's KV length into up to
+// nsplit chunks of at least min_chunk positions (a multiple of 32); one block per (split, kv head, row) reads its chunk of K and V once for all the
 // query heads of that kv head (grouped-query attention) and writes an unnormalised partial
 // output with its running max and sum; attn_combine merges the partials. The lengths are read
 // from device memory and the split geometry depends only on a sequence's own length, so
@@ -21,7 +21,7 @@ __device__ __forceinline__ void attn_split_body(const float* __restrict__ q, con
                                                 const int* __restrict__ seq_ids,
                                                 const int* __restrict__ lens, float* __restrict__ part_o,
                                                 float* __restrict__ part_ml, int n_heads, int n_kv,
-                                                int max_len, int nsplit, float scale) {
+                                                int max_len, int nsplit, int min_chunk, float scale) {
     constexpr int DPL = HD >= 32 ? HD / 32 : 1;  // V dims owned by each lane
     __shared__ __align__(16) float qs[GMAX][HD];
     __shared__ float red_m[ATT_WARPS][GMAX], red_l[ATT_WARPS][GMAX];
@@ -36,7 +36,7 @@ __device__ __forceinline__ void attn_split_body(const float* __restrict__ q, con
     const int seq = seq_ids[r];
     const int n = lens[seq] + 1;  // the current token is already in the cache
     int chunk = (n + nsplit - 1) / nsplit;
-    chunk = (chunk + 31) & ~31;
+    chunk = max(min_chunk, (chunk + 31) & ~31);
     const int start = split * chunk;
     if (start >= n) return;
     const int end = min(n, start + chunk);
@@ -193,8 +193,10 @@ __device__ __forceinline__ void attn_split_body(const float* __restrict__ q, con
 #define ATTN_SPLIT_ARGS                                                                          \
     const float *__restrict__ q, const __half *__restrict__ kc, const __half *__restrict__ vc,    \
         const int *__restrict__ seq_ids, const int *__restrict__ lens, float *__restrict__ part_o, \
-        float *__restrict__ part_ml, int n_heads, int n_kv, int max_len, int nsplit, float scale
-#define ATTN_SPLIT_PASS q, kc, vc, seq_ids, lens, part_o, part_ml, n_heads, n_kv, max_len, nsplit, scale
+        float *__restrict__ part_ml, int n_heads, int n_kv, int max_len, int nsplit, int min_chunk, \
+        float scale
+#define ATTN_SPLIT_PASS \
+    q, kc, vc, seq_ids, lens, part_o, part_ml, n_heads, n_kv, max_len, nsplit, min_chunk, scale
 
 extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_split_16(ATTN_SPLIT_ARGS) {
     attn_split_body<16>(ATTN_SPLIT_PASS);
@@ -215,13 +217,14 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_split_128(ATTN
 extern "C" __global__ void attn_combine(const float* __restrict__ part_o, const float* __restrict__ part_ml,
                                         const int* __restrict__ seq_ids, const int* __restrict__ lens,
                                         float* __restrict__ out, i8* __restrict__ xq,
-                                        float4* __restrict__ xs, int n_heads, int hd, int nsplit) {
+                                        float4* __restrict__ xs, int n_heads, int hd, int nsplit,
+                                        int min_chunk) {
     const int h = blockIdx.x, r = blockIdx.y, e = threadIdx.x;
     pdl_wait();
     pdl_trigger();
     const int n = lens[seq_ids[r]] + 1;
     int chunk = (n + nsplit - 1) / nsplit;
-    chunk = (chunk + 31) & ~31;
+    chunk = max(min_chunk, (chunk + 31) & ~31);
     const int used = (n + chunk - 1) / chunk;
     const size_t slot0 = ((size_t)r * n_heads + h) * nsplit;
     float M = -INFINITY;

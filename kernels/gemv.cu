@@ -17,7 +17,18 @@
 #define MODE_ADD 1
 #define MODE_GLU 2
 
+#ifndef GEMV_WARPS
 #define GEMV_WARPS 4
+#endif
+#ifndef GEMV_U
+#define GEMV_U 8  // chunks in flight per lane, shared among a warp's weight rows
+#endif
+#ifndef GEMV_NR1
+#define GEMV_NR1 1  // output rows per warp for a single activation row, float weights
+#endif
+#ifndef GEMV_NR1_Q
+#define GEMV_NR1_Q 2  // the same for quantized weights
+#endif
 
 // Raw weight data of one chunk (loaded first, for U chunks at once, so a lane has U
 // independent 16-byte loads in flight whatever the row length).
@@ -173,7 +184,7 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ wq, const voi
                                           float* __restrict__ out, int N, int K, int nrows, int ldo) {
     constexpr bool QUANT = !(WT == WT_F16 || WT == WT_F32);
     constexpr int NW = MODE == MODE_GLU ? 2 * NR : NR;     // weight rows per warp
-    constexpr int U = 8 / NW > 0 ? 8 / NW : 1;  // chunks in flight per lane and weight row
+    constexpr int U = GEMV_U / NW > 0 ? GEMV_U / NW : 1;  // chunks in flight per lane and row
     const int lane = threadIdx.x & 31;
     const int row0 = (blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5)) * NR;
     pdl_wait();
@@ -240,13 +251,14 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ wq, const voi
         float *__restrict__ out, int N, int K, int nrows, int ldo
 #define GEMV_PASS wq, ws, wq2, ws2, x, xs, out, N, K, nrows, ldo
 
-// Output rows per warp: 1 for a single activation row; more rows share each activation
-// load across weight rows (the L1 traffic of RB rows would otherwise outgrow the weights').
-#define GEMV_NR(RB) ((RB) >= 4 ? 4 : (RB) == 2 ? 2 : 1)
+// Output rows per warp: more rows share each activation load across weight rows (the L1
+// traffic of RB rows would otherwise outgrow the weights'). For one activation row: 1 for
+// float weights, 2 for quantized ones, whose rows are short (engine/PERF.md, gemvbench).
+#define GEMV_NR(WT, RB) ((RB) >= 4 ? 4 : (RB) == 2 ? 2 : ((WT) >= WT_Q8_0 ? GEMV_NR1_Q : GEMV_NR1))
 #define GEMV_ONE(TNAME, WT, RB, MNAME, MODE)                                                  \
     extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32)                              \
         gemv_##TNAME##_r##RB##_##MNAME(GEMV_ARGS) {                                            \
-        gemv_body<WT, RB, MODE, GEMV_NR(RB)>(GEMV_PASS);                                       \
+        gemv_body<WT, RB, MODE, GEMV_NR(WT, RB)>(GEMV_PASS);                                       \
     }
 #define GEMV_RBS(TNAME, WT, MNAME, MODE) \
     GEMV_ONE(TNAME, WT, 1, MNAME, MODE)  \

@@ -33,15 +33,19 @@ def source_text(name: str) -> str:
     return common + "\n" + (KERNEL_DIR / name).read_text()
 
 
-def gemv_rows_per_warp(row_block: int) -> int:
+def gemv_rows_per_warp(row_block: int, wt: int) -> int:
     """Output rows one warp computes (GEMV_NR in gemv.cu)."""
-    return 4 if row_block >= 4 else 2 if row_block == 2 else 1
+    if row_block >= 4:
+        return 4
+    if row_block == 2:
+        return 2
+    return 2 if wt >= WT_Q8_0 else 1
 
 
-def gemv_grid(n_out: int, rows: int) -> tuple[tuple[int, int], int]:
+def gemv_grid(n_out: int, rows: int, wt: int) -> tuple[tuple[int, int], int]:
     """(grid, row block) of a mat-vec launch over n_out outputs for `rows` activation rows."""
     rb = 1 if rows <= 1 else 2 if rows <= 2 else 4 if rows <= 4 else 8
-    per_block = GEMV_WARPS * gemv_rows_per_warp(rb)
+    per_block = GEMV_WARPS * gemv_rows_per_warp(rb, wt)
     return ((n_out + per_block - 1) // per_block, (rows + rb - 1) // rb), rb
 
 

@@ -14,6 +14,7 @@ are used in place), attention is the tiled causal kernel reading the KV cache.
 from __future__ import annotations
 
 import math
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -46,6 +47,9 @@ except ImportError:  # pragma: no cover - older CuPy
 DEFAULT_MAX_LEN = 4096
 PREFILL_CHUNK = 4096
 ATTN_SPLITS = 64  # flash-decoding partitions per sequence (fixed: results never depend on N)
+# positions per partition at least (a multiple of 32); a short context then keeps the four
+# warps of one block busy instead of one warp in each of several blocks
+ATTN_MIN_CHUNK = int(os.environ.get("SPARKBOARD_ATTN_MIN_CHUNK", "128"))
 DEQUANT_BUFFER_ELEMENTS = 1 << 27  # float16 scratch for prefill weights: 256 MiB
 CUDA_R_16F, CUDA_R_32F = 2, 0
 CUBLAS_OP_N, CUBLAS_OP_T = 0, 1
@@ -336,7 +340,7 @@ class CupyRunner(Runner):
             xa, xs = b["xq"], b["xs"]
         else:
             xa, xs = b[src], NULL
-        grid, rb = gemv_grid(w.rows, rows)
+        grid, rb = gemv_grid(w.rows, rows, w.wt)
         args = (
             w.q,
             w.s if w.s is not None else NULL,
@@ -463,7 +467,7 @@ class CupyRunner(Runner):
                 (
                     b["q"], self.kcache[li], self.vcache[li], b["seq_ids"], self.lens,
                     b["part_o"], b["part_ml"], _i(c.n_heads), _i(c.n_kv_heads),
-                    _i(self.max_len), _i(ATTN_SPLITS), _f(scale),
+                    _i(self.max_len), _i(ATTN_SPLITS), _i(ATTN_MIN_CHUNK), _f(scale),
                 ),
             )  # fmt: skip
             quant_o = L.wo.quantized and hd >= 32
@@ -474,7 +478,7 @@ class CupyRunner(Runner):
                 (
                     b["part_o"], b["part_ml"], b["seq_ids"], self.lens, b["att"],
                     b["xq"] if quant_o else NULL, b["xs"] if quant_o else NULL,
-                    _i(c.n_heads), _i(hd), _i(ATTN_SPLITS),
+                    _i(c.n_heads), _i(hd), _i(ATTN_SPLITS), _i(ATTN_MIN_CHUNK),
                 ),
             )  # fmt: skip
             self._quantized_src = "att" if quant_o else None

@@ -77,7 +77,7 @@ def run_gemv(cp, k, w, rows: int, x: np.ndarray, mode: str, w2=None, out0=None):
     else:
         xa, xs = xd, NULL
     out = nan_buffer(cp, (rows, w.rows)) if out0 is None else cp.asarray(out0, dtype=cp.float32)
-    grid, rb = gemv_grid(w.rows, rows)
+    grid, rb = gemv_grid(w.rows, rows, w.wt)
     k[gemv_name(w.wt, rb, mode)](
         grid,
         (GEMV_WARPS * 32,),
@@ -242,8 +242,9 @@ def attention_ref(q, kc, vc, n, scale):
     return out
 
 
+@pytest.mark.parametrize("min_chunk", [32, 128])
 @pytest.mark.parametrize("hd,n_heads,n_kv", [(64, 9, 3), (128, 32, 8), (16, 4, 2), (32, 8, 1)])
-def test_decode_attention_split_and_combine(cu, hd, n_heads, n_kv):
+def test_decode_attention_split_and_combine(cu, hd, n_heads, n_kv, min_chunk):
     cp, k = cu
     n_seqs, max_len, splits = 3, 5000, 64
     lens = np.array([RNG.integers(4000, max_len - 1), 0, RNG.integers(30, 90)], dtype=np.int32)
@@ -262,7 +263,7 @@ def test_decode_attention_split_and_combine(cu, hd, n_heads, n_kv):
         (128,),
         (
             cp.asarray(q), kcd, vcd, sd, ld, part_o, part_ml, np.int32(n_heads), np.int32(n_kv),
-            np.int32(max_len), np.int32(splits), np.float32(scale),
+            np.int32(max_len), np.int32(splits), np.int32(min_chunk), np.float32(scale),
         ),
     )  # fmt: skip
     xq = cp.zeros((rows, 2 * n_heads * hd), dtype=cp.int8)
@@ -274,7 +275,7 @@ def test_decode_attention_split_and_combine(cu, hd, n_heads, n_kv):
         (hd,),
         (
             part_o, part_ml, sd, ld, out, xq if quant else NULL, xs if quant else NULL,
-            np.int32(n_heads), np.int32(hd), np.int32(splits),
+            np.int32(n_heads), np.int32(hd), np.int32(splits), np.int32(min_chunk),
         ),
     )  # fmt: skip
     flat = cp.asnumpy(out)

@@ -1,0 +1,125 @@
+"""Mat-vec kernel variants timed alone on Llama-3.1-8B shapes (developer tool for PERF.md).
+
+    python -m engine.cuda.gemvbench [--variants base,w8,nr2,u16]
+
+Each variant compiles kernels/gemv.cu with other -D values; each (type, shape, mode) runs
+as a CUDA graph of back-to-back launches over enough weight copies that the L2 cache
+cannot hold them, and reports microseconds per launch and weight bytes per second.
+"""
+
+from __future__ import annotations
+
+import math
+
+import click
+import numpy as np
+
+VARIANTS = {
+    "base": {},
+    "w8": {"GEMV_WARPS": 8},
+    "w2": {"GEMV_WARPS": 2},
+    "nr2": {"GEMV_NR1": 2, "GEMV_NR1_Q": 2},
+    "nr1": {"GEMV_NR1": 1, "GEMV_NR1_Q": 1},
+    "u16": {"GEMV_U": 16},
+    "u4": {"GEMV_U": 4},
+}
+# (label, rows, cols, mode) of one decode layer of Llama-3.1-8B
+SHAPES = [
+    ("qkv", 6144, 4096, "store"),
+    ("o", 4096, 4096, "add"),
+    ("gate|up", 14336, 4096, "glu"),
+    ("down", 4096, 14336, "add"),
+]
+POOL_BYTES = 512 * 1024**2
+
+
+def _weights(cp, wt: int, rows: int, cols: int, copies: int):
+    from engine.cuda.kernels import WT_F16, WT_Q4_0
+
+    rng = cp.random.default_rng(0)
+    out = []
+    for _ in range(copies):
+        if wt == WT_F16:
+            q = (rng.standard_normal((rows, cols), dtype=cp.float32) * 0.02).astype(cp.float16)
+            s = None
+        else:
+            q = cp.random.randint(0, 256, size=(rows, cols // 2)).astype(cp.uint8)
+            s = (rng.random((rows, cols // 32), dtype=cp.float32) * 0.01 + 0.001).astype(cp.float16)
+            if wt != WT_Q4_0:
+                raise ValueError("bench covers f16 and q4_0")
+        out.append((q, s))
+    return out
+
+
+@click.command()
+@click.option("--variants", default="base,w8,nr2,u16")
+@click.option("--rows", "act_rows", default=1, help="activation rows (decode width)")
+def main(variants: str, act_rows: int) -> None:
+    import cupy as cp
+
+    from engine.cuda.kernels import NVRTC_OPTIONS, WT_F16, WT_Q4_0, gemv_name, source_text
+
+    NULL = np.uint64(0)
+    stream = cp.cuda.Stream(non_blocking=True)
+    table = []
+    for vname in [v for v in variants.split(",") if v]:
+        defs = VARIANTS[vname]
+        opts = NVRTC_OPTIONS + tuple(f"-D{k}={v}" for k, v in defs.items())
+        mod = cp.RawModule(code=source_text("gemv.cu"), options=opts)
+        warps = defs.get("GEMV_WARPS", 4)
+        rb = 1 if act_rows <= 1 else 2 if act_rows <= 2 else 4 if act_rows <= 4 else 8
+        nr1 = (defs.get("GEMV_NR1", 1), defs.get("GEMV_NR1_Q", 2))
+        for wt in (WT_F16, WT_Q4_0):
+            for label, rows, cols, mode in SHAPES:
+                fn = mod.get_function(gemv_name(wt, rb, mode))
+                nr = 4 if rb >= 4 else 2 if rb == 2 else nr1[0 if wt == WT_F16 else 1]
+                mats = 2 if mode == "glu" else 1
+                bpw = 2.0 if wt == WT_F16 else 18 / 32
+                nbytes = int(rows * cols * bpw * mats)
+                copies = max(2, math.ceil(POOL_BYTES / nbytes))
+                ws = _weights(cp, wt, rows * mats, cols, copies)
+                if wt == WT_F16:
+                    x = cp.random.standard_normal((act_rows, cols), dtype=cp.float32)
+                    xs = NULL
+                else:
+                    x = cp.random.randint(-127, 128, size=(act_rows, 2 * cols)).astype(cp.int8)
+                    xs = cp.random.random((act_rows, cols // 32 * 4), dtype=cp.float32)
+                out = cp.zeros((act_rows, rows), dtype=cp.float32)
+                per = warps * nr
+                grid = ((rows + per - 1) // per, (act_rows + rb - 1) // rb)
+                with stream:
+                    stream.begin_capture()
+                    for q, s in ws:
+                        q2 = q[rows:] if mats == 2 else NULL
+                        s2 = (s[rows:] if s is not None else NULL) if mats == 2 else NULL
+                        fn(
+                            grid,
+                            (warps * 32,),
+                            (
+                                q[:rows], s[:rows] if s is not None else NULL, q2, s2, x, xs, out,
+                                np.int32(rows), np.int32(cols), np.int32(act_rows), np.int32(rows),
+                            ),
+                        )  # fmt: skip
+                    graph = stream.end_capture()
+                graph.launch(stream)
+                a, b = cp.cuda.Event(), cp.cuda.Event()
+                a.record(stream)
+                reps = 5
+                for _ in range(reps):
+                    graph.launch(stream)
+                b.record(stream)
+                b.synchronize()
+                us = cp.cuda.get_elapsed_time(a, b) * 1e3 / (reps * copies)
+                tname = "f16" if wt == WT_F16 else "q4_0"
+                table.append((vname, tname, label, us, nbytes / us / 1e3))
+                del ws, graph
+                cp.get_default_memory_pool().free_all_blocks()
+    print(
+        f"{'variant':8} {'type':5} {'matrix':8} {'us':>8} {'GB/s':>8}   (activation rows {act_rows})"
+    )
+    for v, t, lab, us, gbs in table:
+        print(f"{v:8} {t:5} {lab:8} {us:8.1f} {gbs:8.0f}")
+
+
+if __name__ == "__main__":
+    main()

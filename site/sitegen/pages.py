@@ -105,6 +105,8 @@ class Site:
         return Markup(f'<a href="{root}pr/{int(pr)}.html{anchor}">#{int(pr)}</a>')
 
     def round_link(self, round_id: str, root: str) -> Markup:
+        if round_id not in self.round_slug:
+            return text(round_id)
         return Markup(
             f'<a href="{root}rounds/{self.round_slug[round_id]}.html">{text(round_id)}</a>'
         )
@@ -115,6 +117,8 @@ class Site:
         return Markup(f'<a href="{root}models/{self.model_slug[model]}.html">{text(model)}</a>')
 
     def tier_link(self, label: str, root: str) -> Markup:
+        if label not in tiers.TIERS:
+            return tiers.badge(label, root)  # an unknown label has no page
         return Markup(
             f'<a href="{root}tiers/{tiers.slug(label)}.html">{tiers.badge(label, root)}</a>'
         )

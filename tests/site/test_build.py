@@ -295,3 +295,25 @@ def test_refuses_to_wipe_a_folder_that_is_not_a_site(small_db: Path, tmp_path: P
     result = CliRunner().invoke(build, ["--db", str(small_db), "--out", str(precious)])
     assert result.exit_code == 1 and "refusing to replace" in result.output
     assert (precious / "thesis.tex").read_text() == "years of work"
+
+
+def test_unexpected_rows_still_build(tmp_path: Path) -> None:
+    """Labels, axes and rounds the site does not know are shown as text, never break a page."""
+    db = synthetic.generate(tmp_path / "odd.duckdb", prs=9, rounds=2)
+    con = duckdb.connect(str(db))
+    con.execute("UPDATE verdicts SET label = 'weird<b>' WHERE pr = 101")
+    con.execute("DELETE FROM verdicts WHERE pr = 102")
+    con.execute("UPDATE comparisons SET axis = 'bogus<i>' WHERE pr = 103 AND axis = 'decode@128'")
+    con.execute(
+        "INSERT INTO prs SELECT 'no-such-round', pr, title, author, labels, targets, source, "
+        "branch, expect FROM prs WHERE pr = 104 LIMIT 1"
+    )
+    con.close()
+    out = tmp_path / "out"
+    build_site(db, out, log=lambda _m: None)
+    for pr in (101, 102, 103, 104):
+        page = (out / "pr" / f"{pr}.html").read_text()
+        assert "<b>" not in page and "<i>" not in page
+    assert "pending" in Page((out / "pr" / "102.html").read_text()).plain
+    assert "no-such-round" in Page((out / "pr" / "104.html").read_text()).plain
+    test_links_are_relative_and_resolve((tmp_path, out))

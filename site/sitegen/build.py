@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+from markupsafe import Markup
 
 from sitegen import charts, pages, queries, tiers
 from sitegen.escape import block
@@ -178,7 +179,7 @@ def export_rounds(db: Path, docs: Path, site: pages.Site) -> dict[str, dict[str,
                         "json": "FORMAT json, ARRAY true",
                     }[fmt_]
                     con.execute(f"COPY ({query}) TO '{target.as_posix()}' ({opts})")
-                    names.append(f"data/{slug}/{table}.{fmt_}")
+                    names.append(Markup(f"data/{slug}/{table}.{fmt_}"))  # slug-safe
                 files[table] = names
             out[rid] = files
         return out

@@ -239,7 +239,10 @@ def test_downloads_per_round(built: tuple[Path, Path], small_db: Path) -> None:
             assert (folder / f"verdicts.{ext}").is_file()
         verdicts = json.loads((folder / "verdicts.json").read_text())
         assert verdicts and {v["round_id"] for v in verdicts} == {rid}
-    page = Page((out / "data.html").read_text()).plain
+    source = (out / "data.html").read_text()
+    hrefs = re.findall(r'href="(data/[^"]*)"', source)
+    assert hrefs and not any("&" in h for h in hrefs)  # plain paths, no entities
+    page = Page(source).plain
     assert "comparisons" in page and "ci_low" in page  # the schema
     assert "duckdb_" not in page and "sqlite_" not in page  # only the database's own tables
 

@@ -141,8 +141,8 @@ def _implausible(
 ) -> str | None:
     """A PR axis above `limit` x main's median so far is a broken measurement.
 
-    Only when the two sets of samples do not overlap at all (is_implausible): a loaded box can
-    make single repetitions of either side wildly fast or slow, and that is noise, not a claim.
+    Only when even the PR's slowest sample beats main's fastest by that factor (is_implausible):
+    a loaded box can make single repetitions of either side wildly fast or slow.
     """
     by_axis: dict[str, list[float]] = {}
     for ax, _rep, v in samples:

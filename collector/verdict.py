@@ -11,8 +11,8 @@ Rules (numbers from the policy; DESIGN.md "Verdict rules"):
 * an axis is below the floor when PR < floor x main, its interval is wholly below 0 and the
   loss beats the noise (so main against itself never trips it); any such axis is a REJECT, on a
   target model or a guard;
-* PR > implausible_gain x main on any axis (medians), with not one PR sample as slow as main's
-  fastest: REJECT as a broken measurement;
+* the PR's slowest sample > implausible_gain x main's fastest on any axis: REJECT as a broken
+  measurement;
 * accuracy vs main and the prefill path must pass on every target model;
 * the label is the strongest significant target axis's tier: gains are never summed;
 * a PR failure that may be flaky (timeout, death by signal, lost tokens) is a strike; the

@@ -72,7 +72,19 @@ FAST_DECODE = [
         "                x = x + L.w_down @ (gate / (1.0 + np.exp(-gate)) * up)\n"
         "        self._lens[seq] += 1\n"
         "        hn = x * (self.output_norm / np.sqrt(np.dot(x, x) * inv_dim + eps))\n"
-        "        return self._project(hn[None, :])[0]\n",
+        "        return self._project(hn[None, :])[0]\n"
+        "\n"
+        "    def decode_greedy(self, seqs: Sequence[int], tokens: np.ndarray, steps: int) -> np.ndarray:\n"
+        "        if len(seqs) != 1 or self._neox or self.layers[0].q_norm is not None:\n"
+        "            return super().decode_greedy(seqs, tokens, steps)\n"
+        "        seq, token = int(seqs[0]), int(self._check_tokens(tokens)[0])\n"
+        "        self._check_seq(seq)\n"
+        "        self._check_room(seq, steps)  # once for every step: the loop below checks nothing\n"
+        "        out = np.empty((steps, 1), dtype=np.int64)\n"
+        "        for i in range(steps):\n"
+        "            token = int(np.argmax(self._decode_one(seq, token)))\n"
+        "            out[i, 0] = token\n"
+        "        return out\n",
     ),
     (
         NB,

@@ -82,6 +82,16 @@ def test_interval_including_zero_is_not_significant() -> None:
 def test_implausible_guard() -> None:
     assert cmp(100.0, 2001.0).implausible is True
     assert cmp(100.0, 1999.0).implausible is False
+    c = compare_axis(
+        POLICY,
+        "tiny",
+        "target",
+        "decode@32",
+        [90.0, 100.0, 110.0],
+        [2150.0, 2300.0],
+        [100.0, 100.0],
+    )
+    assert c.implausible is False  # 2150 is not 20x main's fastest (110)
 
 
 def test_implausible_needs_samples_that_do_not_overlap() -> None:

@@ -462,7 +462,8 @@ def _collect(
         log(
             f"{infra_left} sessions failed for infrastructure: run the same command again to retry them"
         )
-    verdict_mod.decide_round(store, m.round)
+    for v in verdict_mod.decide_round(store, m.round):
+        log(f"  #{v.pr}: {v.label}" + (" (merge-first)" if v.merge_first else ""))
     return infra_left
 
 

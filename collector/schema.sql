@@ -1,6 +1,7 @@
 -- sparkboard's one store. Schema version 2 (collector/store.py: SCHEMA_VERSION, MIGRATIONS).
 --
--- History: 1 -> 2 added table score_dumps, sessions.attempts, comparisons.n_main/n_pr.
+-- History: 1 -> 2 added table score_dumps, sessions.attempts, comparisons.n_main/n_pr, and the
+-- session status 'incomplete' (a concurrent width that lost tokens).
 -- An older database is migrated on open; a newer or unknown one is refused.
 --
 -- The collector writes every table; the verdict engine writes comparisons, gates and
@@ -67,7 +68,7 @@ CREATE TABLE IF NOT EXISTS sessions (
     started_at   TIMESTAMP NOT NULL,
     wall_s       DOUBLE NOT NULL,
     exit_code    INTEGER,                -- NULL when killed on timeout
-    status       VARCHAR NOT NULL,       -- 'ok' | 'crash' | 'timeout' | 'malformed' | 'implausible' | 'infra'
+    status       VARCHAR NOT NULL,       -- 'ok' | 'crash' | 'timeout' | 'malformed' | 'incomplete' | 'implausible' | 'infra'
     fault        VARCHAR NOT NULL,       -- 'none' | 'pr' | 'infra'
     detail       VARCHAR,                -- why the status, in plain words
     log_tail     VARCHAR,                -- last lines of stderr, untrusted

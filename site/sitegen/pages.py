@@ -91,12 +91,13 @@ class Site:
         """The round's file slug (a PR row of a round missing from `rounds` still gets one)."""
         return self.round_slug.get(round_id) or fmt.slug(round_id)
 
-    def front(self, title: str) -> Markup:
+    def front(self, title: str, wide: bool = False) -> Markup:
         """YAML front matter with the page's title. MkDocs and Material print a page title raw
         (and `striptags` unescapes it), so it never holds database text: only letters, digits
         and a few safe marks, everything else becomes '-'."""
         safe = re.sub(r"[^A-Za-z0-9 #._:-]", "-", title)[:120]
-        return Markup(f"---\ntitle: {json.dumps(safe)}\n---\n")
+        hide = "hide: [navigation, toc]\n" if wide else ""  # Material: room for a wide table
+        return Markup(f"---\ntitle: {json.dumps(safe)}\n{hide}---\n")
 
     def badge(self, label: str, root: str) -> Markup:
         return tiers.badge(label, root)

@@ -162,6 +162,9 @@ class CupyRunner(Runner):
         self._deq: Any = None
         self._trace: list | None = None
         self._skip: tuple[str, ...] = ()  # kernel-name prefixes left out (timing ablations)
+        # PDL only inside the decode step, where every successor kernel is ours and waits
+        # (griddepcontrol.wait); prefill interleaves cuBLAS kernels, which may not
+        self._in_step = False
         self._one = np.ones(1, dtype=np.float32)  # host scalars for cuBLAS (pointer mode host)
         self._zero = np.zeros(1, dtype=np.float32)
         self._ready = False
@@ -362,7 +365,7 @@ class CupyRunner(Runner):
         if self._skip and name.startswith(self._skip):
             return
         if self._trace is None:
-            if self.pdl.available():
+            if self._in_step and self.pdl.available():
                 self.pdl.launch(fn, grid, block, args, self.stream)
             else:
                 fn(grid, block, args)
@@ -443,6 +446,13 @@ class CupyRunner(Runner):
 
     def _step_kernels(self, rows: int) -> None:
         """Every launch of one decode step for rows 0..rows-1 (graph-capturable)."""
+        self._in_step = True
+        try:
+            self._step_launches(rows)
+        finally:
+            self._in_step = False
+
+    def _step_launches(self, rows: int) -> None:
         c = self.config
         b = self._buf
         hd = c.head_dim
@@ -573,7 +583,7 @@ class CupyRunner(Runner):
         a = self._prefill_bufs.get(name)
         size = int(np.prod(shape))
         if a is None or a.size < size or a.dtype != dtype:
-            a = cp.empty(size, dtype=dtype)
+            a = cp.zeros(size, dtype=dtype)  # zeros: a stray read of an unwritten row stays finite
             self._prefill_bufs[name] = a
         return a[:size].reshape(shape)
 

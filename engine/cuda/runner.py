@@ -154,8 +154,10 @@ class CupyRunner(Runner):
         self.stream.synchronize()
         cp.get_default_memory_pool().free_all_blocks()
         free, self._total = cp.cuda.runtime.memGetInfo()
-        self._free_after_load = int(free)
-        self._peak = int(self._total - free)
+        # measured at the first reset(): by then the caller has dropped the loader's arrays,
+        # which q|k|v and gate|up fusion copied
+        self._free_after_load: int | None = None
+        self._peak = 0
         self.weight_bytes = self._weight_bytes()
         self._graphs: dict[int, Any] = {}
         self._prefill_bufs: dict[str, Any] = {}
@@ -195,6 +197,11 @@ class CupyRunner(Runner):
         c = self.config
         return 2 * c.n_layers * c.n_kv_heads * c.head_dim * 2
 
+    def _note_load(self) -> None:
+        free, total = cp.cuda.runtime.memGetInfo()
+        self._free_after_load = int(free)
+        self._peak = max(self._peak, int(total - free))
+
     def _sample_memory(self) -> None:
         free, total = cp.cuda.runtime.memGetInfo()
         self._peak = max(self._peak, int(total - free))
@@ -223,6 +230,8 @@ class CupyRunner(Runner):
         self.kcache = self.vcache = None
         self._buf = {}
         cp.get_default_memory_pool().free_all_blocks()
+        if self._free_after_load is None:
+            self._note_load()
         R, hd = n_seqs, c.head_dim
         q_dim, kv_dim = c.n_heads * hd, c.n_kv_heads * hd
         kmax = max(c.dim, c.ffn_dim, q_dim)
@@ -702,10 +711,13 @@ class CupyRunner(Runner):
         self.stream.synchronize()
 
     def vram(self, kv_tokens: int = 0) -> VramInfo | None:
+        if self._free_after_load is None:
+            cp.get_default_memory_pool().free_all_blocks()
+            self._note_load()
         self._sample_memory()
         return VramInfo(
             total_bytes=int(self._total),
-            free_after_load_bytes=self._free_after_load,
+            free_after_load_bytes=int(self._free_after_load or 0),
             peak_bytes=self._peak,
             kv_cache_bytes=int(kv_tokens) * self.kv_bytes_per_token,
         )

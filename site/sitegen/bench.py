@@ -38,14 +38,13 @@ def pr_page_weights(out: Path) -> list[tuple[int, str]]:
 @click.option("--prs", default=1000, show_default=True)
 @click.option("--rounds", default=20, show_default=True)
 @click.option("--seed", default=7, show_default=True)
-@click.option("--jobs", default=1, show_default=True, help="processes that write PR pages")
 @click.option(
     "--workdir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
     help="keep the database and site here (default: a scratch folder)",
 )
-def main(prs: int, rounds: int, seed: int, jobs: int, workdir: Path | None) -> None:
+def main(prs: int, rounds: int, seed: int, workdir: Path | None) -> None:
     """Make a synthetic database and time `sparkboard build` on it."""
     with tempfile.TemporaryDirectory(prefix="sparkboard-bench-") as tmp:
         base = workdir or Path(tmp)
@@ -55,13 +54,13 @@ def main(prs: int, rounds: int, seed: int, jobs: int, workdir: Path | None) -> N
         synthetic.generate(db, prs=prs, rounds=rounds, seed=seed)
         gen_s = time.perf_counter() - t0
         cpu0 = _cpu_s()
-        times = build_site(db, base / "out", jobs=jobs)
+        times = build_site(db, base / "out")
         cpu = _cpu_s() - cpu0
         weights = pr_page_weights(base / "out")
         heaviest = weights[0] if weights else (0, "-")
         median = weights[len(weights) // 2][0] if weights else 0
         click.echo(
-            f"cores={os.cpu_count()} prs={prs} rounds={rounds} jobs={jobs}\n"
+            f"cores={os.cpu_count()} prs={prs} rounds={rounds}\n"
             f"synthetic database: {gen_s:.1f} s\n"
             f"build: {times['total_s']:.1f} s (docs {times['docs_s']:.1f} s, "
             f"mkdocs {times['mkdocs_s']:.1f} s); CPU {cpu:.1f} s (user+sys, with workers)\n"

@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
@@ -209,27 +209,16 @@ def _pr_pages(site: pages.Site, docs: Path, prs: list[int]) -> None:
         _write(docs / "data" / "pr" / f"{pr}.json", _dump(site.pr_data(pr)))
 
 
-_WORKER_SITE: pages.Site | None = None
+def generate_docs(db: Path, docs: Path, log: Log = _stderr) -> pages.Site:
+    """Write the whole docs folder (Markdown, data, assets) for `db` into `docs`.
 
-
-def _worker_init(db: str) -> None:
-    global _WORKER_SITE
-    _WORKER_SITE = pages.Site(queries.load(db))
-
-
-def _worker_pr_pages(args: tuple[str, list[int]]) -> int:
-    docs, prs = args
-    assert _WORKER_SITE is not None
-    _pr_pages(_WORKER_SITE, Path(docs), prs)
-    return len(prs)
-
-
-def generate_docs(db: Path, docs: Path, jobs: int = 1, log: Log = _stderr) -> pages.Site:
-    """Write the whole docs folder (Markdown, data, assets) for `db` into `docs`."""
+    A second thread renders the SVGs (vl-convert) and writes the exports (DuckDB) while this
+    one renders Markdown: both release the GIL, so the two overlap on two cores."""
     t0 = time.perf_counter()
     site = pages.Site(queries.load(db))
     log(
-        f"loaded {len(site.data.evaluations)} evaluations of {len(site.data.by_pr)} PRs in {len(site.rounds)} rounds ({time.perf_counter() - t0:.1f} s)"
+        f"loaded {len(site.data.evaluations)} evaluations of {len(site.data.by_pr)} PRs "
+        f"in {len(site.rounds)} rounds ({time.perf_counter() - t0:.1f} s)"
     )
     _replaceable(docs)
     if docs.exists():
@@ -237,20 +226,36 @@ def generate_docs(db: Path, docs: Path, jobs: int = 1, log: Log = _stderr) -> pa
     docs.mkdir(parents=True)
     _copy_assets(docs)
 
-    t1 = time.perf_counter()
-    prs = list(site.data.by_pr)
-    if jobs > 1 and len(prs) > 200:
-        chunks = [prs[i::jobs] for i in range(jobs)]
-        with ProcessPoolExecutor(jobs, initializer=_worker_init, initargs=(str(db),)) as pool:
-            list(pool.map(_worker_pr_pages, [(str(docs), c) for c in chunks]))
-    else:
+    with ThreadPoolExecutor(1) as pool:
+        side = pool.submit(_svgs_and_exports, db, docs, site, log)
+        t1 = time.perf_counter()
+        prs = list(site.data.by_pr)
         _pr_pages(site, docs, prs)
-    log(f"wrote {len(prs)} PR pages ({time.perf_counter() - t1:.1f} s)")
+        log(f"wrote {len(prs)} PR pages ({time.perf_counter() - t1:.1f} s)")
+        _write(docs / "rounds" / "index.md", site.rounds_index())
+        for rnd in site.rounds:
+            _write(docs / "rounds" / f"{site.round_slug[rnd['round_id']]}.md", site.round_page(rnd))
+        members = site.tier_members()
+        _write(docs / "tiers" / "index.md", site.tiers_index(members))
+        for label in tiers.ORDER:
+            _write(docs / "tiers" / f"{label}.md", site.tier_page(label, members.get(label, [])))
+        _write(docs / "models" / "index.md", site.models_index())
+        for model in site.models:
+            _write(docs / "models" / f"{site.model_slug[model]}.md", site.model_page(model))
+        _write(docs / "rules.md", site.rules_page())
+        headline, exports = side.result()
+    _write(docs / "index.md", site.home_page(headline))
+    schema = _schema_text()
+    _write(docs / "data.md", site.data_page(exports, block(schema, 0) if schema else None))
+    log(f"docs written in {time.perf_counter() - t0:.1f} s")
+    return site
 
-    t3 = time.perf_counter()
-    n_svg = _comment_svgs(site, docs)
-    log(f"wrote {n_svg} comment SVGs ({time.perf_counter() - t3:.1f} s)")
 
+def _svgs_and_exports(
+    db: Path, docs: Path, site: pages.Site, log: Log
+) -> tuple[bool, dict[str, dict[str, list[str]]]]:
+    """The headline and comment SVGs, then each round's exports. Returns (headline, exports)."""
+    t = time.perf_counter()
     headline = False
     if site.latest:
         rows = site.leaderboard_chart_rows(site.latest["round_id"])
@@ -259,25 +264,12 @@ def generate_docs(db: Path, docs: Path, jobs: int = 1, log: Log = _stderr) -> pa
                 svg = charts.svg(charts.leaderboard(rows, look))
                 _write(docs / "assets" / "charts" / f"leaderboard-{name}.svg", svg)
             headline = True
-    _write(docs / "index.md", site.home_page(headline))
-    _write(docs / "rounds" / "index.md", site.rounds_index())
-    for rnd in site.rounds:
-        _write(docs / "rounds" / f"{site.round_slug[rnd['round_id']]}.md", site.round_page(rnd))
-    members = site.tier_members()
-    _write(docs / "tiers" / "index.md", site.tiers_index(members))
-    for label in tiers.ORDER:
-        _write(docs / "tiers" / f"{label}.md", site.tier_page(label, members.get(label, [])))
-    _write(docs / "models" / "index.md", site.models_index())
-    for model in site.models:
-        _write(docs / "models" / f"{site.model_slug[model]}.md", site.model_page(model))
-    _write(docs / "rules.md", site.rules_page())
-    t2 = time.perf_counter()
+    n_svg = _comment_svgs(site, docs)
+    log(f"wrote {n_svg} comment SVGs and the headline chart ({time.perf_counter() - t:.1f} s)")
+    t = time.perf_counter()
     exports = export_rounds(db, docs, site)
-    log(f"exported {len(exports)} rounds ({time.perf_counter() - t2:.1f} s)")
-    schema = _schema_text()
-    _write(docs / "data.md", site.data_page(exports, block(schema, 0) if schema else None))
-    log(f"docs written in {time.perf_counter() - t0:.1f} s")
-    return site
+    log(f"exported {len(exports)} rounds ({time.perf_counter() - t:.1f} s)")
+    return headline, exports
 
 
 def _comment_svgs(site: pages.Site, docs: Path) -> int:
@@ -335,7 +327,7 @@ def run_mkdocs(config: dict[str, Any], source_date: int, log: Log = _stderr) -> 
 
 
 def build_site(
-    db: Path, out: Path, docs_dir: Path | None = None, jobs: int = 1, log: Log = _stderr
+    db: Path, out: Path, docs_dir: Path | None = None, log: Log = _stderr
 ) -> dict[str, float]:
     """Generate the docs and build the site into `out`. Returns seconds per stage."""
     db, out = Path(db), Path(out)
@@ -351,7 +343,7 @@ def build_site(
     else:
         docs = Path(docs_dir)
     try:
-        site = generate_docs(db, docs, jobs=jobs, log=log)
+        site = generate_docs(db, docs, log=log)
         t1 = time.perf_counter()
         if out.exists():
             shutil.rmtree(out)

@@ -33,11 +33,10 @@ from sitegen.build import BuildError, build_site
     default=None,
     help="keep the generated Markdown and data here (default: a scratch folder, removed)",
 )
-@click.option("--jobs", default=1, show_default=True, help="processes that write PR pages")
-def build(db: Path, out: Path, docs_dir: Path | None, jobs: int) -> None:
+def build(db: Path, out: Path, docs_dir: Path | None) -> None:
     """Build the static leaderboard site from DB into OUT."""
     try:
-        times = build_site(db, out, docs_dir=docs_dir, jobs=jobs)
+        times = build_site(db, out, docs_dir=docs_dir)
     except (BuildError, FileNotFoundError) as err:
         raise click.ClickException(str(err)) from None
     click.echo(f"built {out} in {times['total_s']:.1f} s", err=True)

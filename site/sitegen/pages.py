@@ -379,21 +379,26 @@ class Site:
         ]
 
     # --- pages -----------------------------------------------------------------------------
-    def home_page(self, headline_svg: bool) -> str:
-        return self.render("home.md.j2", root="", round=self.latest, headline_svg=headline_svg)
-
-    def round_page(self, rnd: Row) -> str:
-        spec = charts.leaderboard(self.leaderboard_chart_rows(rnd["round_id"]), charts.LIGHT)
-        spec.pop("config", None)
+    def leaderboard_figure(self, round_id: str) -> Markup:
+        """The interactive best-delta chart of a round (the interval ink is main's colour, which
+        sparkboard.js lightens on the dark palette)."""
+        look = dict(charts.LIGHT, ink=charts.MAIN_COLOUR)
+        spec = charts.leaderboard(self.leaderboard_chart_rows(round_id), look)
+        spec.pop("config", None)  # vega-embed's light or dark theme styles the axes
         spec.pop("background", None)
         spec["width"] = 560  # a fixed width: "container" cannot go with a per-PR row height
+        caption = "best delta per PR with its 95% interval, coloured by tier"
+        return chart(spec, caption, "chart-leaderboard")
+
+    def home_page(self, headline_svg: bool) -> str:
+        figure = self.leaderboard_figure(self.latest["round_id"]) if self.latest else None
         return self.render(
-            "round.md.j2",
-            root="../",
-            round=rnd,
-            chart=chart(
-                spec, "best delta per PR with its interval, coloured by tier", "chart-leaderboard"
-            ),
+            "home.md.j2", root="", round=self.latest, headline_svg=headline_svg, chart=figure
+        )
+
+    def round_page(self, rnd: Row) -> str:
+        return self.render(
+            "round.md.j2", root="../", round=rnd, chart=self.leaderboard_figure(rnd["round_id"])
         )
 
     def rounds_index(self) -> str:

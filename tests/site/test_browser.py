@@ -106,7 +106,7 @@ def test_pages_render_charts_silently_and_offline(
     remote = [u for u in requests if not u.startswith("file://")]
     assert remote == [], remote
     figures, drawn, with_svg = rendered_charts(dom)
-    if page.startswith(("pr/", "models/")):
+    if page.startswith(("pr/", "models/", "index")):
         assert figures >= 1
     assert drawn == figures and with_svg == figures, (figures, drawn, with_svg)
     assert "data-sb-error" not in dom

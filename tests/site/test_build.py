@@ -109,6 +109,7 @@ def test_leaderboard_shows_every_field(built: tuple[Path, Path], small_db: Path)
     badges = [a for t, a in page.tags if t == "img" and "sb-badge" in (a.get("class") or "")]
     assert len(badges) >= n
     assert (out / "assets" / "charts" / "leaderboard-light.svg").is_file()
+    assert any(t == "figure" and "sb-chart" in (a.get("class") or "") for t, a in page.tags)
 
 
 def test_pr_page_has_the_reference_tables(built: tuple[Path, Path], small_db: Path) -> None:

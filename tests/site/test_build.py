@@ -139,6 +139,7 @@ def test_pr_page_has_the_reference_tables(built: tuple[Path, Path], small_db: Pa
     assert heads in md
     assert "<th>concurrency</th><th>main</th><th>PR</th><th>delta</th>" in md
     assert md.count("\n## Round ") == rounds
+    assert md.count('<a id="commit-') >= 1  # each commit measured has its own anchor
     page = Page((out / "pr" / f"{pr}.html").read_text())
     figures = [a for t, a in page.tags if t == "figure" and "sb-chart" in (a.get("class") or "")]
     assert len(figures) >= 3  # decode, prefill, concurrency

@@ -1,7 +1,7 @@
 """The build: database -> docs folder (Markdown, data JSON, assets) -> MkDocs -> site folder.
 
-    build_site(db, out)            # docs in a scratch folder beside `out`, removed afterwards
-    build_site(db, out, docs_dir)  # keep the generated docs folder
+    build_site(db, out)            # docs in a scratch folder, removed afterwards
+    build_site(db, out, docs_dir)  # keep the docs folder and its `<docs_dir>.mkdocs.yml`
 
 The same database gives the same files: no build-time clocks (MkDocs' sitemap date comes from
 SOURCE_DATE_EPOCH, set to the newest time in the database), stable ordering everywhere,
@@ -303,8 +303,9 @@ def _source_date(db: Path) -> int:
     return int(when.timestamp())
 
 
-def run_mkdocs(config: dict[str, Any], source_date: int, log: Log = _stderr) -> None:
-    """Build with MkDocs' Python API from a generated mkdocs.yml beside the docs folder."""
+def run_mkdocs(config: dict[str, Any], source_date: int, keep_config: bool = False) -> None:
+    """Build with MkDocs' Python API from a generated `<docs>.mkdocs.yml` beside the docs
+    folder (kept when asked, so `mkdocs build -f` or another builder can read it again)."""
     from mkdocs.commands.build import build
     from mkdocs.config import load_config
 
@@ -313,8 +314,11 @@ def run_mkdocs(config: dict[str, Any], source_date: int, log: Log = _stderr) -> 
     cfg_path.write_text(json.dumps(config, indent=1), encoding="utf-8")  # JSON is valid YAML
     old = os.environ.get("SOURCE_DATE_EPOCH")
     os.environ["SOURCE_DATE_EPOCH"] = str(source_date)
-    for name in ("mkdocs", "mkdocs.structure.pages", "mkdocs.structure.files"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+    # PR pages are deliberately not in the nav; MkDocs' INFO lines about that are noise.
+    loggers = [logging.getLogger(n) for n in ("mkdocs", "mkdocs.structure.pages")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
     try:
         cfg = load_config(config_file=str(cfg_path))
         build(cfg)
@@ -323,7 +327,10 @@ def run_mkdocs(config: dict[str, Any], source_date: int, log: Log = _stderr) -> 
             os.environ.pop("SOURCE_DATE_EPOCH", None)
         else:
             os.environ["SOURCE_DATE_EPOCH"] = old
-        cfg_path.unlink(missing_ok=True)
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
+        if not keep_config:
+            cfg_path.unlink(missing_ok=True)
 
 
 def build_site(
@@ -347,7 +354,8 @@ def build_site(
         t1 = time.perf_counter()
         if out.exists():
             shutil.rmtree(out)
-        run_mkdocs(mkdocs_config(docs.resolve(), out.resolve(), site), _source_date(db), log)
+        config = mkdocs_config(docs.resolve(), out.resolve(), site)
+        run_mkdocs(config, _source_date(db), keep_config=docs_dir is not None)
         t2 = time.perf_counter()
         log(f"mkdocs built {out} in {t2 - t1:.1f} s")
     finally:

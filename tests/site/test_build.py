@@ -77,6 +77,10 @@ def test_every_page_kind_is_built(built: tuple[Path, Path], small_db: Path) -> N
         assert (out / "assets" / "badges" / f"{label}.svg").read_text().startswith("<svg")
     assert len(list((out / "models").glob("*.html"))) == len(synthetic.MODELS) + 1
     assert (out / "rules.html").is_file() and (out / "data.html").is_file()
+    # the kept config: plain MkDocs, nothing fetched, relative links, no plugins
+    config = json.loads((docs.parent / f"{docs.name}.mkdocs.yml").read_text())
+    assert config["theme"]["font"] is False and config["plugins"] == []
+    assert config["use_directory_urls"] is False
 
 
 def test_leaderboard_shows_every_field(built: tuple[Path, Path], small_db: Path) -> None:

@@ -31,7 +31,8 @@ from sitegen.build import BuildError, build_site
     "--docs-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="keep the generated Markdown and data here (default: a scratch folder, removed)",
+    help="keep the generated Markdown and data here, and its config as DOCS_DIR.mkdocs.yml "
+    "(default: a scratch folder, removed)",
 )
 def build(db: Path, out: Path, docs_dir: Path | None) -> None:
     """Build the static leaderboard site from DB into OUT."""

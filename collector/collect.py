@@ -66,6 +66,7 @@ def build_request(task: Task, policy: ResolvedPolicy) -> Request:
             contexts=ctxs,
             reps=prof.reps,
             backend=prof.backend,
+            env=tuple(sorted(prof.env.items())),
         )
     if task.kind == "concurrent":
         argv = [
@@ -89,6 +90,7 @@ def build_request(task: Task, policy: ResolvedPolicy) -> Request:
             widths=tuple(prof.widths),
             runs=prof.concurrent_runs,
             backend=prof.backend,
+            env=tuple(sorted(prof.env.items())),
         )
     if task.kind == "score":
         argv = [
@@ -100,7 +102,14 @@ def build_request(task: Task, policy: ResolvedPolicy) -> Request:
             "--topk",
             str(policy.accuracy.topk),
         ]
-        return Request("score", task.model, argv, t["score"], backend=prof.backend)
+        return Request(
+            "score",
+            task.model,
+            argv,
+            t["score"],
+            backend=prof.backend,
+            env=tuple(sorted(prof.env.items())),
+        )
     if task.kind == "prefill-check":
         argv = [
             *h.score,
@@ -118,6 +127,7 @@ def build_request(task: Task, policy: ResolvedPolicy) -> Request:
             t["prefill-check"],
             prefixes=tuple(prof.prefill_prefixes),
             backend=prof.backend,
+            env=tuple(sorted(prof.env.items())),
         )
     raise ValueError(f"unknown task kind {task.kind!r}")
 

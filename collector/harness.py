@@ -58,6 +58,7 @@ class Request:
     runs: int = 0
     prefixes: tuple[int, ...] = ()
     backend: str = "auto"
+    env: tuple[tuple[str, str], ...] = ()  # extra environment (the profile's)
 
 
 @dataclass
@@ -171,6 +172,7 @@ def run_request(
         f.unlink(missing_ok=True)
     argv = [a.replace("{python}", sys.executable) for a in req.argv] + ["--out", str(out_file)]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env.update(dict(req.env))
     env["PYTHONPATH"] = str(checkout)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     t0 = time.monotonic()

@@ -104,6 +104,7 @@ class Profile(_Strict):
     min_main_sessions: Annotated[int, Field(ge=2)] = 3
     main_every: PosInt = 2
     score_text: str = "data/corpus.txt"
+    env: dict[str, str] = {}  # extra environment for the harness subprocesses
     timeouts: dict[Literal["sweep", "concurrent", "score", "prefill-check", "guard"], PosInt]
 
     @model_validator(mode="after")

@@ -1,0 +1,97 @@
+"""One harness subprocess: environment, output limits, classification of each failure kind."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from collector.harness import Request, run_request
+
+DOC = {
+    "schema_version": 1,
+    "model": "tiny",
+    "model_id": "fake",
+    "engine_commit": "unknown",
+    "device": {"backend": "numpy", "name": "cpu"},
+    "started_at": "2026-11-30T00:00:00Z",
+    "wall_s": 0.1,
+    "kind": "sweep",
+    "tokens": 4,
+    "reps": 1,
+    "contexts": [
+        {"ctx": 32, "decode_tokens": 4, "decode_tok_s": [100.0], "prefill_tok_s": [900.0]}
+    ],
+}
+
+
+def run(tmp_path: Path, body: str, timeout: float = 20, backend: str = "numpy", env=()) -> object:  # type: ignore[no-untyped-def]
+    script = tmp_path / "h.py"
+    script.write_text(
+        "import json, os, sys, time\nout = sys.argv[sys.argv.index('--out') + 1]\n"
+        f"DOC = json.loads({json.dumps(json.dumps(DOC))})\n" + body
+    )
+    req = Request(
+        "sweep",
+        "tiny",
+        [sys.executable, str(script)],
+        timeout,
+        contexts=(32,),
+        reps=1,
+        backend=backend,
+        env=env,
+    )
+    return run_request(req, tmp_path, tmp_path / "work", [r"no space left on device"], 1, 1)
+
+
+WRITE = "open(out, 'w').write(json.dumps(DOC))\n"
+
+
+def test_ok_and_the_profile_environment(tmp_path: Path) -> None:
+    o = run(
+        tmp_path,
+        "assert os.environ['OPENBLAS_NUM_THREADS'] == '1'\n" + WRITE,
+        env=(("OPENBLAS_NUM_THREADS", "1"),),
+    )
+    assert o.status == "ok" and o.document is not None  # type: ignore[attr-defined]
+
+
+def test_pythonpath_is_the_checkout(tmp_path: Path) -> None:
+    o = run(tmp_path, f"assert os.environ['PYTHONPATH'] == {str(tmp_path)!r}\n" + WRITE)
+    assert o.status == "ok"  # type: ignore[attr-defined]
+
+
+def test_each_failure_kind(tmp_path: Path) -> None:
+    cases = {
+        "print('garbage'); open(out, 'w').write('{{{ nope')\n": (
+            "malformed",
+            "invalid sweep document",
+        ),
+        "print('done')\n": ("malformed", "without writing"),
+        "raise SystemExit(3)\n": ("crash", "exit code 3"),
+        "import signal; os.kill(os.getpid(), signal.SIGSEGV)\n": ("crash", "SIGSEGV"),
+        "DOC['model'] = 'other'\n" + WRITE: ("malformed", "asked for 'tiny'"),
+        "DOC['contexts'][0]['ctx'] = 64\n" + WRITE: ("malformed", "asked for [32]"),
+        "DOC['contexts'][0]['decode_tok_s'] = [float('nan')]\n" + WRITE: ("malformed", "invalid"),
+        "DOC['extra'] = 1\n" + WRITE: ("malformed", "extra"),
+        "open(out, 'w').write(' ' * (2 * 2**20))\n": ("malformed", "larger than 1 MB"),
+        "print('OSError: [Errno 28] No space left on device', file=sys.stderr); sys.exit(1)\n": (
+            "infra",
+            "No space",
+        ),
+        "DOC['device']['backend'] = 'cupy'\n" + WRITE: ("infra", "no usable device"),
+    }
+    for body, (status, words) in cases.items():
+        o = run(tmp_path, body)
+        assert o.status == status, (body, o.status, o.detail)  # type: ignore[attr-defined]
+        assert words in o.detail, (body, o.detail)  # type: ignore[attr-defined]
+
+
+def test_timeout_kills_the_process_group(tmp_path: Path) -> None:
+    o = run(
+        tmp_path,
+        "import subprocess; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)\n",
+        timeout=1.5,
+    )
+    assert o.status == "timeout" and o.exit_code is None  # type: ignore[attr-defined]
+    assert o.may_be_flaky  # type: ignore[attr-defined]

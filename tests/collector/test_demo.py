@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import warnings
 from pathlib import Path
 
 import pytest
@@ -55,18 +56,83 @@ def test_manifest_check_command() -> None:
     assert res.exit_code == 0, res.output
 
 
+# Verdicts that no timing can change: a patch that does not apply, one that edits the harness,
+# a model that no longer computes the same thing, a crash. PR -> the gate that must fail.
+DETERMINISTIC_GATES = {103: "accuracy:tiny", 107: "run:tiny"}
+# Above this spread of main's own session medians (on any axis the round compares), the box was
+# too busy for speed verdicts: the collector then, rightly, calls gains `none` and can miss or
+# invent a floor breach, so only the verdicts that no timing can change are asserted.
+QUIET_NOISE = 0.30
+
+
+def check_demo_round(out: list[dict]) -> list[str]:
+    """What the demo round got wrong; speed verdicts only when main's own noise allowed them."""
+    noise = max((c["noise"] for d in out for c in d["comparisons"]), default=0.0)
+    quiet = noise <= QUIET_NOISE
+    wrong = []
+    for d in out:
+        gates = {g["gate"]: g["status"] for g in d["gates"]}
+        deterministic = d["expect"] in ("needs-rebase", "harness-touched") or d["pr"] in (
+            DETERMINISTIC_GATES
+        )
+        if d["pr"] in DETERMINISTIC_GATES and gates.get(DETERMINISTIC_GATES[d["pr"]]) != "fail":
+            wrong.append(f"#{d['pr']}: gate {DETERMINISTIC_GATES[d['pr']]} did not fail: {gates}")
+        if (quiet or deterministic) and d["label"] != d["expect"]:
+            wrong.append(f"#{d['pr']}: {d['label']} (expected {d['expect']}): {d['reason']}")
+    if quiet:
+        mf = [d["pr"] for d in out if d["merge_first"]]
+        if mf != [101]:  # 109 carries more speed but is held
+            wrong.append(f"merge-first went to {mf}, expected [101]")
+    else:
+        warnings.warn(
+            f"demo round: main's own noise reached {noise:.0%} (> {QUIET_NOISE:.0%}): this box "
+            "was too busy for speed verdicts; only the deterministic ones were checked",
+            stacklevel=2,
+        )
+    return wrong
+
+
 @pytest.mark.slow
 def test_demo_round_gives_every_pr_its_expected_verdict(tmp_path: Path) -> None:
-    """The whole demo round on this machine's CPU (the policy's cpu profile): a few minutes."""
+    """The whole demo round on this machine's CPU (the policy's cpu profile): about 3 minutes
+    on 2 busy cores."""
     db = tmp_path / "demo.duckdb"
     res = CliRunner().invoke(main, ["collect", str(DEMO), "--db", str(db), "--quiet"])
     assert res.exit_code == 0, res.output
     out = json.loads(CliRunner().invoke(main, ["show", "--db", str(db), "--json"]).output)
-    got = {d["pr"]: d["label"] for d in out}
-    want = {d["pr"]: d["expect"] for d in out}
-    assert got == want, "\n".join(
-        f"#{d['pr']}: {d['label']} (expected {d['expect']}): {d['reason']}"
-        for d in out
-        if d["label"] != d["expect"]
+    assert {d["pr"] for d in out} == {p.number for p in load_manifest(DEMO).manifest.pr}
+    wrong = check_demo_round(out)
+    assert not wrong, "\n".join(wrong)
+
+
+def _pr(pr: int, label: str, expect: str, noise: float, failed: str = "", mf: bool = False) -> dict:
+    return {
+        "pr": pr,
+        "label": label,
+        "expect": expect,
+        "reason": "r",
+        "merge_first": mf,
+        "gates": [{"gate": failed, "status": "fail", "reason": "r"}] if failed else [],
+        "comparisons": [{"noise": noise}],
+    }
+
+
+def test_check_demo_round_judges_speed_only_on_a_quiet_box() -> None:
+    def round_(noise: float, label_101: str, label_103: str, gate_103: str) -> list[dict]:
+        return [
+            _pr(101, label_101, "XL", noise, mf=label_101 == "XL"),
+            _pr(103, label_103, "REJECT", noise, failed=gate_103),
+            _pr(106, "needs-rebase", "needs-rebase", noise),
+            _pr(107, "REJECT", "REJECT", noise, failed="run:tiny"),
+        ]
+
+    assert check_demo_round(round_(0.1, "XL", "REJECT", "accuracy:tiny")) == []
+    quiet_miss = check_demo_round(round_(0.1, "none", "REJECT", "accuracy:tiny"))
+    assert any(w.startswith("#101") for w in quiet_miss) and any(
+        "merge-first" in w for w in quiet_miss
     )
-    assert [d["pr"] for d in out if d["merge_first"]] == [101]  # 109 is held
+    with pytest.warns(UserWarning, match="too busy"):
+        assert check_demo_round(round_(0.9, "none", "REJECT", "accuracy:tiny")) == []
+    with pytest.warns(UserWarning, match="too busy"):
+        busy_wrong = check_demo_round(round_(0.9, "none", "none", ""))
+    assert [w[:4] for w in busy_wrong] == ["#103", "#103"]

@@ -48,7 +48,7 @@ FAST_DECODE = [
         "        seq, token = int(seqs[0]), int(self._check_tokens(tokens)[0])\n"
         "        self._check_seq(seq)\n"
         "        self._check_room(seq, steps)  # once for every step: the loop below checks nothing\n"
-        "        if getattr(self, \"_w_out_t\", None) is None:  # [dim, vocab]: a row times it is one\n"
+        '        if getattr(self, "_w_out_t", None) is None:  # [dim, vocab]: a row times it is one\n'
         "            self._w_out_t = np.ascontiguousarray(self.w_out.T)  # contiguous streaming pass\n"
         "        out = np.empty((steps, 1), dtype=np.int64)\n"
         "        for i in range(steps):\n"
@@ -205,10 +205,21 @@ PREFILL_TABLES = [
     ),
 ]
 
-# The conflicting PR was written against an older main whose prefill chunk was 256 tokens.
-CONFLICT_OLD_BASE = ("PREFILL_CHUNK = 512", "PREFILL_CHUNK = 256")
+# The conflicting PR was written against the engine's first commit, before main routed every
+# matmul through matmul_t: it makes the same change its own way, on lines main has since
+# rewritten, so it cannot apply (needs-rebase). Regenerating it needs that commit (full clone).
+CONFLICT_BASE_COMMIT = "3429fdbeb6dbcb87bcbfb6b5b3fdd5a9d74c60aa"
 CONFLICT_EDIT = [
-    (NB, "PREFILL_CHUNK = 256", "PREFILL_CHUNK = 1024"),
+    (
+        NB,
+        "            qkv = xn @ L.wqkv.T\n",
+        "            qkv = (L.wqkv @ xn.T).T  # OpenBLAS runs W @ x.T faster for several rows\n",
+    ),
+    (
+        NB,
+        "            gu = xn @ L.w_gate_up.T\n",
+        "            gu = (L.w_gate_up @ xn.T).T\n",
+    ),
 ]
 
 PATCHES: dict[str, list] = {
@@ -224,9 +235,9 @@ PATCHES: dict[str, list] = {
 }
 
 
-def head_text(rel: str) -> str:
+def head_text(rel: str, commit: str = "HEAD") -> str:
     return subprocess.run(
-        ["git", "show", f"HEAD:{rel}"], cwd=ROOT, capture_output=True, text=True, check=True
+        ["git", "show", f"{commit}:{rel}"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout
 
 
@@ -254,11 +265,7 @@ def unified(rel: str, before: str, after: str) -> str:
 def make(name: str, edits: list) -> str:
     base: dict[str, str] = {}
     if name == "106-conflicts":
-        text = head_text(NB)
-        old, older = CONFLICT_OLD_BASE
-        if text.count(old) != 1:
-            sys.exit(f"{name}: {NB} no longer holds {old!r}")
-        base[NB] = text.replace(old, older)
+        base[NB] = head_text(NB, CONFLICT_BASE_COMMIT)
     after = apply_edits(base, edits, name)
     before = {rel: base.get(rel, head_text(rel)) for rel in after}
     return "".join(

@@ -157,6 +157,7 @@ BAD_BENCH = [
     ["sweep", "--model", "tiny", "--ctx", ""],
     ["sweep", "--model", "tiny", "--reps", "0"],
     ["sweep", "--model", "tiny", "--warmup", "-1"],
+    ["sweep", "--model", "tiny", "--min-time", "-0.5"],
     ["sweep", "--model", "tiny", "--tokens", "many"],
     ["sweep", "--model", "tiny", "--backend", "tpu"],
     ["concurrent", "--model", "tiny", "--widths", "2,,4"],

@@ -387,3 +387,65 @@ def test_score_rows_ties_and_a_topk_as_large_as_the_vocab() -> None:
     assert [i for i, _ in rows[1].topk] == [0, 1, 2, 3]
     assert rows[1].target_logprob == pytest.approx(np.log(0.25), abs=1e-15)
     assert [lp for _, lp in rows[1].topk] == pytest.approx([np.log(0.25)] * 4, abs=1e-15)
+
+
+class FakeClock:
+    """Stands in for time.perf_counter: each timed operation advances it by a scheduled time."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_repeat_fastest_runs_until_min_time_and_keeps_the_fastest(monkeypatch) -> None:
+    import engine.bench as bench_module
+
+    clock = FakeClock()
+    monkeypatch.setattr(bench_module.time, "perf_counter", clock)
+    durations = iter([0.030, 0.005, 0.020, 0.001])
+    seen: list[int] = []
+
+    def op(arg: int) -> int:
+        clock.now += next(durations)
+        return arg
+
+    best, results = bench_module.repeat_fastest(
+        FakeRunner(), lambda j: j * 10, op, seen.append, min_time=0.05
+    )
+    assert results == [0, 10, 20] == seen  # 0.030 + 0.005 + 0.020 >= 0.05: three runs
+    assert best == pytest.approx(0.005)
+    once, results = bench_module.repeat_fastest(
+        FakeRunner(), lambda j: j, op, seen.append, min_time=0.0
+    )
+    assert results == [0] and once == pytest.approx(0.001)
+
+
+def test_inner_runs_use_fresh_prompts_and_truncate_back_for_decode() -> None:
+    class Recording(FakeRunner):
+        def __init__(self) -> None:
+            super().__init__()
+            self.prefills: list[tuple[int, ...]] = []
+            self.truncates = 0
+
+        def prefill(self, seq: int, tokens: np.ndarray, all_logits: bool = False) -> np.ndarray:
+            self.prefills.append(tuple(int(t) for t in tokens))
+            return super().prefill(seq, tokens, all_logits)
+
+        def truncate(self, seq: int, length: int) -> None:
+            self.truncates += 1
+            super().truncate(seq, length)
+
+    runner = Recording()
+    sample = measure_context(runner, corpus(), ctx=30, tokens=5, reps=2, min_time=0.02)
+    assert len(sample.decode_tok_s) == 2 and len(sample.prefill_tok_s) == 2
+    assert len(runner.prefills) >= 4  # tiny work: several inner runs per repetition
+    assert len(set(runner.prefills)) > 1  # not the same prompt every time
+    assert runner.truncates >= 2
+    assert runner.seq_len(0) == 30 + 5
+
+    lossy = measure_width(LosesTokens(), corpus(), width=2, prompt_len=10, tokens=8, min_time=0.02)
+    assert lossy.tokens_decoded == 12 and not lossy.complete
+    full = measure_width(FakeRunner(), corpus(), width=3, prompt_len=10, tokens=8, min_time=0.02)
+    assert full.complete and full.tok_s == pytest.approx(24 / full.seconds)

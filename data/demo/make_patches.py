@@ -22,7 +22,8 @@ NB = "engine/numpy_backend.py"
 # --- the edits -------------------------------------------------------------------------------
 
 # A decode step of one sequence on 1-D vectors with RoPE tables computed once per reset: the
-# general path's per-layer reshapes, cos/sin and broadcasting dominate a small model's step.
+# general path's per-layer reshapes, cos/sin and broadcasting dominate a small model's step
+# (measured on tiny: decode +31%).
 FAST_DECODE = [
     (
         NB,
@@ -41,20 +42,6 @@ FAST_DECODE = [
         "            return self._project(self._decode_one(seqs[0], int(ids[0]))[None, :])\n"
         "        h = self._forward(ids, [(s, i, 1) for i, s in enumerate(seqs)])\n"
         "        return self._logits(h)\n"
-        "\n"
-        "    def decode_greedy(self, seqs: Sequence[int], tokens: np.ndarray, steps: int) -> np.ndarray:\n"
-        "        if len(seqs) != 1 or self._neox or self.layers[0].q_norm is not None:\n"
-        "            return super().decode_greedy(seqs, tokens, steps)\n"
-        "        seq, token = int(seqs[0]), int(self._check_tokens(tokens)[0])\n"
-        "        self._check_seq(seq)\n"
-        "        self._check_room(seq, steps)  # once for every step: the loop below checks nothing\n"
-        '        if getattr(self, "_w_out_t", None) is None:  # [dim, vocab]: a row times it is one\n'
-        "            self._w_out_t = np.ascontiguousarray(self.w_out.T)  # contiguous streaming pass\n"
-        "        out = np.empty((steps, 1), dtype=np.int64)\n"
-        "        for i in range(steps):\n"
-        "            token = int(np.argmax(self._decode_one(seq, token) @ self._w_out_t))\n"
-        "            out[i, 0] = token\n"
-        "        return out\n"
         "\n"
         "    def _decode_one(self, seq: int, token: int) -> np.ndarray:\n"
         '        """One llama decode step of one sequence on 1-D vectors, far fewer NumPy calls than\n'
@@ -96,6 +83,35 @@ FAST_DECODE = [
         "\n"
         "    def _project(self, hn: np.ndarray) -> np.ndarray:\n"
         "        return matmul_t(hn, self.w_out).astype(np.float32)\n",
+    ),
+]
+
+# On top of FAST_DECODE: a greedy loop that checks once for all steps and multiplies by the
+# output projection transposed once into [dim, vocab] (a row times it streams the matrix
+# contiguously). Measured on tiny: decode +52..56% with FAST_DECODE, against +31% without.
+GREEDY_LOOP = [
+    (
+        NB,
+        "        return self._logits(h)\n"
+        "\n"
+        "    def _decode_one(self, seq: int, token: int) -> np.ndarray:\n",
+        "        return self._logits(h)\n"
+        "\n"
+        "    def decode_greedy(self, seqs: Sequence[int], tokens: np.ndarray, steps: int) -> np.ndarray:\n"
+        "        if len(seqs) != 1 or self._neox or self.layers[0].q_norm is not None:\n"
+        "            return super().decode_greedy(seqs, tokens, steps)\n"
+        "        seq, token = int(seqs[0]), int(self._check_tokens(tokens)[0])\n"
+        "        self._check_seq(seq)\n"
+        "        self._check_room(seq, steps)  # once for every step: the loop below checks nothing\n"
+        '        if getattr(self, "_w_out_t", None) is None:  # [dim, vocab]: a row times it is one\n'
+        "            self._w_out_t = np.ascontiguousarray(self.w_out.T)  # contiguous streaming pass\n"
+        "        out = np.empty((steps, 1), dtype=np.int64)\n"
+        "        for i in range(steps):\n"
+        "            token = int(np.argmax(self._decode_one(seq, token) @ self._w_out_t))\n"
+        "            out[i, 0] = token\n"
+        "        return out\n"
+        "\n"
+        "    def _decode_one(self, seq: int, token: int) -> np.ndarray:\n",
     ),
 ]
 
@@ -229,14 +245,14 @@ CONFLICT_EDIT = [
 
 PATCHES: dict[str, list] = {
     "101-fast-decode": FAST_DECODE,
-    "102-decode-gain-prefill-loss": FAST_DECODE + PREFILL_ALL_LOGITS,
+    "102-decode-gain-prefill-loss": FAST_DECODE + GREEDY_LOOP + PREFILL_ALL_LOGITS,
     "103-early-exit": SKIP_LAST_LAYER,
-    "104-target-gain-guard-loss": FAST_DECODE + F64_LOGITS_FOR_QUANTIZED,
+    "104-target-gain-guard-loss": FAST_DECODE + GREEDY_LOOP + F64_LOGITS_FOR_QUANTIZED,
     "105-harness-edit": HARNESS_EDIT,
     "106-conflicts": CONFLICT_EDIT,
     "107-crash": CRASH_ON_CONCURRENT,
     "108-neutral-refactor": NEUTRAL_REFACTOR,
-    "109-held-best": FAST_DECODE + PREFILL_TABLES,
+    "109-held-best": FAST_DECODE + GREEDY_LOOP + PREFILL_TABLES,
 }
 
 

@@ -105,6 +105,7 @@ def test_verdicts_of_a_mixed_round(fake_repo: FakeRepo, tmp_path: Path) -> None:
     assert "engine/bench.py" in out[7]["reason"]
     assert "engine/tuning.py" in out[8]["reason"]
     assert all(d["reason"] for d in out.values())
+    assert all({"pr", "commit", "label", "reason", "merge_first"} <= set(d) for d in out.values())
     assert out[1]["best"]["axis"] in ("decode@32", "decode@128")
     assert out[1]["best"]["ci_low"] <= out[1]["best"]["delta"] <= out[1]["best"]["ci_high"]
     with open_store(db, read_only=True) as s:

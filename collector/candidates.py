@@ -9,6 +9,7 @@ harness files are rewritten from main anyway.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -100,6 +101,16 @@ class Workspace:
         if isinstance(repo, str):
             dest = scratch / "repo"
             git(scratch, "clone", "--quiet", "--no-checkout", "--end-of-options", repo, str(dest))
+            # GitHub keeps PR heads under refs/pull/N/head: fetch them so a PR's head commit
+            # (gh's headRefOid) resolves even from a fork (best effort: other hosts lack them)
+            git(
+                dest,
+                "fetch",
+                "--quiet",
+                "origin",
+                "+refs/pull/*/head:refs/remotes/origin/pr/*",
+                check=False,
+            )
             self.repo = dest
         else:
             self.repo = repo
@@ -136,8 +147,12 @@ class Workspace:
     def cleanup(self) -> None:
         for wt in list(self._worktrees):
             self.remove_worktree(wt)
+        repo_inside = self.scratch in self.repo.parents
+        if not repo_inside:
+            git(self.repo, "worktree", "prune", check=False)
         shutil.rmtree(self.scratch, ignore_errors=True)
-        git(self.repo, "worktree", "prune", check=False)
+        with contextlib.suppress(OSError):  # the folder that holds every round's scratch
+            self.scratch.parent.rmdir()
 
 
 def preflight(loaded: LoadedManifest, ws: Workspace) -> tuple[str, dict[int, str]]:

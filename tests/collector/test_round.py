@@ -409,3 +409,18 @@ def test_help_on_every_command() -> None:
         res = runner.invoke(main, cmd)
         assert res.exit_code == 0, (cmd, res.output)
         assert "Usage:" in res.output
+
+
+def test_engine_repo_as_url(fake_repo: FakeRepo, tmp_path: Path) -> None:
+    """A URL engine repo is cloned into the scratch folder; a PR named by its commit resolves."""
+    tip = git(
+        fake_repo.path, "rev-parse", fake_repo.branch("fast", 'SPEED = {"tiny/decode": 1.15}')
+    )
+    m = fake_repo.manifest("url", [pr(1, tip)])
+    m.write_text(
+        m.read_text().replace('engine_repo = "."', f'engine_repo = "file://{fake_repo.path}"')
+    )
+    db = tmp_path / "u.duckdb"
+    assert collect(m, db, progress=False) == 0
+    assert show_json(db)[1]["label"] == "L"
+    assert not (tmp_path / ".u.duckdb.scratch").exists()  # the scratch folder is gone

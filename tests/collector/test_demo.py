@@ -83,6 +83,9 @@ def check_demo_round(out: list[dict]) -> list[str]:
         mf = [d["pr"] for d in out if d["merge_first"]]
         if mf != [101]:  # 109 carries more speed but is held
             wrong.append(f"merge-first went to {mf}, expected [101]")
+        best = {d["pr"]: (d.get("best") or {}).get("delta") for d in out}
+        if None not in (best.get(101), best.get(109)) and best[109] <= best[101]:
+            wrong.append(f"held 109 ({best[109]:+.1%}) should out-speed 101 ({best[101]:+.1%})")
     else:
         warnings.warn(
             f"demo round: main's own noise reached {noise:.0%} (> {QUIET_NOISE:.0%}): this box "
@@ -136,3 +139,13 @@ def test_check_demo_round_judges_speed_only_on_a_quiet_box() -> None:
     with pytest.warns(UserWarning, match="too busy"):
         busy_wrong = check_demo_round(round_(0.9, "none", "none", ""))
     assert [w[:4] for w in busy_wrong] == ["#103", "#103"]
+
+
+def test_check_demo_round_wants_the_held_pr_faster_than_merge_first() -> None:
+    def round_(delta_101: float, delta_109: float) -> list[dict]:
+        a, b = _pr(101, "XL", "XL", 0.05, mf=True), _pr(109, "XL", "XL", 0.05)
+        a["best"], b["best"] = {"delta": delta_101}, {"delta": delta_109}
+        return [a, b]
+
+    assert check_demo_round(round_(0.3, 0.55)) == []
+    assert [w[:8] for w in check_demo_round(round_(0.6, 0.5))] == ["held 109"]

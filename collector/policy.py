@@ -102,6 +102,7 @@ class Profile(_Strict):
     prefill_prefixes: list[PosInt] = Field(min_length=1)
     prefill_positions: PosInt
     min_main_sessions: Annotated[int, Field(ge=2)] = 3
+    pr_sessions: PosInt = 2  # sessions per PR: a verdict on speed must hold in each of them
     main_every: PosInt = 2
     score_text: str = "data/corpus.txt"
     env: dict[str, str] = {}  # extra environment for the harness subprocesses

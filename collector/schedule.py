@@ -1,7 +1,7 @@
 """The interleaved plan of a round: main, PR, main, PR ... with main's sessions spread evenly.
 
 Main's sessions serve every PR of the round. With n measured PRs each PR gets
-max(1, ceil((min_main_sessions - 1) / n)) sessions, and there are
+max(pr_sessions, ceil((min_main_sessions - 1) / n)) sessions, and there are
 max(min_main_sessions, ceil(PR sessions / main_every) + 1) main sessions, the PR sessions split
 as evenly as possible between them, so every PR session has a main session on each side.
 
@@ -81,7 +81,7 @@ def plan_round(round_id: str, prs: list[tuple[int, list[str]]], profile: Profile
     if not prs:
         return []
     n = len(prs)
-    per_pr = max(1, math.ceil((profile.min_main_sessions - 1) / n))
+    per_pr = max(profile.pr_sessions, math.ceil((profile.min_main_sessions - 1) / n))
     pr_sessions = [(num, targets) for _ in range(per_pr) for num, targets in prs]
     n_main = max(profile.min_main_sessions, math.ceil(len(pr_sessions) / profile.main_every) + 1)
     gaps = n_main - 1

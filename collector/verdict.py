@@ -97,7 +97,10 @@ def compare_axis(
     main_vals: list[float],
     pr_vals: list[float],
     main_session_medians: list[float],
+    pr_session_medians: list[float] | None = None,
 ) -> Comparison:
+    """One axis, PR against main. A gain (or a loss) must also hold in each PR session alone:
+    one session that ran during a burst of load elsewhere on the box decides nothing."""
     v = policy.verdict
     d, lo, hi = bootstrap_delta_ci(
         main_vals,
@@ -107,13 +110,17 @@ def compare_axis(
         seed_for(v.bootstrap_seed, model, ax),
     )
     noise = session_spread(main_session_medians) * v.noise_multiplier
-    significant = d >= v.gate - EPS and lo > 0 and d > noise
-    below = (1 + d) < v.floor - EPS and hi < 0 and -d > noise
+    main_med = median(main_vals)
+    per_session = [m / main_med - 1 for m in (pr_session_medians or [median(pr_vals)])]
+    significant = d >= v.gate - EPS and lo > 0 and d > noise and min(per_session) >= v.gate - EPS
+    below = (
+        (1 + d) < v.floor - EPS and hi < 0 and -d > noise and max(per_session) < v.floor - 1 - EPS
+    )
     return Comparison(
         model=model,
         role=role,
         axis=ax,
-        main_value=median(main_vals),
+        main_value=main_med,
         pr_value=median(pr_vals),
         delta=d,
         ci_low=lo,
@@ -173,9 +180,9 @@ class RoundData:
     def values(self, side: str, pr: int, model: str, ax: str) -> list[float]:
         return [v for _, v in self.samples.get((side, pr, model, ax), [])]
 
-    def session_medians(self, model: str, ax: str) -> list[float]:
+    def session_medians(self, model: str, ax: str, side: str = "main", pr: int = 0) -> list[float]:
         by: dict[str, list[float]] = defaultdict(list)
-        for sid, v in self.samples.get(("main", 0, model, ax), []):
+        for sid, v in self.samples.get((side, pr, model, ax), []):
             by[sid].append(v)
         return [median(v) for v in by.values()]
 
@@ -310,6 +317,7 @@ def decide_pr(store: Store, data: RoundData, prow: dict) -> Verdict:
                     data.values("main", 0, model, ax),
                     data.values("pr", n, model, ax),
                     data.session_medians(model, ax),
+                    data.session_medians(model, ax, "pr", n),
                 )
             )
     v.comparisons = comps

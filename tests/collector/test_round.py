@@ -110,10 +110,9 @@ def test_verdicts_of_a_mixed_round(fake_repo: FakeRepo, tmp_path: Path) -> None:
     assert out[1]["best"]["ci_low"] <= out[1]["best"]["delta"] <= out[1]["best"]["ci_high"]
     with open_store(db, read_only=True) as s:
         # raw samples kept: every repetition of every session
-        assert (
-            s.query("SELECT count(*) FROM samples WHERE pr = 1 AND axis = 'decode@128'")[0][0]
-            == 2 * 3
-        )
+        n = "SELECT count(*) FROM samples WHERE pr = 1 AND axis = 'decode@128' AND model = ?"
+        assert s.query(n, ["tiny"])[0][0] == 2 * 3  # two sessions of three repetitions
+        assert s.query(n, ["tiny:q8_0"])[0][0] == 2 * 3  # the guard, as often
         assert s.query("SELECT count(*) FROM sessions WHERE pr IN (7, 8)")[0][0] == 0
         c = s.query("SELECT pr_commit, merged_commit, main_commit FROM candidates WHERE pr = 1")[0]
         assert all(len(x) == 40 for x in c) and len({*c}) == 3

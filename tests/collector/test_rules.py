@@ -80,6 +80,20 @@ def test_interval_including_zero_is_not_significant() -> None:
     assert not c.significant
 
 
+def test_gain_and_loss_must_hold_in_every_pr_session() -> None:
+    """One PR session during a burst of load elsewhere decides nothing, either way."""
+    main = [100.0, 101.0, 99.0, 100.0, 100.5, 99.5]
+    steady = [100.0, 100.0, 100.5]
+
+    def c(pr: list[float], sessions: list[float]) -> Comparison:
+        return compare_axis(POLICY, "tiny", "target", "decode@128", main, pr, steady, sessions)
+
+    assert c([64.0, 65.0, 63.0, 130.0, 131.0, 129.0], [64.0, 130.0]).below_floor is False
+    assert c([64.0, 65.0, 63.0, 130.0, 131.0, 129.0], [64.0, 130.0]).significant is False
+    assert c([64.0, 65.0, 63.0, 66.0, 64.0, 65.0], [64.0, 65.0]).below_floor is True
+    assert c([130.0, 131.0, 129.0, 128.0, 132.0, 130.0], [130.0, 130.0]).tier == "XL"
+
+
 def test_implausible_guard() -> None:
     assert cmp(100.0, 2001.0).implausible is True
     assert cmp(100.0, 1999.0).implausible is False

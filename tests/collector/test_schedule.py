@@ -20,8 +20,10 @@ def test_one_pr_alternates_with_three_mains() -> None:
 def test_many_prs_share_spread_main_sessions() -> None:
     slots = plan_round("r", [(i, ["tiny"]) for i in range(1, 8)], PROFILE)
     s = sides(slots)
-    assert s == "M12M34M56M7M"
+    assert s == "M12M34M56M71M23M45M67M"  # two sessions per PR, never beside each other
     assert "MM" not in s and s[0] == "M" and s[-1] == "M"
+    one = PROFILE.model_copy(update={"pr_sessions": 1})
+    assert sides(plan_round("r", [(i, ["tiny"]) for i in range(1, 8)], one)) == "M12M34M56M7M"
 
 
 def test_tasks_targets_and_guards() -> None:

@@ -53,7 +53,7 @@ def test_aa_prs_are_main_byte_for_byte(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_aa_round_labels_every_axis_none(tmp_path: Path) -> None:
-    """About two minutes on 2 busy cores (one BLAS thread, tests/conftest.py)."""
+    """Two to three minutes on 2 busy cores."""
     db = tmp_path / "aa.duckdb"
     res = CliRunner().invoke(main, ["collect", str(AA), "--db", str(db), "--quiet"])
     assert res.exit_code == 0, res.output

@@ -49,14 +49,16 @@ def bootstrap_delta_ci(
 
 
 def session_spread(session_medians: Sequence[float]) -> float:
-    """Main-vs-main noise on one axis: (max - min) / median of main's per-session medians.
+    """Main-vs-main noise on one axis: max / min - 1 of main's per-session medians.
 
-    0 with fewer than two sessions (no spread measured).
+    A ratio, because timing noise is multiplicative (a busy box makes a run k times slower, not
+    k tok/s slower); for a small spread it is about (max - min) / median. 0 with fewer than two
+    sessions (no spread measured).
     """
     if len(session_medians) < 2:
         return 0.0
     v = np.asarray(session_medians, dtype=np.float64)
-    return float((v.max() - v.min()) / np.median(v))
+    return float(v.max() / v.min() - 1.0)
 
 
 def is_implausible(main: Sequence[float], pr: Sequence[float], gain: float) -> bool:

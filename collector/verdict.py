@@ -5,12 +5,15 @@ round, so `sparkboard verdict` gives the same answer as the end of `collect`.
 
 Rules (numbers from the policy; DESIGN.md "Verdict rules"):
 * per axis, delta = median(PR) / median(main) - 1 with a bootstrap interval; the noise is the
-  spread of main's per-session medians on that axis in this round;
-* an axis is significant when delta >= the XS gate, its interval excludes 0 and delta beats the
-  noise; its tier is then the highest gate it clears, else 'none';
-* an axis is below the floor when PR < floor x main, its interval is wholly below 0 and the
-  loss beats the noise (so main against itself never trips it); any such axis is a REJECT, on a
-  target model or a guard;
+  spread of main's per-session medians on that axis in this round, max / min - 1 (a ratio:
+  timing noise is multiplicative), and the band is (1 + noise) ** noise_multiplier;
+* an axis is significant when delta >= the XS gate, its interval excludes 0, PR / main is above
+  the band, and each PR session alone clears the gate; its tier is then the highest gate it
+  clears, else 'none';
+* an axis is below the floor when PR < floor x main, its interval is wholly below 0, PR / main
+  is under 1 / band, and each PR session alone is under the floor (so main against itself, or
+  one session in a burst of load, never trips it); any such axis is a REJECT, on a target
+  model or a guard;
 * the PR's slowest sample > implausible_gain x main's fastest on any axis: REJECT as a broken
   measurement;
 * accuracy vs main and the prefill path must pass on every target model;
@@ -109,12 +112,18 @@ def compare_axis(
         v.confidence,
         seed_for(v.bootstrap_seed, model, ax),
     )
-    noise = session_spread(main_session_medians) * v.noise_multiplier
+    noise = session_spread(main_session_medians)
+    band = (1 + noise) ** v.noise_multiplier  # beyond main's own spread, multiplier times over
     main_med = median(main_vals)
     per_session = [m / main_med - 1 for m in (pr_session_medians or [median(pr_vals)])]
-    significant = d >= v.gate - EPS and lo > 0 and d > noise and min(per_session) >= v.gate - EPS
+    significant = (
+        d >= v.gate - EPS and lo > 0 and (1 + d) > band and min(per_session) >= v.gate - EPS
+    )
     below = (
-        (1 + d) < v.floor - EPS and hi < 0 and -d > noise and max(per_session) < v.floor - 1 - EPS
+        (1 + d) < v.floor - EPS
+        and hi < 0
+        and (1 + d) < 1 / band
+        and max(per_session) < v.floor - 1 - EPS
     )
     return Comparison(
         model=model,

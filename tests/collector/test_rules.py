@@ -94,6 +94,20 @@ def test_gain_and_loss_must_hold_in_every_pr_session() -> None:
     assert c([130.0, 131.0, 129.0, 128.0, 132.0, 130.0], [130.0, 130.0]).tier == "XL"
 
 
+def test_a_large_loss_beats_a_large_spread() -> None:
+    """Noise is multiplicative: with main's sessions 1.57x apart, a 5x slowdown is still a loss
+    (a difference of tok/s would have called it noise), and a 1.3x gain is not a gain."""
+    spread = [2539.0, 2117.0, 2401.0, 2170.0, 1614.0]
+    main = [v * f for v in spread for f in (0.99, 1.0, 1.01)]
+    slow = [415.0, 410.0, 420.0, 339.0, 340.0, 338.0]
+    c = compare_axis(POLICY, "tiny:q8_0", "guard", "decode@128", main, slow, spread, [415.0, 339.0])
+    assert c.below_floor
+    fast = compare_axis(
+        POLICY, "tiny", "target", "decode@128", main, [2800.0] * 6, spread, [2800.0] * 2
+    )
+    assert not fast.significant
+
+
 def test_implausible_guard() -> None:
     assert cmp(100.0, 2001.0).implausible is True
     assert cmp(100.0, 1999.0).implausible is False
@@ -138,7 +152,8 @@ def test_bootstrap_is_deterministic() -> None:
 
 def test_session_spread() -> None:
     assert session_spread([100.0]) == 0.0
-    assert session_spread([99.0, 100.0, 101.0]) == pytest.approx(0.02)
+    assert session_spread([99.0, 100.0, 101.0]) == pytest.approx(2 / 99)
+    assert session_spread([50.0, 100.0]) == pytest.approx(1.0)
 
 
 def _v(pr: int, label: str, delta: float) -> Verdict:

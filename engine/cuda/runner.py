@@ -107,6 +107,9 @@ class CupyRunner(Runner):
                 )
                 self.pdl.disable()
         self.prefill_chunk = prefill_chunk
+        # The loader made the weights on the default stream, and ours does not wait for it:
+        # finish that work before reading them here.
+        cp.cuda.Device().synchronize()
         with self.stream:
             t = weights.tensors
             self.tok_embd = matrix_to_gpu(t["token_embd.weight"])
@@ -601,6 +604,9 @@ class CupyRunner(Runner):
         m_rows, k = x16.shape
         ldc = out.shape[1]
         handle = cp.cuda.device.get_cublas_handle()
+        # CuPy binds its shared handle to a stream only inside its own wrappers: bind it to
+        # ours, or the GEMM runs on another stream and races the kernels around it.
+        cublas.setStream(handle, self.stream.ptr)
         if w.wt == WT_F16:
             slices = [(0, w.rows, w.q)]
         else:

@@ -59,37 +59,62 @@ def test_manifest_check_command() -> None:
 # Verdicts that no timing can change: a patch that does not apply, one that edits the harness,
 # a model that no longer computes the same thing, a crash. PR -> the gate that must fail.
 DETERMINISTIC_GATES = {103: "accuracy:tiny", 107: "run:tiny"}
-# Above this spread of main's own session medians (on any axis the round compares), the box was
-# too busy for speed verdicts: the collector then, rightly, calls gains `none` and can miss or
-# invent a floor breach, so only the verdicts that no timing can change are asserted.
+# Speed verdicts, and the comparisons that decide each: 101/109 gain on tiny's decode, 102 loses
+# tiny's prefill, 104 slows its guard.
+DECIDING_AXES = {
+    101: lambda c: c.get("role") == "target" and c.get("axis", "").startswith("decode@"),
+    109: lambda c: c.get("role") == "target" and c.get("axis", "").startswith("decode@"),
+    102: lambda c: c.get("role") == "target" and c.get("axis", "").startswith("prefill@"),
+    104: lambda c: c.get("role") == "guard",
+}
+# Above this noise (main's own spread between its sessions, as the collector scales it) on the
+# axes that decide a speed verdict, the box was too busy to call it: the collector then, rightly,
+# calls that gain `none` or misses that loss. A genuine speedup must still never be REJECTed, and
+# a neutral PR (`none`) is held to its verdict at any noise, as in the A/A round.
 QUIET_NOISE = 0.30
 
 
+def _deciding_noise(d: dict) -> float:
+    pick = DECIDING_AXES.get(d["pr"], lambda c: True)
+    noises = [c["noise"] for c in d["comparisons"] if pick(c)] or [
+        c["noise"] for c in d["comparisons"]
+    ]
+    return max(noises, default=0.0)
+
+
 def check_demo_round(out: list[dict]) -> list[str]:
-    """What the demo round got wrong; speed verdicts only when main's own noise allowed them."""
-    noise = max((c["noise"] for d in out for c in d["comparisons"]), default=0.0)
-    quiet = noise <= QUIET_NOISE
-    wrong = []
+    """What the demo round got wrong; each speed verdict judged only where main's noise allowed."""
+    wrong, busy = [], []
+    decided: set[int] = set()
     for d in out:
+        n, label, expect = d["pr"], d["label"], d["expect"]
         gates = {g["gate"]: g["status"] for g in d["gates"]}
-        deterministic = d["expect"] in ("needs-rebase", "harness-touched") or d["pr"] in (
-            DETERMINISTIC_GATES
+        if n in DETERMINISTIC_GATES and gates.get(DETERMINISTIC_GATES[n]) != "fail":
+            wrong.append(f"#{n}: gate {DETERMINISTIC_GATES[n]} did not fail: {gates}")
+        deterministic = expect in ("needs-rebase", "harness-touched", "none") or (
+            n in DETERMINISTIC_GATES
         )
-        if d["pr"] in DETERMINISTIC_GATES and gates.get(DETERMINISTIC_GATES[d["pr"]]) != "fail":
-            wrong.append(f"#{d['pr']}: gate {DETERMINISTIC_GATES[d['pr']]} did not fail: {gates}")
-        if (quiet or deterministic) and d["label"] != d["expect"]:
-            wrong.append(f"#{d['pr']}: {d['label']} (expected {d['expect']}): {d['reason']}")
-    if quiet:
+        noise = _deciding_noise(d)
+        if deterministic or noise <= QUIET_NOISE:
+            decided.add(n)
+            if label != expect:
+                wrong.append(f"#{n}: {label} (expected {expect}): {d['reason']}")
+            continue
+        busy.append(f"#{n} (noise {noise:.0%})")
+        if expect not in ("REJECT",) and label not in (expect, "none"):
+            wrong.append(f"#{n}: {label} (expected {expect}, or none on a busy box): {d['reason']}")
+    if 101 in decided:
         mf = [d["pr"] for d in out if d["merge_first"]]
         if mf != [101]:  # 109 carries more speed but is held
             wrong.append(f"merge-first went to {mf}, expected [101]")
-        best = {d["pr"]: (d.get("best") or {}).get("delta") for d in out}
-        if None not in (best.get(101), best.get(109)) and best[109] <= best[101]:
-            wrong.append(f"held 109 ({best[109]:+.1%}) should out-speed 101 ({best[101]:+.1%})")
-    else:
+    best = {d["pr"]: (d.get("best") or {}).get("delta") for d in out}
+    both = {101, 109} <= decided and None not in (best.get(101), best.get(109))
+    if both and best[109] <= best[101]:
+        wrong.append(f"held 109 ({best[109]:+.1%}) should out-speed 101 ({best[101]:+.1%})")
+    if busy:
         warnings.warn(
-            f"demo round: main's own noise reached {noise:.0%} (> {QUIET_NOISE:.0%}): this box "
-            "was too busy for speed verdicts; only the deterministic ones were checked",
+            f"demo round: too busy a box to call {', '.join(busy)} (main's noise on the deciding "
+            f"axes above {QUIET_NOISE:.0%}); those verdicts were not asserted exactly",
             stacklevel=2,
         )
     return wrong
@@ -139,6 +164,12 @@ def test_check_demo_round_judges_speed_only_on_a_quiet_box() -> None:
     with pytest.warns(UserWarning, match="too busy"):
         busy_wrong = check_demo_round(round_(0.9, "none", "none", ""))
     assert [w[:4] for w in busy_wrong] == ["#103", "#103"]
+    with pytest.warns(UserWarning, match="too busy"):  # a genuine speedup is never REJECTed
+        assert [
+            w[:4] for w in check_demo_round(round_(0.9, "REJECT", "REJECT", "accuracy:tiny"))
+        ] == ["#101"]
+    neutral = [_pr(108, "S", "none", 0.9)]  # a neutral PR is held to `none` at any noise
+    assert [w[:4] for w in check_demo_round(neutral)] == ["#108"]
 
 
 def test_check_demo_round_wants_the_held_pr_faster_than_merge_first() -> None:

@@ -106,6 +106,9 @@ class Profile(_Strict):
     main_every: PosInt = 2
     score_text: str = "data/corpus.txt"
     env: dict[str, str] = {}  # extra environment for the harness subprocesses
+    # The least main-vs-main noise this class of box is credited with, whatever a round's few
+    # main sessions happen to show: calibrated from A/A rounds (policy.toml says which).
+    min_noise: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
     timeouts: dict[Literal["sweep", "concurrent", "score", "prefill-check", "guard"], PosInt]
 
     @model_validator(mode="after")

@@ -6,7 +6,8 @@ round, so `sparkboard verdict` gives the same answer as the end of `collect`.
 Rules (numbers from the policy; DESIGN.md "Verdict rules"):
 * per axis, delta = median(PR) / median(main) - 1 with a bootstrap interval; the noise is the
   spread of main's per-session medians on that axis in this round, max / min - 1 (a ratio:
-  timing noise is multiplicative), and the band is (1 + noise) ** noise_multiplier;
+  timing noise is multiplicative), never less than the profile's calibrated min_noise, and
+  the band is (1 + noise) ** noise_multiplier;
 * an axis is significant when delta >= the XS gate, its interval excludes 0, PR / main is above
   the band, and each PR session alone clears the gate; its tier is then the highest gate it
   clears, else 'none';
@@ -112,7 +113,7 @@ def compare_axis(
         v.confidence,
         seed_for(v.bootstrap_seed, model, ax),
     )
-    noise = session_spread(main_session_medians)
+    noise = max(session_spread(main_session_medians), policy.profile.min_noise)
     band = (1 + noise) ** v.noise_multiplier  # beyond main's own spread, multiplier times over
     main_med = median(main_vals)
     per_session = [m / main_med - 1 for m in (pr_session_medians or [median(pr_vals)])]

@@ -9,7 +9,11 @@ from collector.policy import load_policy, resolve
 from collector.stats import bootstrap_delta_ci, session_spread
 from collector.verdict import Comparison, Verdict, choose_merge_first, compare_axis
 
-POLICY = resolve(load_policy(), "cpu")
+CPU_POLICY = resolve(load_policy(), "cpu")
+# The rules on exact numbers: no calibrated box noise on top of what each test states.
+POLICY = CPU_POLICY.model_copy(
+    update={"profile": CPU_POLICY.profile.model_copy(update={"min_noise": 0.0})}
+)
 
 
 def cmp(main: float, pr: float, noise_medians: list[float] | None = None) -> Comparison:
@@ -191,3 +195,23 @@ def test_merge_first_none_when_nothing_passes() -> None:
         )
         is None
     )
+
+
+def test_min_noise_keeps_an_aa_drift_from_the_floor() -> None:
+    """Measured on the CPU A/A round: main's sessions within 1.7%, identical code 7% slower."""
+    assert CPU_POLICY.profile.min_noise == pytest.approx(0.10)
+    main, drifted = [420.0, 424.0, 427.0], [391.0, 390.0]
+    args = ("tiny:q8_0", "guard", "decode@32", main * 3, drifted * 3, main, drifted)
+    assert compare_axis(POLICY, *args).below_floor is True  # without the calibrated floor
+    c = compare_axis(CPU_POLICY, *args)
+    assert c.below_floor is False and c.tier == "none"
+    assert c.noise == pytest.approx(0.10)
+    # a real speedup or slowdown still clears it
+    fast = compare_axis(
+        CPU_POLICY, "tiny", "target", "decode@128", main * 3, [600.0] * 6, main, [600.0, 600.0]
+    )
+    assert fast.tier == "XL"
+    slow = compare_axis(
+        CPU_POLICY, "tiny", "target", "decode@128", main * 3, [300.0] * 6, main, [300.0, 300.0]
+    )
+    assert slow.below_floor is True

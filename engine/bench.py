@@ -34,7 +34,6 @@ from typing import Any
 import click
 import numpy as np
 
-from engine.config import ModelConfig
 from engine.errors import EngineError
 from engine.harness_io import (
     BACKENDS,
@@ -42,9 +41,11 @@ from engine.harness_io import (
     EngineOutputError,
     check_out,
     cli_main,
+    config_of,
     corpus_prompt_ids,
     cycled,
     header,
+    open_model,
     parse_int_list,
     progress,
     require_non_negative,
@@ -251,19 +252,6 @@ def check_min_time(min_time: float) -> None:
         raise EngineError(f"--min-time must be between 0 and 60 seconds, got {min_time}")
 
 
-def _config(model: str) -> ModelConfig:
-    """The model's config without loading weights, so bad input fails before any work."""
-    from engine.models import model_config  # late: keeps --help fast
-
-    return model_config(model)
-
-
-def _open(model: str, backend: str) -> Runner:
-    from engine.models import open_runner
-
-    return open_runner(model, backend)
-
-
 @click.group(name="engine.bench")
 def bench() -> None:
     """Speed measurements of the bench protocol; each command writes one JSON document."""
@@ -306,13 +294,13 @@ def sweep(
     require_positive(reps, "--reps")
     require_non_negative(warmup, "--warmup")
     check_min_time(min_time)
-    max_ctx = _config(model).max_context
+    max_ctx = config_of(model).max_context
     for ctx in ctxs:
         if ctx + tokens > max_ctx:
             raise EngineError(
                 f"ctx {ctx} + tokens {tokens} = {ctx + tokens} exceeds {model}'s context of {max_ctx}"
             )
-    runner = _open(model, backend)
+    runner = open_model(model, backend)
     prompt = corpus_prompt_ids(model, runner.config.vocab_size)
     warm_up(runner, prompt)
     contexts = []
@@ -370,7 +358,7 @@ def concurrent(
     require_positive(prompt_len, "--prompt-len")
     require_non_negative(warmup, "--warmup")
     check_min_time(min_time)
-    max_ctx = _config(model).max_context
+    max_ctx = config_of(model).max_context
     for w in widths:
         need = prompt_len + tokens + w
         if need > max_ctx:
@@ -378,7 +366,7 @@ def concurrent(
                 f"width {w}: prompt-len {prompt_len} + tokens {tokens} + {w} = {need} "
                 f"exceeds {model}'s context of {max_ctx}"
             )
-    runner = _open(model, backend)
+    runner = open_model(model, backend)
     prompt = corpus_prompt_ids(model, runner.config.vocab_size)
     warm_up(runner, prompt)
     samples = []

@@ -20,9 +20,11 @@ import click
 import numpy as np
 from pydantic import BaseModel
 
+from engine.config import ModelConfig
 from engine.device_info import describe_device
 from engine.errors import EngineError
 from engine.protocol import DeviceInfo
+from engine.runner import Runner
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CORPUS = REPO_ROOT / "data" / "corpus.txt"
@@ -252,3 +254,16 @@ def cli_main(group: click.Group) -> Callable[[], None]:
         sys.exit(run_cli(group))
 
     return main
+
+
+def config_of(model: str) -> ModelConfig:
+    """The model's config without loading weights, so bad input fails before any work."""
+    from engine.models import model_config  # late: keeps --help fast
+
+    return model_config(model)
+
+
+def open_model(model: str, backend: str) -> Runner:
+    from engine.models import open_runner
+
+    return open_runner(model, backend)

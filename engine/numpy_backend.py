@@ -140,18 +140,6 @@ class NumpyRunner(Runner):
                 f"a context of {total} tokens is longer than {limit} ({self.max_len} tokens)"
             )
 
-    def _check_tokens(self, tokens: np.ndarray) -> np.ndarray:
-        ids = np.asarray(tokens).reshape(-1)
-        if ids.size and not np.issubdtype(ids.dtype, np.integer):
-            raise EngineError("token ids must be integers")
-        ids = ids.astype(np.int64)
-        if ids.size and (ids.min() < 0 or ids.max() >= self.config.vocab_size):
-            bad = ids[(ids < 0) | (ids >= self.config.vocab_size)][0]
-            raise EngineError(
-                f"token id {bad} is outside the vocabulary (0..{self.config.vocab_size - 1})"
-            )
-        return ids
-
     # ---- Runner API -----------------------------------------------------------------------
 
     def prefill(self, seq: int, tokens: np.ndarray, all_logits: bool = False) -> np.ndarray:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from engine.config import ModelConfig
+from engine.errors import EngineError
 from engine.protocol import VramInfo
 
 
@@ -55,6 +56,19 @@ class Runner(ABC):
             cur = self.decode(seqs, cur).argmax(axis=-1)
             out[i] = cur
         return out
+
+    def _check_tokens(self, tokens: np.ndarray) -> np.ndarray:
+        """Token ids as int64, refused with a one-line error when not ids of this vocabulary."""
+        ids = np.asarray(tokens).reshape(-1)
+        if ids.size and not np.issubdtype(ids.dtype, np.integer):
+            raise EngineError("token ids must be integers")
+        ids = ids.astype(np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() >= self.config.vocab_size):
+            bad = ids[(ids < 0) | (ids >= self.config.vocab_size)][0]
+            raise EngineError(
+                f"token id {bad} is outside the vocabulary (0..{self.config.vocab_size - 1})"
+            )
+        return ids
 
     def synchronize(self) -> None:  # noqa: B027 (optional hook: a no-op on the CPU)
         """Wait for queued device work (a no-op on the CPU)."""

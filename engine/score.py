@@ -24,7 +24,6 @@ from pathlib import Path
 import click
 import numpy as np
 
-from engine.config import ModelConfig
 from engine.errors import EngineError
 from engine.harness_io import (
     BACKENDS,
@@ -33,10 +32,12 @@ from engine.harness_io import (
     EngineOutputError,
     check_out,
     cli_main,
+    config_of,
     corpus_prompt_ids,
     cycled,
     encode_text,
     header,
+    open_model,
     parse_int_list,
     progress,
     read_text_file,
@@ -216,19 +217,6 @@ BACKEND_HELP = "numpy, cupy, or auto (CuPy when a GPU is usable)."
 OUT_HELP = "Where to write the JSON document ('-' = stdout); written atomically."
 
 
-def _config(model: str) -> ModelConfig:
-    """The model's config without loading weights, so bad input fails before any work."""
-    from engine.models import model_config  # late: keeps --help fast
-
-    return model_config(model)
-
-
-def _open(model: str, backend: str) -> Runner:
-    from engine.models import open_runner
-
-    return open_runner(model, backend)
-
-
 @click.group(name="engine.score")
 def score_group() -> None:
     """Accuracy measurements of the bench protocol; each command writes one JSON document."""
@@ -264,7 +252,7 @@ def score_command(
     if text_file is not None and tokens_file is not None:
         raise EngineError("give --text-file or --tokens-file, not both")
     require_positive(topk, "--topk")
-    cfg = _config(model)
+    cfg = config_of(model)
     if tokens_file is not None:
         tokens = read_tokens_file(tokens_file)
     else:
@@ -277,7 +265,7 @@ def score_command(
     check_tokens(tokens, cfg.vocab_size, cfg.max_context, model)
     if topk > cfg.vocab_size:
         raise EngineError(f"--topk {topk} exceeds {model}'s vocab of {cfg.vocab_size}")
-    runner = _open(model, backend)
+    runner = open_model(model, backend)
     positions = score_tokens(runner, tokens, topk)
     nll = -float(np.mean([p.target_logprob for p in positions]))
     progress(f"score {model}: {len(positions)} positions, perplexity {np.exp(nll):.3f}")
@@ -310,14 +298,14 @@ def prefill_check(model: str, prefix_list: str, positions: int, out: str, backen
     check_out(out)
     prefixes = parse_int_list(prefix_list, "prefix")
     require_positive(positions, "--positions")
-    max_ctx = _config(model).max_context
+    max_ctx = config_of(model).max_context
     for p in prefixes:
         if p + positions > max_ctx:
             raise EngineError(
                 f"prefix {p} + positions {positions} = {p + positions} exceeds {model}'s "
                 f"context of {max_ctx}"
             )
-    runner = _open(model, backend)
+    runner = open_model(model, backend)
     corpus = corpus_prompt_ids(model, runner.config.vocab_size)
     checks = []
     for p in prefixes:

@@ -15,27 +15,7 @@ import time
 import click
 import numpy as np
 
-
-def copy_bandwidth(gib: float = 2.0, reps: int = 10) -> float:
-    """Device-to-device copy, bytes read + written per second."""
-    import cupy as cp
-
-    n = int(gib * 1024**3) // 4
-    a = cp.random.random(n, dtype=cp.float32)
-    b = cp.empty_like(a)
-    for _ in range(3):
-        b[...] = a
-    start, stop = cp.cuda.Event(), cp.cuda.Event()
-    times = []
-    for _ in range(reps):
-        start.record()
-        b[...] = a
-        stop.record()
-        stop.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, stop) / 1e3)
-    del a, b
-    cp.get_default_memory_pool().free_all_blocks()
-    return 2 * n * 4 / float(np.median(times))
+from engine.roofline import copy_bandwidth
 
 
 def time_decode(runner, ctx: int, tokens: int, width: int = 1) -> float:

@@ -300,18 +300,6 @@ class CupyRunner(Runner):
                 f"a context of {total} tokens is longer than {limit} ({self.max_len} tokens)"
             )
 
-    def _check_tokens(self, tokens: Any) -> np.ndarray:
-        ids = np.asarray(tokens).reshape(-1)
-        if ids.size and not np.issubdtype(ids.dtype, np.integer):
-            raise EngineError("token ids must be integers")
-        ids = ids.astype(np.int64)
-        if ids.size and (ids.min() < 0 or ids.max() >= self.config.vocab_size):
-            bad = ids[(ids < 0) | (ids >= self.config.vocab_size)][0]
-            raise EngineError(
-                f"token id {bad} is outside the vocabulary (0..{self.config.vocab_size - 1})"
-            )
-        return ids
-
     def _check_rows(self, seqs: Sequence[int], tokens: Any, steps: int) -> tuple[list[int], Any]:
         self._ensure_ready()
         seqs = [int(s) for s in seqs]

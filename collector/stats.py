@@ -48,17 +48,44 @@ def bootstrap_delta_ci(
     return point, float(min(lo, point)), float(max(hi, point))
 
 
-def session_spread(session_medians: Sequence[float]) -> float:
-    """Main-vs-main noise on one axis: max / min - 1 of main's per-session medians.
+Slotted = Sequence[tuple[int, float]]  # (slot in the round's schedule, a session's median)
 
-    A ratio, because timing noise is multiplicative (a busy box makes a run k times slower, not
-    k tok/s slower); for a small spread it is about (max - min) / median. 0 with fewer than two
-    sessions (no spread measured).
+
+def _neighbour_level(sessions: list[tuple[int, float]], slot: int) -> float | None:
+    """Main's level at a point of the round: the geometric mean of the nearest main sessions
+    before and after `slot` (one of them at either end), never the session at `slot` itself."""
+    before = [v for s, v in sessions if s < slot]
+    after = [v for s, v in sessions if s > slot]
+    near = before[-1:] + after[:1]
+    if not near:
+        return None
+    return float(np.exp(np.mean(np.log(near))))
+
+
+def drift_free_spread(main: Slotted) -> float:
+    """Main-vs-main noise on one axis, the box's slow drift taken out.
+
+    Sessions alternate main, PR, main …, so a box that slowly gets busier or quieter moves
+    neighbouring sessions alike. Each main session is compared with its neighbours (see
+    _neighbour_level); the noise is the largest such ratio, as max |log| -> exp - 1 (timing
+    noise is multiplicative). With two sessions it is max / min - 1; 0 with fewer.
     """
-    if len(session_medians) < 2:
+    sessions = sorted(main)
+    if len(sessions) < 2:
         return 0.0
-    v = np.asarray(session_medians, dtype=np.float64)
-    return float(v.max() / v.min() - 1.0)
+    devs = []
+    for slot, value in sessions:
+        level = _neighbour_level([x for x in sessions if x[0] != slot], slot)
+        devs.append(abs(np.log(value / level)))
+    return float(np.exp(max(devs)) - 1.0)
+
+
+def local_ratios(main: Slotted, pr: Slotted) -> list[float]:
+    """Each PR session's median over main's level at the same point of the round."""
+    sessions = sorted(main)
+    if not sessions:
+        raise ValueError("main has no sessions")
+    return [value / _neighbour_level(sessions, slot) for slot, value in pr]  # type: ignore[operator]
 
 
 def is_implausible(main: Sequence[float], pr: Sequence[float], gain: float) -> bool:

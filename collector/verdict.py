@@ -4,10 +4,11 @@ Everything is recomputed from the stored raw samples and dumps with the policy s
 round, so `sparkboard verdict` gives the same answer as the end of `collect`.
 
 Rules (numbers from the policy; DESIGN.md "Verdict rules"):
-* per axis, delta = median(PR) / median(main) - 1 with a bootstrap interval; the noise is the
-  spread of main's per-session medians on that axis in this round, max / min - 1 (a ratio:
-  timing noise is multiplicative), never less than the profile's calibrated min_noise, and
-  the band is (1 + noise) ** noise_multiplier;
+* per axis, delta = median(PR) / median(main) - 1 with a bootstrap interval; the noise is how
+  far one of main's sessions strays from the main sessions beside it in this round (drift
+  taken out, a ratio: timing noise is multiplicative; stats.drift_free_spread), never less
+  than the profile's calibrated min_noise, and the band is (1 + noise) ** noise_multiplier;
+* each PR session is also compared with the main sessions beside it (stats.local_ratios);
 * an axis is significant when delta >= the XS gate, its interval excludes 0, PR / main is above
   the band, and each PR session alone clears the gate; its tier is then the highest gate it
   clears, else 'none';
@@ -37,11 +38,13 @@ from collector.axes import axis, axis_sort_key
 from collector.policy import ResolvedPolicy
 from collector.schedule import guards_of
 from collector.stats import (
+    Slotted,
     bootstrap_delta_ci,
+    drift_free_spread,
     is_implausible,
+    local_ratios,
     median,
     seed_for,
-    session_spread,
 )
 from collector.store import Store
 
@@ -100,11 +103,12 @@ def compare_axis(
     ax: str,
     main_vals: list[float],
     pr_vals: list[float],
-    main_session_medians: list[float],
-    pr_session_medians: list[float] | None = None,
+    main_sessions: Slotted,
+    pr_sessions: Slotted | None = None,
 ) -> Comparison:
-    """One axis, PR against main. A gain (or a loss) must also hold in each PR session alone:
-    one session that ran during a burst of load elsewhere on the box decides nothing."""
+    """One axis, PR against main; sessions are (slot, median) pairs. A gain (or a loss) must
+    also hold in each PR session alone, against main's sessions beside it: one session that ran
+    during a burst of load elsewhere on the box decides nothing, and slow drift cancels."""
     v = policy.verdict
     d, lo, hi = bootstrap_delta_ci(
         main_vals,
@@ -113,10 +117,14 @@ def compare_axis(
         v.confidence,
         seed_for(v.bootstrap_seed, model, ax),
     )
-    noise = max(session_spread(main_session_medians), policy.profile.min_noise)
+    noise = max(drift_free_spread(main_sessions), policy.profile.min_noise)
     band = (1 + noise) ** v.noise_multiplier  # beyond main's own spread, multiplier times over
     main_med = median(main_vals)
-    per_session = [m / main_med - 1 for m in (pr_session_medians or [median(pr_vals)])]
+    per_session = (
+        [r - 1 for r in local_ratios(main_sessions, pr_sessions)]
+        if pr_sessions
+        else [median(pr_vals) / main_med - 1]
+    )
     significant = (
         d >= v.gate - EPS and lo > 0 and (1 + d) > band and min(per_session) >= v.gate - EPS
     )
@@ -164,6 +172,7 @@ class RoundData:
             "FROM sessions WHERE round_id = ? ORDER BY slot, session_id",
             [round_id],
         )
+        self.slots = {s["session_id"]: s["slot"] for s in self.sessions}
         self.samples: dict[tuple, list[tuple[str, float]]] = defaultdict(list)
         for sid, side, pr, model, ax, val in store.query(
             "SELECT s.session_id, s.side, s.pr, s.model, s.axis, s.value FROM samples s "
@@ -190,11 +199,14 @@ class RoundData:
     def values(self, side: str, pr: int, model: str, ax: str) -> list[float]:
         return [v for _, v in self.samples.get((side, pr, model, ax), [])]
 
-    def session_medians(self, model: str, ax: str, side: str = "main", pr: int = 0) -> list[float]:
+    def session_medians(
+        self, model: str, ax: str, side: str = "main", pr: int = 0
+    ) -> list[tuple[int, float]]:
+        """(slot, median) of each session on one axis, in schedule order."""
         by: dict[str, list[float]] = defaultdict(list)
         for sid, v in self.samples.get((side, pr, model, ax), []):
             by[sid].append(v)
-        return [median(v) for v in by.values()]
+        return sorted((self.slots[sid], median(v)) for sid, v in by.items())
 
     def axes(self, side: str, pr: int, model: str) -> set[str]:
         return {k[3] for k in self.samples if k[0] == side and k[1] == pr and k[2] == model}

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from collector.policy import load_policy, resolve
-from collector.stats import bootstrap_delta_ci, session_spread
+from collector.stats import bootstrap_delta_ci, drift_free_spread, local_ratios
 from collector.verdict import Comparison, Verdict, choose_merge_first, compare_axis
 
 CPU_POLICY = resolve(load_policy(), "cpu")
@@ -14,6 +14,16 @@ CPU_POLICY = resolve(load_policy(), "cpu")
 POLICY = CPU_POLICY.model_copy(
     update={"profile": CPU_POLICY.profile.model_copy(update={"min_noise": 0.0})}
 )
+
+
+def mains(medians: list[float]) -> list[tuple[int, float]]:
+    """Main's sessions at the even slots of a schedule."""
+    return [(2 * i, m) for i, m in enumerate(medians)]
+
+
+def prs(medians: list[float]) -> list[tuple[int, float]]:
+    """A PR's sessions at the odd slots, each between two of main's."""
+    return [(2 * i + 1, m) for i, m in enumerate(medians)]
 
 
 def cmp(main: float, pr: float, noise_medians: list[float] | None = None) -> Comparison:
@@ -25,7 +35,7 @@ def cmp(main: float, pr: float, noise_medians: list[float] | None = None) -> Com
         "decode@128",
         [main] * 5,
         [pr] * 5,
-        noise_medians or [main, main, main],
+        mains(noise_medians or [main, main, main]),
     )
 
 
@@ -66,7 +76,7 @@ def test_floor(pr: float, below: bool) -> None:
 
 
 def test_noise_blocks_significance_and_floor() -> None:
-    noisy = [95.0, 100.0, 105.0]  # 10.5% spread between main's sessions; band 1.105 ** 1.5
+    noisy = [95.0, 105.0, 95.0]  # each session 10.5% off its neighbours; band 1.105 ** 1.5
     assert POLICY.verdict.noise_multiplier == 1.5
     assert cmp(100.0, 115.0, noisy).significant is False
     assert cmp(100.0, 115.0, noisy).tier == "none"
@@ -79,7 +89,7 @@ def test_interval_including_zero_is_not_significant() -> None:
     rng = np.random.default_rng(1)
     main = list(100 + rng.normal(0, 5, 6))
     pr = list(103 + rng.normal(0, 5, 6))
-    c = compare_axis(POLICY, "tiny", "target", "decode@32", main, pr, [100.0, 100.0])
+    c = compare_axis(POLICY, "tiny", "target", "decode@32", main, pr, mains([100.0, 100.0]))
     assert c.ci_low < 0 < c.ci_high
     assert not c.significant
 
@@ -90,7 +100,9 @@ def test_gain_and_loss_must_hold_in_every_pr_session() -> None:
     steady = [100.0, 100.0, 100.5]
 
     def c(pr: list[float], sessions: list[float]) -> Comparison:
-        return compare_axis(POLICY, "tiny", "target", "decode@128", main, pr, steady, sessions)
+        return compare_axis(
+            POLICY, "tiny", "target", "decode@128", main, pr, mains(steady), prs(sessions)
+        )
 
     assert c([64.0, 65.0, 63.0, 130.0, 131.0, 129.0], [64.0, 130.0]).below_floor is False
     assert c([64.0, 65.0, 63.0, 130.0, 131.0, 129.0], [64.0, 130.0]).significant is False
@@ -104,10 +116,12 @@ def test_a_large_loss_beats_a_large_spread() -> None:
     spread = [2539.0, 2117.0, 2401.0, 2170.0, 1614.0]
     main = [v * f for v in spread for f in (0.99, 1.0, 1.01)]
     slow = [415.0, 410.0, 420.0, 339.0, 340.0, 338.0]
-    c = compare_axis(POLICY, "tiny:q8_0", "guard", "decode@128", main, slow, spread, [415.0, 339.0])
+    c = compare_axis(
+        POLICY, "tiny:q8_0", "guard", "decode@128", main, slow, mains(spread), prs([415.0, 339.0])
+    )
     assert c.below_floor
     fast = compare_axis(
-        POLICY, "tiny", "target", "decode@128", main, [2800.0] * 6, spread, [2800.0] * 2
+        POLICY, "tiny", "target", "decode@128", main, [2800.0] * 6, mains(spread), prs([2800.0] * 2)
     )
     assert not fast.significant
 
@@ -122,7 +136,7 @@ def test_implausible_guard() -> None:
         "decode@32",
         [90.0, 100.0, 110.0],
         [2150.0, 2300.0],
-        [100.0, 100.0],
+        mains([100.0, 100.0]),
     )
     assert c.implausible is False  # 2150 is not 20x main's fastest (110)
 
@@ -131,7 +145,7 @@ def test_implausible_needs_samples_that_do_not_overlap() -> None:
     """A loaded box makes single repetitions 100x fast on either side: that is noise."""
     main = [500.0, 480.0, 87000.0, 490.0, 510.0]
     pr = [485.0, 86000.0, 88000.0, 85000.0]
-    c = compare_axis(POLICY, "tiny", "target", "prefill@128", main, pr, [500.0, 495.0])
+    c = compare_axis(POLICY, "tiny", "target", "prefill@128", main, pr, mains([500.0, 495.0]))
     assert c.delta > 20 and not c.implausible
     assert not c.significant  # and the interval is far too wide to call it a gain
 
@@ -154,10 +168,33 @@ def test_bootstrap_is_deterministic() -> None:
     assert bootstrap_delta_ci(a, b, seed=3) == bootstrap_delta_ci(a, b, seed=3)
 
 
-def test_session_spread() -> None:
-    assert session_spread([100.0]) == 0.0
-    assert session_spread([99.0, 100.0, 101.0]) == pytest.approx(2 / 99)
-    assert session_spread([50.0, 100.0]) == pytest.approx(1.0)
+def test_drift_free_spread() -> None:
+    assert drift_free_spread(mains([100.0])) == 0.0
+    assert drift_free_spread(mains([50.0, 100.0])) == pytest.approx(1.0)
+    # a box that slowly gets quieter: each session sits between its neighbours, no noise
+    assert drift_free_spread(mains([100.0, 110.0, 121.0, 133.1])) == pytest.approx(0.1)
+    # one session in a burst of load stands out from its neighbours
+    assert drift_free_spread(mains([100.0, 100.0, 60.0, 100.0, 100.0])) == pytest.approx(2 / 3)
+
+
+def test_local_ratios_compare_each_pr_session_with_main_beside_it() -> None:
+    drifting = mains([100.0, 120.0, 144.0])
+    assert local_ratios(drifting, prs([120.0, 144.0])) == pytest.approx(
+        [120 / (100 * 120) ** 0.5, 144 / (120 * 144) ** 0.5]
+    )
+    assert local_ratios(mains([100.0]), [(5, 130.0)]) == pytest.approx([1.3])
+
+
+def test_drift_is_not_a_speedup() -> None:
+    """A box getting 10% quieter per session: a PR of main's own speed is not a gain, and a
+    real 40% gain still shows against the main sessions beside it."""
+    main = [100.0, 110.0, 121.0, 133.1, 146.4]
+    same = [104.9, 115.4, 126.9, 139.6]  # main's level between its sessions
+    args = ("tiny", "target", "decode@128", main, same, mains(main), prs(same))
+    assert compare_axis(POLICY, *args).tier == "none"
+    fast = [1.4 * v for v in same]
+    c = compare_axis(POLICY, "tiny", "target", "decode@128", main, fast, mains(main), prs(fast))
+    assert c.tier == "XL"
 
 
 def _v(pr: int, label: str, delta: float) -> Verdict:
@@ -202,17 +239,31 @@ def test_min_noise_keeps_an_aa_drift_from_the_floor() -> None:
     (and, on another axis, 21% faster)."""
     assert CPU_POLICY.profile.min_noise == pytest.approx(0.20)
     main, drifted = [420.0, 424.0, 427.0], [391.0, 390.0]
-    args = ("tiny:q8_0", "guard", "decode@32", main * 3, drifted * 3, main, drifted)
+    args = ("tiny:q8_0", "guard", "decode@32", main * 3, drifted * 3, mains(main), prs(drifted))
     assert compare_axis(POLICY, *args).below_floor is True  # without the calibrated floor
     c = compare_axis(CPU_POLICY, *args)
     assert c.below_floor is False and c.tier == "none"
     assert c.noise == pytest.approx(0.20)
     # a real speedup or slowdown still clears it
     fast = compare_axis(
-        CPU_POLICY, "tiny", "target", "decode@128", main * 3, [600.0] * 6, main, [600.0, 600.0]
+        CPU_POLICY,
+        "tiny",
+        "target",
+        "decode@128",
+        main * 3,
+        [600.0] * 6,
+        mains(main),
+        prs([600.0] * 2),
     )
     assert fast.tier == "XL"
     slow = compare_axis(
-        CPU_POLICY, "tiny", "target", "decode@128", main * 3, [300.0] * 6, main, [300.0, 300.0]
+        CPU_POLICY,
+        "tiny",
+        "target",
+        "decode@128",
+        main * 3,
+        [300.0] * 6,
+        mains(main),
+        prs([300.0] * 2),
     )
     assert slow.below_floor is True

@@ -67,11 +67,29 @@ DECIDING_AXES = {
     102: lambda c: c.get("role") == "target" and c.get("axis", "").startswith("prefill@"),
     104: lambda c: c.get("role") == "guard",
 }
-# Above this noise (main's own spread between its sessions, as the collector scales it) on the
-# axes that decide a speed verdict, the box was too busy to call it: the collector then, rightly,
-# calls that gain `none` or misses that loss. A genuine speedup must still never be REJECTed, and
-# a neutral PR (`none`) is held to its verdict at any noise, as in the A/A round.
-QUIET_NOISE = 0.30
+# Each speed PR's effect on its deciding axes, measured interleaved with main on this box
+# (data/demo/README.md). A speed verdict is asserted exactly when the round's noise leaves room
+# for that effect: the band the rules apply, (1 + noise) ** multiplier, with 5% to spare. On a
+# noisier box the collector, rightly, calls the gain `none` or misses the loss; a genuine
+# speedup must still never be REJECTed, and a neutral PR (`none`) is held to its verdict at any
+# noise, as in the A/A round.
+EFFECT = {101: 0.30, 109: 0.52, 102: -0.78, 104: -0.82}
+NOISE_MULTIPLIER = 1.5  # policy.toml [verdict]; test_demo_effects_use_the_policy checks it
+SPARE = 1.05
+
+
+def decidable(pr: int, noise: float) -> bool:
+    band = (1 + noise) ** NOISE_MULTIPLIER
+    effect = 1 + EFFECT[pr]
+    return effect > band * SPARE if effect > 1 else effect < 1 / (band * SPARE)
+
+
+def test_demo_effects_use_the_policy() -> None:
+    from collector.policy import load_policy
+
+    assert load_policy().verdict.noise_multiplier == NOISE_MULTIPLIER
+    assert decidable(101, 0.10) and not decidable(101, 0.237)
+    assert decidable(102, 0.9) and decidable(109, 0.2)
 
 
 def _deciding_noise(d: dict) -> float:
@@ -95,7 +113,7 @@ def check_demo_round(out: list[dict]) -> list[str]:
             n in DETERMINISTIC_GATES
         )
         noise = _deciding_noise(d)
-        if deterministic or noise <= QUIET_NOISE:
+        if deterministic or (n in EFFECT and decidable(n, noise)):
             decided.add(n)
             if label != expect:
                 wrong.append(f"#{n}: {label} (expected {expect}): {d['reason']}")
@@ -114,7 +132,7 @@ def check_demo_round(out: list[dict]) -> list[str]:
     if busy:
         warnings.warn(
             f"demo round: too busy a box to call {', '.join(busy)} (main's noise on the deciding "
-            f"axes above {QUIET_NOISE:.0%}); those verdicts were not asserted exactly",
+            "axes leaves no room for the patch's effect); those verdicts were not asserted exactly",
             stacklevel=2,
         )
     return wrong

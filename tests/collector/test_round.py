@@ -17,23 +17,9 @@ from conftest import FakeRepo, git, pr
 
 from collector.cli import main
 from collector.collect import collect
+from collector.export import TABLES
 from collector.manifest import ManifestError
 from collector.store import open_store
-
-TABLES = (
-    "rounds",
-    "prs",
-    "candidates",
-    "sessions",
-    "samples",
-    "score_dumps",
-    "accuracy",
-    "prefill_checks",
-    "comparisons",
-    "gates",
-    "verdicts",
-    "strikes",
-)
 
 
 def show_json(db: Path, round_id: str | None = None) -> dict[int, dict]:

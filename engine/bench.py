@@ -36,9 +36,9 @@ import numpy as np
 
 from engine.errors import EngineError
 from engine.harness_io import (
-    BACKENDS,
     Clock,
     EngineOutputError,
+    backend_option,
     check_out,
     cli_main,
     config_of,
@@ -46,6 +46,7 @@ from engine.harness_io import (
     cycled,
     header,
     open_model,
+    out_option,
     parse_int_list,
     progress,
     require_non_negative,
@@ -238,8 +239,6 @@ def measure_width(
 # --- command line --------------------------------------------------------------------------
 
 MODEL_HELP = "Model name, e.g. tiny, smollm2-135m, llama-8b:q4_0."
-BACKEND_HELP = "numpy, cupy, or auto (CuPy when a GPU is usable)."
-OUT_HELP = "Where to write the JSON document ('-' = stdout); written atomically."
 WARMUP_HELP = "Untimed repetitions of the same shape before the timed ones"
 MIN_TIME_HELP = (
     "Seconds a repetition repeats a short timed operation for; it reports the fastest run "
@@ -272,10 +271,8 @@ def bench() -> None:
 @click.option("--reps", default=3, show_default=True, help="Timed repetitions per context.")
 @click.option("--warmup", default=1, show_default=True, help=WARMUP_HELP + " per context.")
 @click.option("--min-time", default=MIN_TIME_S, show_default=True, help=MIN_TIME_HELP)
-@click.option("--out", default="-", show_default=True, help=OUT_HELP)
-@click.option(
-    "--backend", type=click.Choice(BACKENDS), default="auto", show_default=True, help=BACKEND_HELP
-)
+@out_option
+@backend_option
 def sweep(
     model: str,
     ctx_list: str,
@@ -334,10 +331,8 @@ def sweep(
     show_default=True,
     help="Prompt tokens of the first sequence; sequence i gets prompt-len + i (GPU: use 128).",
 )
-@click.option("--out", default="-", show_default=True, help=OUT_HELP)
-@click.option(
-    "--backend", type=click.Choice(BACKENDS), default="auto", show_default=True, help=BACKEND_HELP
-)
+@out_option
+@backend_option
 def concurrent(
     model: str,
     width_list: str,

@@ -29,6 +29,16 @@ from engine.runner import Runner
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CORPUS = REPO_ROOT / "data" / "corpus.txt"
 BACKENDS = ("numpy", "cupy", "auto")
+
+BACKEND_HELP = "numpy, cupy, or auto (CuPy when a GPU is usable)."
+OUT_HELP = "Where to write the JSON document ('-' = stdout); written atomically."
+
+# The two options every harness command takes, with one wording.
+out_option = click.option("--out", default="-", show_default=True, help=OUT_HELP)
+backend_option = click.option(
+    "--backend", type=click.Choice(BACKENDS), default="auto", show_default=True, help=BACKEND_HELP
+)
+
 GIT_TIMEOUT_S = 10
 
 # Exit codes: 2 = bad input or unusable environment (EngineError, click usage errors);

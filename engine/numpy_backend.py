@@ -99,14 +99,7 @@ class NumpyRunner(Runner):
 
     def reset(self, n_seqs: int, max_len: int) -> None:
         c = self.config
-        if n_seqs < 1:
-            raise EngineError(f"need at least one sequence, got {n_seqs}")
-        if max_len < 1:
-            raise EngineError(f"the KV cache needs room for at least one token, got {max_len}")
-        if max_len > c.max_context:
-            raise EngineError(
-                f"a context of {max_len} tokens is longer than the model allows ({c.max_context})"
-            )
+        self._check_shape(n_seqs, max_len)
         shape = (n_seqs, c.n_kv_heads, max_len, c.head_dim)
         # np.zeros is backed lazily by the OS: untouched cache costs no memory
         self._k = [np.zeros(shape, dtype=self.dtype) for _ in range(c.n_layers)]

@@ -57,6 +57,18 @@ class Runner(ABC):
             out[i] = cur
         return out
 
+    def _check_shape(self, n_seqs: int, max_len: int) -> None:
+        """Refuse a KV cache reset() cannot make, with a one-line error."""
+        if n_seqs < 1:
+            raise EngineError(f"need at least one sequence, got {n_seqs}")
+        if max_len < 1:
+            raise EngineError(f"the KV cache needs room for at least one token, got {max_len}")
+        if max_len > self.config.max_context:
+            raise EngineError(
+                f"a context of {max_len} tokens is longer than the model allows "
+                f"({self.config.max_context})"
+            )
+
     def _check_tokens(self, tokens: np.ndarray) -> np.ndarray:
         """Token ids as int64, refused with a one-line error when not ids of this vocabulary."""
         ids = np.asarray(tokens).reshape(-1)

@@ -26,10 +26,10 @@ import numpy as np
 
 from engine.errors import EngineError
 from engine.harness_io import (
-    BACKENDS,
     DEFAULT_CORPUS,
     Clock,
     EngineOutputError,
+    backend_option,
     check_out,
     cli_main,
     config_of,
@@ -38,6 +38,7 @@ from engine.harness_io import (
     encode_text,
     header,
     open_model,
+    out_option,
     parse_int_list,
     progress,
     read_text_file,
@@ -213,8 +214,6 @@ def check_tokens(tokens: Sequence[int], vocab: int, max_context: int, model: str
 # --- command line --------------------------------------------------------------------------
 
 MODEL_HELP = "Model name, e.g. tiny, smollm2-135m, llama-8b:q4_0."
-BACKEND_HELP = "numpy, cupy, or auto (CuPy when a GPU is usable)."
-OUT_HELP = "Where to write the JSON document ('-' = stdout); written atomically."
 
 
 @click.group(name="engine.score")
@@ -234,10 +233,8 @@ def score_group() -> None:
     "--tokens-file", default=None, help="JSON list of token ids to score as given (no BOS added)."
 )
 @click.option("--topk", default=10, show_default=True, help="Log-probs kept per position.")
-@click.option("--out", default="-", show_default=True, help=OUT_HELP)
-@click.option(
-    "--backend", type=click.Choice(BACKENDS), default="auto", show_default=True, help=BACKEND_HELP
-)
+@out_option
+@backend_option
 def score_command(
     model: str,
     text_file: str | None,
@@ -288,10 +285,8 @@ def score_command(
     show_default=True,
     help="Teacher-forced positions compared right after each prefix.",
 )
-@click.option("--out", default="-", show_default=True, help=OUT_HELP)
-@click.option(
-    "--backend", type=click.Choice(BACKENDS), default="auto", show_default=True, help=BACKEND_HELP
-)
+@out_option
+@backend_option
 def prefill_check(model: str, prefix_list: str, positions: int, out: str, backend: str) -> None:
     """Batched prefill against the token-by-token loop inside one build (top-1, KL)."""
     clock = Clock()

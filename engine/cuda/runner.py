@@ -213,14 +213,7 @@ class CupyRunner(Runner):
 
     def reset(self, n_seqs: int, max_len: int) -> None:
         c = self.config
-        if n_seqs < 1:
-            raise EngineError(f"need at least one sequence, got {n_seqs}")
-        if max_len < 1:
-            raise EngineError(f"the KV cache needs room for at least one token, got {max_len}")
-        if max_len > c.max_context:
-            raise EngineError(
-                f"a context of {max_len} tokens is longer than the model allows ({c.max_context})"
-            )
+        self._check_shape(n_seqs, max_len)
         self.stream.synchronize()
         if self._ready and (n_seqs, max_len) == (self.n_seqs, self.max_len):
             # same shape: keep the cache buffers and the captured graphs, forget the tokens

@@ -73,7 +73,9 @@ DECIDING_AXES = {
 # noisier box the collector, rightly, calls the gain `none` or misses the loss; a genuine
 # speedup must still never be REJECTed, and a neutral PR (`none`) is held to its verdict at any
 # noise, as in the A/A round.
-EFFECT = {101: 0.30, 109: 0.52, 102: -0.78, 104: -0.82}
+# 101 measured +23..+31% across fresh-clone rounds: its lower end, so it is asserted only when
+# the round's noise leaves room for that.
+EFFECT = {101: 0.23, 109: 0.50, 102: -0.78, 104: -0.82}
 NOISE_MULTIPLIER = 1.5  # policy.toml [verdict]; test_demo_effects_use_the_policy checks it
 SPARE = 1.05
 

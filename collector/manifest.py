@@ -19,6 +19,10 @@ from collector.axes import is_known_model, known_models
 
 LABELS = ("XL", "L", "M", "S", "XS", "none", "REJECT", "needs-rebase", "harness-touched", "pending")
 ROUND_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$"
+# What a round is for: "round" measures PRs; "aa" measures main against itself (every PR is main
+# byte for byte), a calibration of the noise and accuracy gates, never a leaderboard.
+ROUND_KINDS = ("round", "aa")
+AA_LABEL = "a/a"  # the label of an A/A PR: marks the A/A rounds of manifests older than `kind`
 # A git ref or commit as given: no whitespace or control characters, no leading '-', no '..'.
 _REF = re.compile(r"^(?!-)(?!.*\.\.)[^\x00-\x20\x7f~^:?*\[\\]{1,200}$")
 
@@ -76,6 +80,7 @@ class Manifest(BaseModel):
     base_ref: str = "HEAD"
     policy: str | None = None
     profile: Literal["cpu", "gpu"]
+    kind: Literal[ROUND_KINDS] = "round"  # type: ignore[valid-type]
     pr: list[PRSpec] = Field(min_length=1)
 
     @field_validator("base_ref")
@@ -212,6 +217,24 @@ def load_manifest(path: str | Path) -> LoadedManifest:
     )
 
 
+def round_kind(manifest_toml: str | None, pr_labels: list[list[str]] | None = None) -> str:
+    """The kind of a stored round ("round" or "aa") from its manifest text (rounds.manifest_toml).
+
+    Read leniently: the text was validated when the round ran. A manifest without `kind` (one
+    written before the field existed) is an A/A round when every PR of it carries the label
+    "a/a" (as data/demo/aa-round.toml's do), else a plain round."""
+    try:
+        data = tomllib.loads(manifest_toml or "")
+    except tomllib.TOMLDecodeError:
+        data = {}
+    kind = data.get("kind")
+    if kind in ROUND_KINDS:
+        return kind
+    if kind is None and pr_labels and all(AA_LABEL in labels for labels in pr_labels):
+        return "aa"
+    return "round"
+
+
 # --- from-gh ---------------------------------------------------------------------------------
 
 
@@ -254,8 +277,10 @@ def _toml_value(v: object) -> str:
 
 def manifest_to_toml(m: Manifest) -> str:
     lines = []
-    for key in ("round", "engine_repo", "base_ref", "policy", "profile"):
+    for key in ("round", "engine_repo", "base_ref", "policy", "profile", "kind"):
         v = getattr(m, key)
+        if key == "kind" and v == "round":
+            continue  # the default: a plain round's manifest reads as before
         if v is not None:
             lines.append(f"{key} = {_toml_value(v)}")
     for p in m.pr:

@@ -16,6 +16,7 @@ from collector.manifest import (
     manifest_from_gh,
     manifest_to_toml,
     parse_manifest,
+    round_kind,
     toml_string,
 )
 
@@ -162,3 +163,37 @@ def test_from_gh_cli(tmp_path: Path) -> None:
     )
     assert r.exit_code == 0, r.output
     assert tomllib.loads(r.output)["pr"][0]["ref"] == "c" * 40
+
+
+def test_kind_defaults_to_round_and_takes_aa() -> None:
+    assert parse_manifest(GOOD, Path("m.toml")).kind == "round"
+    aa = parse_manifest(GOOD.replace('profile = "cpu"', 'profile = "cpu"\nkind = "aa"'), Path("m"))
+    assert aa.kind == "aa"
+    assert 'kind = "aa"' in manifest_to_toml(aa)
+    assert parse_manifest(manifest_to_toml(aa), Path("x.toml")) == aa
+    assert "kind" not in manifest_to_toml(parse_manifest(GOOD, Path("m.toml")))
+
+
+def test_bad_kind_names_the_field() -> None:
+    msg = err(GOOD.replace('profile = "cpu"', 'profile = "cpu"\nkind = "calibration"'))
+    assert msg.startswith("manifest m.toml: kind:") and "'round'" in msg and "'aa'" in msg
+
+
+def test_round_kind_of_stored_manifests() -> None:
+    assert round_kind(GOOD) == "round"
+    assert round_kind(GOOD.replace('profile = "cpu"', 'profile = "cpu"\nkind = "aa"')) == "aa"
+    assert round_kind("not = [toml") == "round" and round_kind(None) == "round"
+    # Written before `kind` existed: A/A when every PR carries the a/a label.
+    assert round_kind(GOOD, [["a/a"], ["x", "a/a"]]) == "aa"
+    assert round_kind(GOOD, [["a/a"], ["perf"]]) == "round"
+    # An explicit kind wins over labels.
+    assert (
+        round_kind(GOOD.replace('profile = "cpu"', 'kind = "round"\nprofile = "cpu"'), [["a/a"]])
+        == "round"
+    )
+
+
+def test_demo_aa_manifest_is_an_aa_round() -> None:
+    root = Path(__file__).resolve().parents[2]
+    assert load_manifest(root / "data" / "demo" / "aa-round.toml").manifest.kind == "aa"
+    assert load_manifest(root / "data" / "demo" / "demo.toml").manifest.kind == "round"

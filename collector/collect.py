@@ -46,7 +46,11 @@ def build_request(task: Task, policy: ResolvedPolicy) -> Request:
     t = prof.timeouts
     common = ["--model", task.model, "--backend", prof.backend]
     if task.kind in ("sweep", "guard"):
-        ctxs = tuple(prof.contexts) if task.kind == "sweep" else (prof.guard_ctx,)
+        ctxs = (
+            prof.contexts_for(task.model)
+            if task.kind == "sweep"
+            else (prof.guard_ctx_for(task.model),)
+        )
         argv = [
             *h.bench,
             "sweep",

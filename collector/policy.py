@@ -109,6 +109,9 @@ class Profile(_Strict):
     # The least main-vs-main noise this class of box is credited with, whatever a round's few
     # main sessions happen to show: calibrated from A/A rounds (policy.toml says which).
     min_noise: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
+    # A model's own context window: contexts that do not fit (with the decoded tokens) are not
+    # measured on it, and its guard context falls back to the largest one that does.
+    max_context: dict[str, PosInt] = {}
     timeouts: dict[Literal["sweep", "concurrent", "score", "prefill-check", "guard"], PosInt]
 
     @model_validator(mode="after")
@@ -118,10 +121,25 @@ class Profile(_Strict):
             raise ValueError(f"unknown model(s): {', '.join(unknown)}")
         if self.guard_ctx not in self.contexts:
             raise ValueError(f"guard_ctx {self.guard_ctx} must be one of contexts {self.contexts}")
+        strange = [m for m in self.max_context if m not in self.models]
+        if strange:
+            raise ValueError(f"max_context names model(s) not in models: {', '.join(strange)}")
+        small = [m for m in self.models if not self.contexts_for(m)]
+        if small:
+            raise ValueError(f"no context fits the window of: {', '.join(small)}")
         missing = {"sweep", "concurrent", "score", "prefill-check", "guard"} - set(self.timeouts)
         if missing:
             raise ValueError(f"timeouts missing for: {', '.join(sorted(missing))}")
         return self
+
+    def contexts_for(self, model: str) -> tuple[int, ...]:
+        """The contexts a sweep of `model` measures: those that fit its window."""
+        window = self.max_context.get(model)
+        return tuple(c for c in self.contexts if window is None or c + self.tokens <= window)
+
+    def guard_ctx_for(self, model: str) -> int:
+        fits = self.contexts_for(model)
+        return self.guard_ctx if self.guard_ctx in fits else max(fits)
 
 
 class Policy(_Strict):

@@ -323,7 +323,7 @@ def decide_pr(store: Store, data: RoundData, prow: dict) -> Verdict:
         if role == "target":
             axes = data.axes("pr", n, model) & data.axes("main", 0, model)
         else:
-            g = pol.profile.guard_ctx
+            g = pol.profile.guard_ctx_for(model)
             axes = (
                 {axis("decode", g), axis("prefill", g)}
                 & data.axes("pr", n, model)

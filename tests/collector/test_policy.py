@@ -22,7 +22,11 @@ def test_default_policy_holds_designs_numbers() -> None:
     assert "hold" in p.verdict.blocking_labels
     gpu = resolve(p, "gpu").profile
     assert gpu.contexts == [128, 512, 4096, 16384, 32768] and gpu.widths == [2, 4, 8, 16, 32]
-    assert gpu.guard_ctx == 32768 and gpu.concurrent_runs == 3
+    assert gpu.guard_ctx == 4096 and gpu.concurrent_runs == 3
+    # SmolLM2's window is 8192 tokens: the long contexts are not asked of it
+    assert gpu.contexts_for("smollm2-135m") == (128, 512, 4096)
+    assert gpu.contexts_for("llama-8b:q4_0") == (128, 512, 4096, 16384, 32768)
+    assert gpu.guard_ctx_for("smollm2-135m") == 4096
     assert resolve(p, "cpu").profile.backend == "numpy"
 
 
@@ -36,6 +40,19 @@ def _bad(tmp_path: Path, old: str, new: str) -> str:
     return str(e.value)
 
 
+def test_guard_context_falls_back_to_the_largest_that_fits(tmp_path: Path) -> None:
+    text = (
+        default_policy_path()
+        .read_text()
+        .replace("min_noise = 0.15", "min_noise = 0.15\nmax_context = { tiny = 100 }", 1)
+    )
+    f = tmp_path / "p.toml"
+    f.write_text(text)
+    cpu = resolve(load_policy(f), "cpu").profile
+    assert cpu.contexts_for("tiny") == (32,) and cpu.guard_ctx_for("tiny") == 32
+    assert cpu.contexts_for("tiny:q8_0") == (32, 128) and cpu.guard_ctx_for("tiny:q8_0") == 128
+
+
 def test_bad_policies_are_clear_errors(tmp_path: Path) -> None:
     assert "tier gates must increase" in _bad(tmp_path, "S = 0.035", "S = 0.5")
     assert "guard_ctx 128 must be one of contexts" in _bad(
@@ -43,6 +60,12 @@ def test_bad_policies_are_clear_errors(tmp_path: Path) -> None:
     )
     assert "unknown model" in _bad(tmp_path, 'models = ["tiny", "tiny:q8_0"]', 'models = ["gpt-9"]')
     assert "floor" in _bad(tmp_path, "floor = 0.98", "floor = 1.5")
+    assert "no context fits the window of: tiny" in _bad(
+        tmp_path, "min_noise = 0.15", "min_noise = 0.15\nmax_context = { tiny = 40 }"
+    )
+    assert "max_context names model(s) not in models: qwen3-8b" in _bad(
+        tmp_path, "min_noise = 0.15", 'min_noise = 0.15\nmax_context = { "qwen3-8b" = 40 }'
+    )
     with pytest.raises(PolicyError, match="profile 'tpu' not in the policy"):
         resolve(load_policy(), "tpu")
     with pytest.raises(PolicyError, match="cannot read policy"):

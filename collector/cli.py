@@ -1,4 +1,5 @@
-"""`sparkboard`: the command line (collect, verdict, show, comment, export, manifest, build, demo)."""
+"""`sparkboard`: the command line (collect, verdict, show, cost, comment, export, manifest, build,
+demo)."""
 
 from __future__ import annotations
 
@@ -123,6 +124,27 @@ def show(db: Path, round_id: str | None, pr: int | None, as_json: bool) -> None:
         click.echo(json.dumps([to_json(d) for d in docs], indent=2, default=str))
     else:
         click.echo("\n".join(render_terminal(d) for d in docs), nl=False)
+
+
+@main.command()
+@click.option("--db", required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--round", "round_id", default=None, help="Round id (default: the latest).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object, minutes throughout.")
+def cost(db: Path, round_id: str | None, as_json: bool) -> None:
+    """Device minutes of a round: per PR its own sessions plus an even share of main's, and
+    where the time goes (by kind of session, main and PRs). From sessions.wall_s."""
+    from collector.cost import load_cost
+    from collector.report import latest_round, render_cost
+
+    try:
+        with open_store(db, read_only=True) as store:
+            rc = load_cost(store, round_id or latest_round(store))
+    except USER_ERRORS as e:
+        raise _fail(e) from None
+    if as_json:
+        click.echo(json.dumps(rc.to_json(), indent=2))
+    else:
+        click.echo(render_cost(rc), nl=False)
 
 
 @main.command()

@@ -428,3 +428,52 @@ def to_json(d: dict[str, Any]) -> dict[str, Any]:
         ],
         "accuracy": d["accuracy"],
     }
+
+
+# --- cost ---------------------------------------------------------------------------------------
+
+
+def render_cost(cost: Any) -> str:
+    """A round's device time (collector.cost.RoundCost) as terminal tables, in minutes."""
+    from collector.cost import minutes
+
+    per = cost.per_pr_s
+    head = (
+        f"round {term_safe(cost.round_id)}: {minutes(cost.total_s)} device minutes, "
+        f"{len(cost.prs)} PRs measured"
+        + (f", {minutes(per)} min per PR" if per is not None else "")
+        + f" (main {minutes(cost.main_s)} min over {cost.main_sessions} sessions, shared evenly)"
+    )
+    kinds = list(dict.fromkeys([*cost.main_by_kind, *cost.pr_by_kind]))
+    where = Section(
+        "Where the time goes (minutes)",
+        ["kind", "main", "PRs", "total"],
+        [
+            [
+                k,
+                minutes(cost.main_by_kind.get(k, 0.0)),
+                minutes(cost.pr_by_kind.get(k, 0.0)),
+                minutes(cost.main_by_kind.get(k, 0.0) + cost.pr_by_kind.get(k, 0.0)),
+            ]
+            for k in kinds
+        ]
+        + [["all", minutes(cost.main_s), minutes(cost.pr_s), minutes(cost.total_s)]],
+    )
+    per_pr = Section(
+        "Per PR: its own sessions plus its share of main's (minutes)",
+        ["PR", "total", "own", "main share", *kinds],
+        [
+            [
+                f"#{c.pr}",
+                minutes(c.total_s),
+                minutes(c.own_s),
+                minutes(c.main_share_s),
+                *[minutes(c.by_kind().get(k, 0.0)) for k in kinds],
+            ]
+            for c in cost.prs.values()
+        ],
+    )
+    parts = [head, ""]
+    for s in (where, per_pr) if cost.prs else (where,):
+        parts += [s.title, "", _term_table(s), ""]
+    return "\n".join(parts)

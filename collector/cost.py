@@ -1,0 +1,152 @@
+"""What a round cost on its device, from the wall time of its sessions (sessions.wall_s).
+
+A PR's cost is the device time of its full evaluation: its own sessions (sweeps, concurrent
+widths, score, prefill check, guard sweeps) plus an even share of main's sessions, since main is
+measured only to be compared with the PRs: main's wall time divided by the number of PRs that
+ran at least one session in the round. A PR that was never measured (needs-rebase,
+harness-touched) costs nothing and takes no share. Failed sessions count (the device was busy
+all the same); only the last attempt of a retried session is stored, so earlier attempts do not.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+KINDS = ("sweep", "concurrent", "score", "prefill-check", "guard")
+
+
+def _ordered(by_kind: Mapping[str, float]) -> dict[str, float]:
+    """Known kinds in pipeline order, then any other kind by name."""
+    known = [k for k in KINDS if k in by_kind]
+    return {k: by_kind[k] for k in [*known, *sorted(set(by_kind) - set(KINDS))]}
+
+
+@dataclass
+class PRCost:
+    pr: int
+    own_by_kind: dict[str, float]  # seconds of the PR's own sessions, per kind
+    main_share_by_kind: dict[str, float]  # its share of main's seconds, per kind
+    sessions: int
+
+    @property
+    def own_s(self) -> float:
+        return sum(self.own_by_kind.values())
+
+    @property
+    def main_share_s(self) -> float:
+        return sum(self.main_share_by_kind.values())
+
+    @property
+    def total_s(self) -> float:
+        return self.own_s + self.main_share_s
+
+    def by_kind(self) -> dict[str, float]:
+        """Own plus main's share, per kind."""
+        out: dict[str, float] = defaultdict(float)
+        for part in (self.own_by_kind, self.main_share_by_kind):
+            for k, v in part.items():
+                out[k] += v
+        return _ordered(out)
+
+
+@dataclass
+class RoundCost:
+    round_id: str
+    main_by_kind: dict[str, float] = field(default_factory=dict)
+    pr_by_kind: dict[str, float] = field(default_factory=dict)  # all PRs' own sessions
+    main_sessions: int = 0
+    prs: dict[int, PRCost] = field(default_factory=dict)  # measured PRs only
+
+    @property
+    def main_s(self) -> float:
+        return sum(self.main_by_kind.values())
+
+    @property
+    def pr_s(self) -> float:
+        return sum(self.pr_by_kind.values())
+
+    @property
+    def total_s(self) -> float:
+        return self.main_s + self.pr_s
+
+    @property
+    def per_pr_s(self) -> float | None:
+        """Mean device seconds per measured PR (None when no PR was measured)."""
+        return self.total_s / len(self.prs) if self.prs else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "round_id": self.round_id,
+            "total_min": self.total_s / 60,
+            "main_min": self.main_s / 60,
+            "prs_min": self.pr_s / 60,
+            "measured_prs": len(self.prs),
+            "per_pr_min": None if self.per_pr_s is None else self.per_pr_s / 60,
+            "main_by_kind_min": {k: v / 60 for k, v in self.main_by_kind.items()},
+            "prs_by_kind_min": {k: v / 60 for k, v in self.pr_by_kind.items()},
+            "per_pr": [
+                {
+                    "pr": c.pr,
+                    "total_min": c.total_s / 60,
+                    "own_min": c.own_s / 60,
+                    "main_share_min": c.main_share_s / 60,
+                    "by_kind_min": {k: v / 60 for k, v in c.by_kind().items()},
+                    "sessions": c.sessions,
+                }
+                for c in self.prs.values()
+            ],
+        }
+
+
+def round_cost(round_id: str, sessions: Iterable[Mapping[str, Any]]) -> RoundCost:
+    """The cost of one round from its session rows (side, pr, kind, wall_s; optionally n, the
+    number of sessions a pre-aggregated row stands for). Rows of other rounds are ignored when
+    they carry a round_id."""
+    main: dict[str, float] = defaultdict(float)
+    own: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    counts: dict[int, int] = defaultdict(int)
+    main_n = 0
+    for s in sessions:
+        if s.get("round_id", round_id) != round_id:
+            continue
+        wall = float(s.get("wall_s") or 0.0)
+        n = int(s.get("n", 1))
+        if s["side"] == "main":
+            main[s["kind"]] += wall
+            main_n += n
+        else:
+            own[int(s["pr"])][s["kind"]] += wall
+            counts[int(s["pr"])] += n
+    cost = RoundCost(round_id, main_by_kind=_ordered(main), main_sessions=main_n)
+    pr_total: dict[str, float] = defaultdict(float)
+    for by_kind in own.values():
+        for k, v in by_kind.items():
+            pr_total[k] += v
+    cost.pr_by_kind = _ordered(pr_total)
+    if own:
+        share = {k: v / len(own) for k, v in cost.main_by_kind.items()}
+        for pr in sorted(own):
+            cost.prs[pr] = PRCost(pr, _ordered(own[pr]), dict(share), counts[pr])
+    return cost
+
+
+SESSIONS_SQL = """
+    SELECT round_id, side, pr, kind, sum(wall_s) AS wall_s, count(*) AS n
+    FROM sessions {where} GROUP BY ALL ORDER BY round_id, side, pr, kind
+"""
+
+
+def minutes(seconds: float | None) -> str:
+    """Device minutes as shown everywhere: one decimal, '–' for nothing."""
+    return "–" if seconds is None else f"{seconds / 60:.1f}"
+
+
+def load_cost(store: Any, round_id: str) -> RoundCost:
+    """A round's cost from an open Store (collector.store)."""
+    if not store.query("SELECT 1 FROM rounds WHERE round_id = ?", [round_id]):
+        raise LookupError(f"no round {round_id!r} in {store.path}")
+    rows = store.query_dicts(SESSIONS_SQL.format(where="WHERE round_id = ?"), [round_id])
+    return round_cost(round_id, rows)

@@ -257,8 +257,8 @@ def _svgs_and_exports(
     """The headline and comment SVGs, then each round's exports. Returns (headline, exports)."""
     t = time.perf_counter()
     headline = False
-    if site.latest:
-        rows = site.leaderboard_chart_rows(site.latest["round_id"])
+    if site.primary:
+        rows = site.leaderboard_chart_rows(site.primary["round_id"])
         if rows:
             for name, look in (("light", charts.LIGHT), ("dark", charts.DARK)):
                 svg = charts.svg(charts.leaderboard(rows, look))
@@ -273,15 +273,14 @@ def _svgs_and_exports(
 
 
 def _comment_svgs(site: pages.Site, docs: Path) -> int:
-    """A static SVG per PR measured in the latest round, for its GitHub comment to link to
-    (pr/<n>.svg): main vs PR on the kind of axis that set the label. Bounded to one round."""
-    if not site.latest:
-        return 0
+    """A static SVG per PR measured in a round of the home page's leaderboards, for its GitHub
+    comment to link to (pr/<n>.svg): main vs PR on the kind of axis that set its label. Bounded
+    to those rounds; a PR on two boards gets the first board's (gpu first)."""
     n = 0
-    for ev in site.data.by_round.get(site.latest["round_id"], []):
-        svg = site.comment_svg(ev)
+    for pr, round_id in sorted(site.comment_round.items()):
+        svg = site.comment_svg(site.data.evaluations[(round_id, pr)])
         if svg:
-            _write(docs / "pr" / f"{int(ev.pr)}.svg", svg)
+            _write(docs / "pr" / f"{int(pr)}.svg", svg)
             n += 1
     return n
 

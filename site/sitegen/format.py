@@ -24,6 +24,13 @@ def pct(value: float | None, digits: int = 1) -> Markup:
     return Markup(f"{value * 100:+.{digits}f}%")
 
 
+def share(value: float | None, digits: int = 1) -> Markup:
+    """A fraction as an unsigned percentage (noise, gates)."""
+    if value is None:
+        return DASH
+    return Markup(f"{value * 100:.{digits}f}%")
+
+
 def interval(lo: float | None, hi: float | None) -> Markup:
     if lo is None or hi is None:
         return DASH
@@ -34,6 +41,13 @@ def num(value: float | None, digits: int = 2) -> Markup:
     if value is None:
         return DASH
     return Markup(f"{value:,.{digits}f}")
+
+
+def minutes(seconds: float | None) -> Markup:
+    """Device seconds as minutes with one decimal."""
+    if seconds is None:
+        return DASH
+    return Markup(f"{seconds / 60:,.1f}")
 
 
 def ratio(value: float | None, digits: int = 4) -> Markup:

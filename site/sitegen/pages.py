@@ -17,7 +17,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from sitegen import charts, tiers
+from sitegen import calibration, charts, tiers
 from sitegen import format as fmt
 from sitegen.escape import block, finalize, script_json, text
 from sitegen.queries import Evaluation, Row, SiteData
@@ -72,12 +72,26 @@ class Site:
         self.round_order = {r["round_id"]: i for i, r in enumerate(data.rounds)}
         self.round_slug = fmt.unique_slugs([r["round_id"] for r in data.rounds])
         self.latest = data.rounds[-1] if data.rounds else None
+        # The home page's leaderboards: the newest PR round (never an A/A round) of each
+        # (profile, device), the gpu profile first, then the newest first.
+        self.boards = leaderboard_rounds(data.rounds)
+        self.primary = self.boards[0] if self.boards else None
+        self.aa_rounds = [r for r in data.rounds if r.get("kind") == "aa"]
+        # Which round's static chart pr/<n>.svg shows: the PR's evaluation on the first board
+        # that measured it (a PR number can be on the gpu and the local board alike).
+        self.comment_round: dict[int, str] = {}
+        for rnd in self.boards:
+            for ev in data.by_round.get(rnd["round_id"], []):
+                if ev.comparisons:
+                    self.comment_round.setdefault(ev.pr, rnd["round_id"])
         self.models = sorted({t["model"] for t in data.main_trend})
         self.model_slug = fmt.unique_slugs(self.models)
         self.trend = defaultdict(list)
         for row in data.main_trend:
             self.trend[(row["round_id"], row["model"])].append(row)
-        self.policy = self.latest["policy"] if self.latest else {}
+        # The rules page's policy: the primary board's round (else the newest round).
+        self.policy_round = self.primary or self.latest
+        self.policy = self.policy_round["policy"] if self.policy_round else {}
         self._templates: dict[str, jinja2.Template] = {}
 
     # --- helpers used by templates -------------------------------------------------------
@@ -370,7 +384,7 @@ class Site:
         return charts.comparison_svg(comps, kind, tiers.colour(ev.label))
 
     def has_comment_svg(self, ev: Evaluation) -> bool:
-        return bool(self.latest and ev.round_id == self.latest["round_id"] and ev.comparisons)
+        return bool(ev.comparisons) and self.comment_round.get(ev.pr) == ev.round_id
 
     def failures(self, ev: Evaluation) -> list[dict[str, Any]]:
         return [
@@ -379,7 +393,7 @@ class Site:
         ]
 
     # --- pages -----------------------------------------------------------------------------
-    def leaderboard_figure(self, round_id: str) -> Markup:
+    def leaderboard_figure(self, round_id: str, cid: str = "chart-leaderboard") -> Markup:
         """The interactive best-delta chart of a round (the interval ink is main's colour, which
         sparkboard.js lightens on the dark palette)."""
         look = dict(charts.LIGHT, ink=charts.MAIN_COLOUR)
@@ -388,18 +402,57 @@ class Site:
         spec.pop("background", None)
         spec["width"] = 560  # a fixed width: "container" cannot go with a per-PR row height
         caption = "best delta per PR with its 95% interval, coloured by tier"
-        return chart(spec, caption, "chart-leaderboard")
+        return chart(spec, caption, cid)
+
+    def board_title(self, rnd: Row) -> str:
+        """'NVIDIA H200 · gpu profile': what a leaderboard of the home page is about."""
+        return f"{rnd.get('device_name') or 'unknown device'} · {rnd['profile']} profile"
 
     def home_page(self, headline_svg: bool) -> str:
-        figure = self.leaderboard_figure(self.latest["round_id"]) if self.latest else None
-        return self.render(
-            "home.md.j2", root="", round=self.latest, headline_svg=headline_svg, chart=figure
-        )
+        boards = [
+            {
+                "round": rnd,
+                "anchor": f"board-{self.rslug(rnd['round_id'])}",
+                "chart": self.leaderboard_figure(
+                    rnd["round_id"], f"chart-leaderboard-{self.rslug(rnd['round_id'])}"
+                ),
+            }
+            for rnd in self.boards
+        ]
+        return self.render("home.md.j2", root="", boards=boards, headline_svg=headline_svg)
 
     def round_page(self, rnd: Row) -> str:
         return self.render(
-            "round.md.j2", root="../", round=rnd, chart=self.leaderboard_figure(rnd["round_id"])
+            "round.md.j2",
+            root="../",
+            round=rnd,
+            chart=self.leaderboard_figure(rnd["round_id"]),
+            cost=self.data.costs.get(rnd["round_id"]),
         )
+
+    def pr_cost(self, ev: Evaluation) -> Markup:
+        """The PR's device minutes in its round (own sessions + its share of main's)."""
+        c = self.data.costs.get(ev.round_id)
+        pc = c.prs.get(ev.pr) if c else None
+        return Markup(fmt.minutes(pc.total_s)) if pc else fmt.DASH
+
+    def cost_summary(self, cost: Any) -> Markup:
+        """'12.3 device minutes in all: main 4.1 (9 sessions), the PRs' own 8.2; 9 PRs measured,
+        1.4 minutes per PR'."""
+        out = (
+            f"{fmt.minutes(cost.total_s)} device minutes in all: main {fmt.minutes(cost.main_s)} "
+            f"({int(cost.main_sessions)} sessions), the PRs' own sessions {fmt.minutes(cost.pr_s)}"
+        )
+        if cost.prs:
+            n = len(cost.prs)
+            out += (
+                f"; {n} PR{'s' if n != 1 else ''} measured, "
+                f"{fmt.minutes(cost.per_pr_s)} minutes per PR"
+            )
+        return Markup(out)
+
+    def cost_kinds(self, cost: Any) -> list[str]:
+        return list(dict.fromkeys([*cost.main_by_kind, *cost.pr_by_kind]))
 
     def rounds_index(self) -> str:
         return self.render("rounds.md.j2", root="../")
@@ -431,8 +484,11 @@ class Site:
     def tier_members(self) -> dict[str, list[dict[str, Any]]]:
         """Per label: each PR that got it, with the rounds it got it in (newest first)."""
         out: dict[str, dict[int, list[Evaluation]]] = defaultdict(dict)
+        aa = {r["round_id"] for r in self.aa_rounds}
         for pr, evs in self.data.by_pr.items():
             for ev in evs:
+                if ev.round_id in aa:
+                    continue  # main against itself: calibration, not a PR's tier
                 out[ev.label].setdefault(pr, []).append(ev)
         result: dict[str, list[dict[str, Any]]] = {}
         for label, prs in out.items():
@@ -505,7 +561,13 @@ class Site:
         return self.render("models.md.j2", root="../")
 
     def rules_page(self) -> str:
-        return self.render("rules.md.j2", root="", policy=self.policy, flat=_flatten(self.policy))
+        return self.render(
+            "rules.md.j2",
+            root="",
+            policy=self.policy,
+            flat=_flatten(self.policy),
+            calibrations=calibration.profiles(self.data),
+        )
 
     def data_page(self, exports: dict[str, dict[str, list[str]]], schema_sql: str | None) -> str:
         tables: dict[str, list[Row]] = defaultdict(list)
@@ -519,6 +581,18 @@ class Site:
             schema_sql=schema_sql,
             formats=EXPORT_FORMATS,
         )
+
+
+def leaderboard_rounds(rounds: list[Row]) -> list[Row]:
+    """The newest PR round (kind "round") of each (profile, device), gpu profile first, then
+    the newest first. `rounds` is oldest first."""
+    newest: dict[tuple[str, str], tuple[int, Row]] = {}
+    for i, r in enumerate(rounds):
+        if r.get("kind", "round") != "round":
+            continue
+        newest[(r["profile"], r.get("device_name") or "")] = (i, r)
+    picked = sorted(newest.values(), key=lambda p: (p[1]["profile"] != "gpu", -p[0]))
+    return [r for _, r in picked]
 
 
 def _delta(ev: Evaluation) -> float:

@@ -15,6 +15,9 @@ from typing import Any
 
 import duckdb
 
+from collector.cost import SESSIONS_SQL, RoundCost, round_cost
+from collector.manifest import round_kind
+
 Row = dict[str, Any]
 
 
@@ -53,6 +56,7 @@ class SiteData:
     by_pr: dict[int, list[Evaluation]]  # oldest round first
     main_trend: list[Row]  # round_id, model, axis, value (median of main's samples), n
     main_accuracy: dict[str, list[Row]]  # round -> pr 0 calibration rows
+    costs: dict[str, RoundCost]  # round -> device time of its sessions
     tables: list[Row]  # table name, column rows
     schema_version: str | None
 
@@ -173,6 +177,15 @@ def _load(con: duckdb.DuckDBPyConnection) -> SiteData:
     for row in _dicts(con, "SELECT * FROM accuracy WHERE pr = 0 ORDER BY round_id, model"):
         main_accuracy[row["round_id"]].append(row)
 
+    sessions = _dicts(con, SESSIONS_SQL.format(where=""))
+    costs = {r["round_id"]: round_cost(r["round_id"], sessions) for r in rounds}
+    # What each round is for ("round" or "aa", main against itself), from its manifest.
+    labels: dict[str, list[list[str]]] = defaultdict(list)
+    for ev in evaluations.values():
+        labels[ev.round_id].append(list(ev.info.get("labels") or []))
+    for r in rounds:
+        r["kind"] = round_kind(r.get("manifest_toml"), labels.get(r["round_id"]))
+
     tables = _dicts(
         con,
         """
@@ -200,6 +213,7 @@ def _load(con: duckdb.DuckDBPyConnection) -> SiteData:
         by_pr=dict(sorted(by_pr.items())),
         main_trend=main_trend,
         main_accuracy=dict(main_accuracy),
+        costs=costs,
         tables=tables,
         schema_version=version,
     )

@@ -118,6 +118,7 @@ POLICY = {
         "concurrent_runs": 3,
         "prefill_prefixes": [128, 1024],
         "prefill_positions": 64,
+        "min_noise": 0.01,
     },
 }
 
@@ -215,8 +216,9 @@ def schema_sql() -> str:
     return resources.files("collector").joinpath("schema.sql").read_text()
 
 
-def generate(path: Path, prs: int = 40, rounds: int = 3, seed: int = 7) -> Path:
-    """Write a synthetic database of `prs` PRs over `rounds` rounds to `path` (replaced)."""
+def generate(path: Path, prs: int = 40, rounds: int = 3, seed: int = 7, aa_rounds: int = 0) -> Path:
+    """Write a synthetic database of `prs` PRs over `rounds` rounds to `path` (replaced), after
+    `aa_rounds` A/A rounds (main against itself, manifest kind "aa")."""
     rng = random.Random(seed)
     path = Path(path)
     path.unlink(missing_ok=True)
@@ -260,6 +262,8 @@ def generate(path: Path, prs: int = 40, rounds: int = 3, seed: int = 7) -> Path:
             per_round[r].append(number)
 
     base_time = datetime(2026, 6, 1, 8, 0, 0)
+    for a in range(aa_rounds):
+        _aa_round(t, rng, a, base_time - timedelta(days=aa_rounds - a))
     commits: dict[int, str] = {}
     for r in range(rounds):
         round_id = f"{(base_time + timedelta(days=3 * r)).date().isoformat()}-gpu"
@@ -400,6 +404,81 @@ def generate(path: Path, prs: int = 40, rounds: int = 3, seed: int = 7) -> Path:
     _pick_merge_first(con)
     con.close()
     return path
+
+
+def _aa_round(t: _Tables, rng: random.Random, a: int, created: datetime) -> None:
+    """An A/A round: main against itself, PR #1 (one target, two guards) and PR #2 (two targets).
+    Small deltas and noise around the profile's min_noise; every axis `none`."""
+    round_id = f"aa-{created.date().isoformat()}-gpu"
+    main_commit = _sha("main", "aa", a)
+    t.add(
+        "rounds",
+        round_id,
+        created,
+        created + timedelta(hours=3),
+        "https://example.invalid/sparkinfer.git",
+        "main",
+        main_commit,
+        "gpu",
+        json.dumps(POLICY, sort_keys=True),
+        "NVIDIA H200",
+        "570.133.20",
+        f'round = "{round_id}"\nprofile = "gpu"\nkind = "aa"\n',
+    )
+    min_noise = POLICY["profile"]["min_noise"]
+    for slot in range(3):
+        for model in MODELS:
+            sid = f"{round_id}/main/0/{slot}/sweep/{model}"
+            t.add(
+                "sessions", sid, round_id, "main", 0, slot * 3, "sweep", model, main_commit,
+                created + timedelta(minutes=slot * 30), rng.uniform(40, 80), 0, "ok", "none",
+                None, None, "NVIDIA H200", "570.133.20", None, None, None, None,
+            )  # fmt: skip
+            for axis in _axes():
+                if not axis.startswith("concurrent"):
+                    v = _main_value(model, axis, 0) * rng.gauss(1.0, 0.004)
+                    t.add("samples", sid, round_id, "main", 0, model, axis, 0, v)
+    for model in MODELS:
+        sid = f"{round_id}/main/0/9/prefill-check/{model}"
+        _prefill_session(t, rng, sid, round_id, "main", 0, model, main_commit, created, True)
+        top1 = rng.choice([1.0, rng.uniform(0.996, 0.9999)])
+        t.add("accuracy", round_id, 0, model, 1177, top1, rng.uniform(0, 2e-4), 3.7, 3.7)
+    for pr, targets in ((1, MODELS[:1]), (2, MODELS[1:3])):
+        t.add(
+            "prs", round_id, pr, "A/A: main itself as the PR", "aa-check", ["a/a"], targets,
+            "ref:HEAD", None, "none",
+        )  # fmt: skip
+        t.add("candidates", round_id, pr, main_commit, main_commit, main_commit, "ready", None)
+        guards = [m for m in MODELS[:3] if m not in targets]
+        for model in [*targets, *guards]:
+            kind = "sweep" if model in targets else "guard"
+            for slot in range(2):
+                t.add(
+                    "sessions", f"{round_id}/pr/{pr}/{slot}/{kind}/{model}", round_id, "pr", pr,
+                    slot * 3 + 1 + pr, kind, model, main_commit,
+                    created + timedelta(minutes=slot * 30 + 10), rng.uniform(20, 60), 0, "ok",
+                    "none", None, None, "NVIDIA H200", "570.133.20", None, None, None, None,
+                )  # fmt: skip
+            axes = _axes() if model in targets else ["decode@32768", "prefill@32768"]
+            for axis in axes:
+                mv = _main_value(model, axis, 0)
+                delta = rng.gauss(0.0, 0.004)
+                noise = max(rng.uniform(0.004, 0.016), min_noise)
+                t.add(
+                    "comparisons", round_id, pr, model,
+                    "target" if model in targets else "guard", axis, mv, mv * (1 + delta), delta,
+                    delta - 0.005, delta + 0.005, noise, "none", False, False, False,
+                )  # fmt: skip
+        for model in targets:
+            sid = f"{round_id}/pr/{pr}/9/prefill-check/{model}"
+            _prefill_session(t, rng, sid, round_id, "pr", pr, model, main_commit, created, True)
+            ppl = 3.7 * rng.uniform(0.9999, 1.0002)
+            t.add("accuracy", round_id, pr, model, 1177, rng.uniform(0.995, 1.0), 1e-4, 3.7, ppl)
+        t.add("gates", round_id, pr, "floor", "pass", "every axis at or above 98% of main")
+        t.add(
+            "verdicts", round_id, pr, main_commit, "none", targets[0], "decode@128", 0.001,
+            -0.004, 0.006, "no significant speedup (A/A)", False, created + timedelta(hours=3),
+        )  # fmt: skip
 
 
 def _prefill_session(
@@ -696,10 +775,11 @@ def _pick_merge_first(con: duckdb.DuckDBPyConnection) -> None:
 @click.option("--prs", default=40, show_default=True, help="number of PRs")
 @click.option("--rounds", default=3, show_default=True, help="number of rounds")
 @click.option("--seed", default=7, show_default=True)
+@click.option("--aa-rounds", default=0, show_default=True, help="A/A rounds before the others")
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path))
-def main(prs: int, rounds: int, seed: int, out: Path) -> None:
+def main(prs: int, rounds: int, seed: int, aa_rounds: int, out: Path) -> None:
     """Write a synthetic sparkboard database."""
-    generate(out, prs=prs, rounds=rounds, seed=seed)
+    generate(out, prs=prs, rounds=rounds, seed=seed, aa_rounds=aa_rounds)
     click.echo(str(out))
 
 

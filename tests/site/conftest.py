@@ -11,7 +11,9 @@ from sitegen.build import build_site
 
 @pytest.fixture(scope="session")
 def small_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return synthetic.generate(tmp_path_factory.mktemp("db") / "sb.duckdb", prs=60, rounds=3)
+    return synthetic.generate(
+        tmp_path_factory.mktemp("db") / "sb.duckdb", prs=60, rounds=3, aa_rounds=2
+    )
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,241 @@
+"""Calibration from the A/A rounds (main measured against itself), per profile.
+
+Every number comes from the database: the noise each A/A round stored per axis
+(comparisons.noise, never below the min_noise of the policy that round was decided under), the
+largest |delta| its A/A PRs got, any tier or floor an axis got (an A/A axis must be `none`),
+main-against-main accuracy (accuracy rows with pr = 0) and the A/A PRs' accuracy, beside the
+gate in force: the policy of the profile's newest round.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from sitegen import format as fmt
+from sitegen.queries import Evaluation, Row, SiteData
+
+KINDS = ("decode", "prefill", "concurrent")
+_EPS = 1e-9
+
+
+@dataclass
+class KindCell:
+    """One kind of axis (decode, prefill or concurrent) of one model in one A/A round."""
+
+    noise_median: float
+    noise_max: float
+    at_floor: bool  # the largest noise is the policy's min_noise: the round measured no more
+    delta: float  # the A/A delta largest in magnitude, signed
+    axis: str
+    pr: int
+
+    @property
+    def where(self) -> str:
+        """The axis without its kind: '@4k' for decode@4096, 'c8' for concurrent@8."""
+        parsed = fmt.parse_axis(self.axis)
+        if not parsed:
+            return self.axis
+        kind, n = parsed
+        return f"c{n}" if kind == "concurrent" else f"@{fmt.short_ctx(n)}"
+
+
+@dataclass
+class SpeedRow:
+    model: str
+    round_id: str
+    cells: dict[str, KindCell]
+    flagged: list[str]  # "XS decode@128 #1", "below floor prefill@512 #2": must stay empty
+
+
+@dataclass
+class AccuracyRow:
+    model: str
+    round_id: str
+    main: Row | None  # main against main (pr = 0)
+    prs: list[Row]  # the A/A PRs' rows
+    bars: dict[str, float]  # top1_min, kl_max, ppl_ratio_max in force for the model
+
+    @property
+    def main_ppl_ratio(self) -> float | None:
+        return ppl_ratio(self.main) if self.main else None
+
+    @property
+    def worst(self) -> dict[str, float] | None:
+        """The A/A PRs' worst top-1, KL and PPL ratio."""
+        if not self.prs:
+            return None
+        return {
+            "top1": min(a["top1"] for a in self.prs),
+            "kl": max(a["kl"] for a in self.prs),
+            "ppl_ratio": max(ppl_ratio(a) or 0.0 for a in self.prs),
+        }
+
+    @property
+    def passes(self) -> bool | None:
+        """Do main-vs-main and every A/A PR clear the bars in force?"""
+        rows = [*([self.main] if self.main else []), *self.prs]
+        if not rows:
+            return None
+        return all(
+            a["top1"] >= self.bars["top1_min"] - _EPS
+            and a["kl"] <= self.bars["kl_max"] + _EPS
+            and (ppl_ratio(a) or 1.0) <= self.bars["ppl_ratio_max"] + _EPS
+            for a in rows
+        )
+
+
+@dataclass
+class ProfileCalibration:
+    profile: str
+    rounds: list[Row]  # the A/A rounds, oldest first
+    gate_round: Row  # the round whose policy is the gate in force
+    min_noise: float | None
+    noise_multiplier: float | None
+    xs_gate: float | None
+    floor: float | None
+    speed: list[SpeedRow] = field(default_factory=list)
+    accuracy: list[AccuracyRow] = field(default_factory=list)
+
+    @property
+    def band(self) -> float | None:
+        """The gain an axis needs at min_noise: (1 + min_noise) ** multiplier - 1."""
+        if self.min_noise is None or self.noise_multiplier is None:
+            return None
+        return (1 + self.min_noise) ** self.noise_multiplier - 1
+
+    @property
+    def largest_noise(self) -> tuple[float, SpeedRow, str] | None:
+        best = None
+        for row in self.speed:
+            for kind, c in row.cells.items():
+                if best is None or c.noise_max > best[0]:
+                    best = (c.noise_max, row, kind)
+        return best
+
+    @property
+    def largest_delta(self) -> tuple[KindCell, SpeedRow] | None:
+        best = None
+        for row in self.speed:
+            for c in row.cells.values():
+                if best is None or abs(c.delta) > abs(best[0].delta):
+                    best = (c, row)
+        return best
+
+    @property
+    def flagged(self) -> int:
+        return sum(len(r.flagged) for r in self.speed)
+
+
+def ppl_ratio(a: Row) -> float | None:
+    return a["ppl_pr"] / a["ppl_main"] if a.get("ppl_main") else None
+
+
+def _policy_min_noise(rnd: Row) -> float | None:
+    v = fmt.policy_get(rnd.get("policy") or {}, "profile.min_noise")
+    return float(v) if isinstance(v, int | float) else None
+
+
+def accuracy_bars(policy: dict[str, Any], model: str) -> dict[str, float]:
+    """The accuracy bars of `model` in a resolved policy (per-model bars win)."""
+    out = {}
+    for key, default in (("top1_min", 0.93), ("kl_max", 0.03), ("ppl_ratio_max", 1.02)):
+        per_model = fmt.policy_get(policy, "accuracy.models", {})
+        if isinstance(per_model, dict) and isinstance(per_model.get(model), dict):
+            value = per_model[model].get(key, fmt.policy_get(policy, f"accuracy.{key}", default))
+        else:
+            value = fmt.policy_get(policy, f"accuracy.{key}", default)
+        out[key] = float(value)
+    return out
+
+
+def _speed_rows(rnd: Row, evs: list[Evaluation]) -> list[SpeedRow]:
+    floor_noise = _policy_min_noise(rnd)
+    by_model: dict[str, list[tuple[Evaluation, Row]]] = {}
+    for ev in evs:
+        for c in ev.comparisons:
+            by_model.setdefault(c["model"], []).append((ev, c))
+    rows = []
+    for model in sorted(by_model):
+        cells: dict[str, KindCell] = {}
+        flagged: list[str] = []
+        for kind in KINDS:
+            comps = [
+                (ev, c)
+                for ev, c in by_model[model]
+                if (fmt.parse_axis(c["axis"]) or ("",))[0] == kind
+            ]
+            if not comps:
+                continue
+            noise: dict[str, float] = {}  # per axis: main's noise, the same for every PR
+            for _, c in comps:
+                noise[c["axis"]] = max(noise.get(c["axis"], 0.0), c["noise"])
+            ev, big = max(comps, key=lambda p: (abs(p[1]["delta"]), -p[0].pr))
+            top = max(noise.values())
+            cells[kind] = KindCell(
+                noise_median=statistics.median(noise.values()),
+                noise_max=top,
+                at_floor=floor_noise is not None and abs(top - floor_noise) < _EPS,
+                delta=big["delta"],
+                axis=big["axis"],
+                pr=ev.pr,
+            )
+        for ev, c in sorted(by_model[model], key=lambda p: (p[0].pr, fmt.axis_order(p[1]["axis"]))):
+            what = []
+            if c.get("tier") not in (None, "none"):
+                what.append(str(c["tier"]))
+            if c.get("below_floor"):
+                what.append("below floor")
+            if c.get("implausible"):
+                what.append("implausible")
+            if what:
+                flagged.append(f"{' '.join(what)} {fmt.axis_label(c['axis'])} #{ev.pr}")
+        rows.append(SpeedRow(model, rnd["round_id"], cells, flagged))
+    return rows
+
+
+def profiles(data: SiteData) -> list[ProfileCalibration]:
+    """One calibration per profile that has A/A rounds; gpu first, then by name."""
+    aa = [r for r in data.rounds if r.get("kind") == "aa"]
+    names = sorted({r["profile"] for r in aa}, key=lambda p: (p != "gpu", p))
+    out = []
+    for name in names:
+        rounds = [r for r in aa if r["profile"] == name]
+        gate_round = [r for r in data.rounds if r["profile"] == name][-1]
+        pol = gate_round.get("policy") or {}
+        mult = fmt.policy_get(pol, "verdict.noise_multiplier")
+        xs = fmt.policy_get(pol, "verdict.tiers.XS")
+        floor = fmt.policy_get(pol, "verdict.floor")
+        cal = ProfileCalibration(
+            profile=name,
+            rounds=rounds,
+            gate_round=gate_round,
+            min_noise=_policy_min_noise(gate_round),
+            noise_multiplier=float(mult) if isinstance(mult, int | float) else None,
+            xs_gate=float(xs) if isinstance(xs, int | float) else None,
+            floor=float(floor) if isinstance(floor, int | float) else None,
+        )
+        for rnd in rounds:
+            evs = data.by_round.get(rnd["round_id"], [])
+            cal.speed.extend(_speed_rows(rnd, evs))
+            main_rows = {a["model"]: a for a in data.main_accuracy.get(rnd["round_id"], [])}
+            pr_rows: dict[str, list[Row]] = {}
+            for ev in evs:
+                for a in ev.accuracy:
+                    pr_rows.setdefault(a["model"], []).append(a)
+            for model in sorted(set(main_rows) | set(pr_rows)):
+                cal.accuracy.append(
+                    AccuracyRow(
+                        model,
+                        rnd["round_id"],
+                        main_rows.get(model),
+                        pr_rows.get(model, []),
+                        accuracy_bars(pol, model),
+                    )
+                )
+        order = {r["round_id"]: i for i, r in enumerate(rounds)}
+        cal.speed.sort(key=lambda r: (r.model, order[r.round_id]))
+        cal.accuracy.sort(key=lambda r: (r.model, order[r.round_id]))
+        out.append(cal)
+    return out

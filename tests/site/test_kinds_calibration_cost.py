@@ -1,0 +1,197 @@
+"""Round kinds on the site: one leaderboard per (profile, device) on the home page, the gpu
+profile first, A/A rounds never a leaderboard but the rules page's calibration; and the cost of
+a round (device minutes per PR) on round pages and leaderboards. Rendered without MkDocs."""
+
+from __future__ import annotations
+
+import html
+import re
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import duckdb
+import pytest
+from sitegen import pages, queries, synthetic
+
+from collector.cost import round_cost
+
+TABLES = ["prs", "candidates", "verdicts", "comparisons", "gates", "accuracy", "sessions"]
+GPU_ROUND = "2026-06-04-gpu"  # the newest synthetic PR round of rounds=2
+AA_ROUND = "aa-2026-05-31-gpu"
+
+
+def add_cpu_round(db: Path, round_id: str = "local-cpu", device: str = "Test <CPU>") -> None:
+    """A CPU round a day after the newest gpu round, with that round's PRs and rows."""
+    con = duckdb.connect(str(db))
+    created = con.execute(
+        "SELECT created_at FROM rounds WHERE round_id = ?", [GPU_ROUND]
+    ).fetchone()[0]
+    con.execute(
+        "INSERT INTO rounds SELECT * REPLACE (? AS round_id, 'cpu' AS profile, ? AS device_name, "
+        "? AS created_at) FROM rounds WHERE round_id = ?",
+        [round_id, device, created + timedelta(days=1), GPU_ROUND],
+    )
+    for table in TABLES:
+        extra = f", '{round_id}/' || session_id AS session_id" if table == "sessions" else ""
+        con.execute(
+            f"INSERT INTO {table} SELECT * REPLACE (? AS round_id{extra}) FROM {table} "
+            "WHERE round_id = ?",
+            [round_id, GPU_ROUND],
+        )
+    con.close()
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory: pytest.TempPathFactory) -> pages.Site:
+    db = synthetic.generate(
+        tmp_path_factory.mktemp("mixed") / "m.duckdb", prs=12, rounds=2, aa_rounds=2
+    )
+    add_cpu_round(db)
+    return pages.Site(queries.load(db))
+
+
+def test_leaderboard_rounds_newest_per_profile_and_device_gpu_first() -> None:
+    t = datetime(2026, 11, 30)
+    rounds = [
+        {"round_id": "g1", "profile": "gpu", "device_name": "H200", "kind": "round"},
+        {"round_id": "c1", "profile": "cpu", "device_name": "EPYC", "kind": "round"},
+        {"round_id": "g2", "profile": "gpu", "device_name": "H200", "kind": "round"},
+        {"round_id": "aa", "profile": "gpu", "device_name": "H200", "kind": "aa"},
+        {"round_id": "c2", "profile": "cpu", "device_name": "Xeon", "kind": "round"},
+        {"round_id": "c3", "profile": "cpu", "device_name": "EPYC", "kind": "round"},
+    ]
+    for i, r in enumerate(rounds):
+        r["created_at"] = t + timedelta(hours=i)
+    assert [r["round_id"] for r in pages.leaderboard_rounds(rounds)] == ["g2", "c3", "c2"]
+    assert pages.leaderboard_rounds([r for r in rounds if r["kind"] == "aa"]) == []
+
+
+def test_round_kinds_read_from_the_manifest(mixed: pages.Site) -> None:
+    kinds = {r["round_id"]: r["kind"] for r in mixed.rounds}
+    assert kinds[AA_ROUND] == "aa" and kinds["aa-2026-05-30-gpu"] == "aa"
+    assert kinds[GPU_ROUND] == "round" and kinds["local-cpu"] == "round"
+
+
+def test_home_shows_the_gpu_board_first_and_no_aa_board(mixed: pages.Site) -> None:
+    md = mixed.home_page(headline_svg=True)
+    heads = re.findall(r"^## (.*)$", md, flags=re.M)
+    assert heads[0].startswith(f"NVIDIA H200 · gpu profile: round {GPU_ROUND}")
+    assert heads[1].startswith("Test &#60;CPU&#62; · cpu profile: round local-cpu")  # escaped
+    assert heads[2] == "Calibration" and len(heads) == 3
+    assert md.count("| rank | PR | author |") == 2
+    assert md.count("leaderboard-light.svg") == 1  # the headline SVG is the gpu board's
+    ids = re.findall(r'<figure class="sb-chart" id="([^"]+)"', md)
+    assert len(ids) == 2 and len(set(ids)) == 2
+    assert "#board-" in md and f"rounds/{AA_ROUND}.html" in md and "rules.md#calibration" in md
+
+
+def test_comment_svgs_belong_to_the_first_board(mixed: pages.Site) -> None:
+    measured = {ev.pr for ev in mixed.data.by_round[GPU_ROUND] if ev.comparisons}
+    assert measured and set(mixed.comment_round) == measured
+    assert set(mixed.comment_round.values()) == {GPU_ROUND}
+    ev = mixed.data.evaluations[(GPU_ROUND, min(measured))]
+    assert mixed.has_comment_svg(ev)
+    assert not mixed.has_comment_svg(mixed.data.evaluations[("local-cpu", min(measured))])
+
+
+def test_aa_rounds_stay_out_of_tiers_and_are_marked(mixed: pages.Site) -> None:
+    members = mixed.tier_members()
+    seen = {ev.round_id for rows in members.values() for r in rows for ev in r["evs"]}
+    assert seen and not any(rid.startswith("aa-") for rid in seen)
+    page = mixed.round_page(mixed.round_by_id[AA_ROUND])
+    assert "An **A/A round**" in page and "## A/A PRs" in page
+    assert "A/A round" not in mixed.round_page(mixed.round_by_id[GPU_ROUND])
+    index = mixed.rounds_index()
+    assert re.search(rf"{AA_ROUND}</a> \| A/A \|", index)
+    assert re.search(rf"{GPU_ROUND}</a> \| PRs \|", index)
+
+
+def calibrated_db(tmp_path: Path) -> Path:
+    """One A/A round with known numbers planted in it, and a newer PR round whose policy is the
+    gate in force."""
+    db = synthetic.generate(tmp_path / "c.duckdb", prs=6, rounds=1, aa_rounds=1)
+    con = duckdb.connect(str(db))
+    aa = con.execute("SELECT round_id FROM rounds WHERE manifest_toml LIKE '%aa%'").fetchone()[0]
+    model = synthetic.MODELS[0]  # PR 1's target
+    con.execute("UPDATE comparisons SET noise = 0.01, delta = 0.001 WHERE round_id = ?", [aa])
+    con.execute(
+        "UPDATE comparisons SET noise = 0.0437 WHERE round_id = ? AND model = ? AND axis = 'decode@512'",
+        [aa, model],
+    )
+    con.execute(
+        "UPDATE comparisons SET delta = -0.0333, tier = 'XS' WHERE round_id = ? AND model = ? "
+        "AND axis = 'prefill@4096' AND pr = 1",
+        [aa, model],
+    )
+    con.execute(
+        "UPDATE accuracy SET top1 = 0.9123, kl = 0.0042, ppl_main = 4.0, ppl_pr = 4.1 "
+        "WHERE round_id = ? AND pr = 0 AND model = ?",
+        [aa, model],
+    )
+    con.execute(
+        "UPDATE rounds SET policy_json = json_merge_patch(policy_json, "
+        """'{"profile": {"min_noise": 0.015}, "verdict": {"noise_multiplier": 2.0}}') """
+        "WHERE round_id NOT LIKE 'aa-%'"
+    )
+    con.close()
+    return db
+
+
+def test_calibration_shows_the_planted_numbers(tmp_path: Path) -> None:
+    site = pages.Site(queries.load(calibrated_db(tmp_path)))
+    md = site.rules_page()
+    cal = md[md.index("## Calibration") : md.index("## Cost of a round")]
+    assert "### gpu profile" in cal
+    model = str(pages.text(synthetic.MODELS[0]))
+    # the gate in force: the newest round's policy, not the A/A round's
+    assert "min_noise 1.5%" in cal and "noise multiplier 2.0" in cal
+    assert "a gain must exceed +3.0%" in cal  # 1.015 ** 2 - 1
+    row = next(
+        ln for ln in cal.splitlines() if ln.startswith('| <a href="models/') and f">{model}<" in ln
+    )
+    cells = [c.strip() for c in row.split(" | ")]
+    assert cells[2] == "1.0% / 4.4%"  # decode noise: median / max, not at the floor
+    assert cells[4] == "1.0% / ≤1.0%"  # prefill: every axis at the A/A round's min_noise
+    assert cells[5] == "-3.3% &#64;4k"  # the largest A/A delta of prefill
+    assert "❌ XS prefill@4k #1" in html.unescape(cells[-1])
+    assert "Largest noise** any A/A round stored: 4.4%" in cal
+    assert "tier, below the floor or implausible**: 1 ❌" in cal
+    acc = next(ln for ln in cal.splitlines() if f">{model}<" in ln and "0.9123" in ln)
+    assert "0.9123 · 0.00420 · ×1.0250" in acc and acc.rstrip().endswith("| ❌ |")
+    assert "≥0.93 · ≤0.03 · ≤1.02" in acc
+
+
+def test_rules_without_aa_rounds_say_so(tmp_path: Path) -> None:
+    db = synthetic.generate(tmp_path / "n.duckdb", prs=4, rounds=1)
+    md = pages.Site(queries.load(db)).rules_page()
+    assert "No A/A round has been recorded yet" in md and "## Cost of a round { #cost }" in md
+
+
+def test_cost_on_round_pages_and_leaderboards(tmp_path: Path) -> None:
+    db = synthetic.generate(tmp_path / "k.duckdb", prs=8, rounds=1)
+    con = duckdb.connect(str(db))
+    con.execute("UPDATE sessions SET wall_s = CASE WHEN side = 'main' THEN 60 ELSE 30 END")
+    rid = con.execute("SELECT round_id FROM rounds").fetchone()[0]
+    n_main = con.execute("SELECT count(*) FROM sessions WHERE side = 'main'").fetchone()[0]
+    own = dict(
+        con.execute("SELECT pr, count(*) FROM sessions WHERE side = 'pr' GROUP BY pr").fetchall()
+    )
+    con.close()
+    site = pages.Site(queries.load(db))
+    share = 60 * n_main / len(own)
+    expected = {pr: (30 * k + share) / 60 for pr, k in own.items()}
+    cost = site.data.costs[rid]
+    assert {pr: c.total_s / 60 for pr, c in cost.prs.items()} == pytest.approx(expected)
+    page = site.round_page(site.round_by_id[rid])
+    for pr, minutes in expected.items():
+        assert re.search(rf"\| <a href=\"\.\./pr/{pr}\.html\">#{pr}</a> \| {minutes:.1f} \|", page)
+        # the leaderboard's last column
+        assert re.search(rf"#{pr}</a> .*\| {minutes:.1f} \|$", page, flags=re.M)
+    total = (60 * n_main + 30 * sum(own.values())) / 60
+    assert f"{total:.1f} device minutes in all" in page
+    assert f"| **all** | {60 * n_main / 60:.1f} |" in page
+    # an unmeasured PR (needs-rebase, harness-touched) has no cost
+    unmeasured = [ev for ev in site.data.by_round[rid] if ev.pr not in own]
+    for ev in unmeasured:
+        assert str(site.pr_cost(ev)) == "–"
+    assert round_cost(rid, []).per_pr_s is None

@@ -246,6 +246,41 @@ def check(file: Path) -> None:
     )
 
 
+PUBLISHED = Path("data/sparkboard.duckdb")
+
+
+def _published_copy(published: Path, db: Path, round_id: str) -> bool:
+    """Make `db` a copy of the published database, unless it already is one of this very file
+    (then the local round resumes in it). Never writes `published`. Returns True when copied."""
+    import hashlib
+    import shutil
+
+    import duckdb
+
+    digest = hashlib.sha256(published.read_bytes()).hexdigest()
+    stamp = db.with_name(db.name + ".published")
+    try:
+        con = duckdb.connect(str(published), read_only=True)
+        try:
+            clash = con.execute("SELECT 1 FROM rounds WHERE round_id = ?", [round_id]).fetchall()
+        finally:
+            con.close()
+    except duckdb.Error as e:
+        raise click.ClickException(f"cannot read {published}: {str(e).splitlines()[0]}") from None
+    if clash:
+        raise click.ClickException(
+            f"{published} already holds a round {round_id!r}: give the local demo round "
+            "another id in its manifest"
+        )
+    if db.is_file() and stamp.is_file() and stamp.read_text().strip() == digest:
+        return False
+    for path in (db, db.with_name(db.name + ".wal"), stamp):
+        path.unlink(missing_ok=True)
+    shutil.copyfile(published, db)
+    stamp.write_text(digest + "\n")
+    return True
+
+
 @main.command()
 @click.option(
     "--out",
@@ -260,14 +295,41 @@ def check(file: Path) -> None:
     default=Path("data/demo/demo.toml"),
     show_default=True,
 )
-def demo(out: Path, manifest_path: Path) -> None:
-    """Run the demo round into OUT/demo.duckdb, then build the site into OUT/site."""
+@click.option(
+    "--published",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=PUBLISHED,
+    show_default=True,
+    help="The published database; when it exists its rounds are shown beside the local one "
+    "(copied into OUT, never written).",
+)
+def demo(out: Path, manifest_path: Path, published: Path) -> None:
+    """Run the demo round on this machine into OUT/demo.duckdb, then build the site into OUT/site.
+
+    When the published database (data/sparkboard.duckdb) exists, OUT/demo.duckdb starts as a
+    copy of it, so the site shows the published rounds (the GPU rounds) beside the round
+    measured here. The published file itself is never written. Running it again resumes the
+    local round in the same copy until the published file changes.
+    """
     from collector.collect import RoundError
     from collector.collect import collect as run_collect
+    from collector.manifest import load_manifest
 
     out.mkdir(parents=True, exist_ok=True)
     db = out / "demo.duckdb"
     try:
+        if published.is_file():
+            round_id = load_manifest(manifest_path).manifest.round
+            if _published_copy(published, db, round_id):
+                click.echo(
+                    f"copied {published} to {db}; the local round goes into the copy", err=True
+                )
+            else:
+                click.echo(f"{db} is a copy of {published}; resuming the local round", err=True)
+        elif db.with_name(db.name + ".published").is_file():
+            # a copy of a published file that is gone: start a local-only database afresh
+            for path in (db, db.with_name(db.name + ".wal"), db.with_name(db.name + ".published")):
+                path.unlink(missing_ok=True)
         run_collect(manifest_path, db)
     except (*USER_ERRORS, RoundError) as e:
         raise _fail(e) from None

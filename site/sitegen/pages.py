@@ -330,6 +330,19 @@ class Site:
                 )
             )
         rows.append(("merge-first", Markup("🏁 yes") if v.get("merge_first") else Markup("no")))
+        cost = self.data.costs.get(ev.round_id)
+        pc = cost.prs.get(ev.pr) if cost else None
+        if pc:
+            rows.append(
+                (
+                    "device time",
+                    Markup(
+                        f"{fmt.minutes(pc.total_s)} min: its own sessions {fmt.minutes(pc.own_s)}"
+                        f" + its share of main's {fmt.minutes(pc.main_share_s)} "
+                        f'(<a href="{root}rules.html#cost">how</a>)'
+                    ),
+                )
+            )
         rows.append(("reason", text(v.get("reason") or "no verdict yet")))
         cand = ev.candidate or {}
         rows.append(

@@ -187,6 +187,8 @@ def test_cost_on_round_pages_and_leaderboards(tmp_path: Path) -> None:
         assert re.search(rf"\| <a href=\"\.\./pr/{pr}\.html\">#{pr}</a> \| {minutes:.1f} \|", page)
         # the leaderboard's last column
         assert re.search(rf"#{pr}</a> .*\| {minutes:.1f} \|$", page, flags=re.M)
+        pr_page = site.pr_page(pr)
+        assert f"<td>device time</td><td>{minutes:.1f} min: its own sessions" in pr_page
     total = (60 * n_main + 30 * sum(own.values())) / 60
     assert f"{total:.1f} device minutes in all" in page
     assert f"| **all** | {60 * n_main / 60:.1f} |" in page

@@ -13,6 +13,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from collector.stats import drift_free_spread
 from sitegen import format as fmt
 from sitegen.queries import Evaluation, Row, SiteData
 
@@ -47,6 +48,9 @@ class SpeedRow:
     round_id: str
     cells: dict[str, KindCell]
     flagged: list[str]  # "XS decode@128 #1", "below floor prefill@512 #2": must stay empty
+    # main's largest session-to-session spread on any axis, from its samples, before the
+    # min_noise floor (collector.stats.drift_free_spread, as the verdict computes it), and where
+    measured: tuple[float, str] | None = None
 
 
 @dataclass
@@ -115,6 +119,14 @@ class ProfileCalibration:
         return best
 
     @property
+    def largest_measured(self) -> tuple[float, SpeedRow] | None:
+        rows = [r for r in self.speed if r.measured]
+        if not rows:
+            return None
+        row = max(rows, key=lambda r: r.measured[0])  # type: ignore[index]
+        return row.measured[0], row  # type: ignore[index]
+
+    @property
     def largest_delta(self) -> tuple[KindCell, SpeedRow] | None:
         best = None
         for row in self.speed:
@@ -150,7 +162,16 @@ def accuracy_bars(policy: dict[str, Any], model: str) -> dict[str, float]:
     return out
 
 
-def _speed_rows(rnd: Row, evs: list[Evaluation]) -> list[SpeedRow]:
+def _measured(data: SiteData, round_id: str, model: str) -> tuple[float, str] | None:
+    spreads = [
+        (drift_free_spread(sessions), axis)
+        for (rid, m, axis), sessions in sorted(data.main_sessions.items())
+        if rid == round_id and m == model and len(sessions) >= 2
+    ]
+    return max(spreads, key=lambda p: (p[0], p[1])) if spreads else None
+
+
+def _speed_rows(data: SiteData, rnd: Row, evs: list[Evaluation]) -> list[SpeedRow]:
     floor_noise = _policy_min_noise(rnd)
     by_model: dict[str, list[tuple[Evaluation, Row]]] = {}
     for ev in evs:
@@ -191,7 +212,8 @@ def _speed_rows(rnd: Row, evs: list[Evaluation]) -> list[SpeedRow]:
                 what.append("implausible")
             if what:
                 flagged.append(f"{' '.join(what)} {fmt.axis_label(c['axis'])} #{ev.pr}")
-        rows.append(SpeedRow(model, rnd["round_id"], cells, flagged))
+        measured = _measured(data, rnd["round_id"], model)
+        rows.append(SpeedRow(model, rnd["round_id"], cells, flagged, measured))
     return rows
 
 
@@ -218,7 +240,7 @@ def profiles(data: SiteData) -> list[ProfileCalibration]:
         )
         for rnd in rounds:
             evs = data.by_round.get(rnd["round_id"], [])
-            cal.speed.extend(_speed_rows(rnd, evs))
+            cal.speed.extend(_speed_rows(data, rnd, evs))
             main_rows = {a["model"]: a for a in data.main_accuracy.get(rnd["round_id"], [])}
             pr_rows: dict[str, list[Row]] = {}
             for ev in evs:

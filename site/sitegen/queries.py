@@ -57,6 +57,9 @@ class SiteData:
     main_trend: list[Row]  # round_id, model, axis, value (median of main's samples), n
     main_accuracy: dict[str, list[Row]]  # round -> pr 0 calibration rows
     costs: dict[str, RoundCost]  # round -> device time of its sessions
+    # A/A rounds only: (round, model, axis) -> (slot, median) of each of main's sessions, the
+    # evidence the verdict's noise is computed from
+    main_sessions: dict[tuple[str, str, str], list[tuple[int, float]]]
     tables: list[Row]  # table name, column rows
     schema_version: str | None
 
@@ -185,6 +188,25 @@ def _load(con: duckdb.DuckDBPyConnection) -> SiteData:
         labels[ev.round_id].append(list(ev.info.get("labels") or []))
     for r in rounds:
         r["kind"] = round_kind(r.get("manifest_toml"), labels.get(r["round_id"]))
+    main_sessions: dict[tuple[str, str, str], list[tuple[int, float]]] = defaultdict(list)
+    aa = [r["round_id"] for r in rounds if r["kind"] == "aa"]
+    if aa:
+        # the sessions the verdict reads (collector/verdict.py: RoundData), one median each
+        for row in _dicts(
+            con,
+            """
+            SELECT s.round_id, s.model, s.axis, x.slot, median(s.value) AS value
+            FROM samples s JOIN sessions x USING (session_id)
+            WHERE s.side = 'main' AND x.status IN ('ok', 'implausible', 'incomplete')
+              AND list_contains(?, s.round_id)
+            GROUP BY s.round_id, s.model, s.axis, s.session_id, x.slot
+            ORDER BY s.round_id, s.model, s.axis, x.slot
+            """,
+            [aa],
+        ):
+            main_sessions[(row["round_id"], row["model"], row["axis"])].append(
+                (row["slot"], row["value"])
+            )
 
     tables = _dicts(
         con,
@@ -214,6 +236,7 @@ def _load(con: duckdb.DuckDBPyConnection) -> SiteData:
         main_trend=main_trend,
         main_accuracy=dict(main_accuracy),
         costs=costs,
+        main_sessions=dict(main_sessions),
         tables=tables,
         schema_version=version,
     )

@@ -128,6 +128,13 @@ def calibrated_db(tmp_path: Path) -> Path:
         "WHERE round_id = ? AND pr = 0 AND model = ?",
         [aa, model],
     )
+    # main's sessions (slots 0, 3, 6) of one axis at 100, 110, 100 tok/s, every other at 100:
+    # each session strays 10% from its neighbours
+    con.execute("UPDATE samples SET value = 100 WHERE round_id = ?", [aa])
+    con.execute(
+        "UPDATE samples SET value = 110 WHERE session_id = ? AND axis = 'decode@128'",
+        [f"{aa}/main/0/1/sweep/{model}"],
+    )
     con.execute(
         "UPDATE rounds SET policy_json = json_merge_patch(policy_json, "
         """'{"profile": {"min_noise": 0.015}, "verdict": {"noise_multiplier": 2.0}}') """
@@ -154,6 +161,8 @@ def test_calibration_shows_the_planted_numbers(tmp_path: Path) -> None:
     assert cells[4] == "1.0% / ≤1.0%"  # prefill: every axis at the A/A round's min_noise
     assert cells[5] == "-3.3% &#64;4k"  # the largest A/A delta of prefill
     assert "❌ XS prefill@4k #1" in html.unescape(cells[-1])
+    assert cells[-2] == "10.0% decode@128"  # measured from main's samples, before the floor
+    assert "before the min_noise floor: 10.0% (" in cal
     assert "Largest noise** any A/A round stored: 4.4%" in cal
     assert "tier, below the floor or implausible**: 1 ❌" in cal
     acc = next(ln for ln in cal.splitlines() if f">{model}<" in ln and "0.9123" in ln)

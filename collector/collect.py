@@ -45,6 +45,7 @@ def build_request(task: Task, policy: ResolvedPolicy) -> Request:
     h = policy.harness
     t = prof.timeouts
     common = ["--model", task.model, "--backend", prof.backend]
+    warmup = [] if prof.warmup is None else ["--warmup", str(prof.warmup)]
     if task.kind in ("sweep", "guard"):
         ctxs = (
             prof.contexts_for(task.model)
@@ -61,6 +62,7 @@ def build_request(task: Task, policy: ResolvedPolicy) -> Request:
             str(prof.tokens),
             "--reps",
             str(prof.reps),
+            *warmup,
         ]
         return Request(
             "sweep",

@@ -95,6 +95,9 @@ class Profile(_Strict):
     guard_ctx: PosInt
     tokens: PosInt
     reps: PosInt
+    # untimed repetitions per context of a sweep (the harness's --warmup; unset: its default);
+    # concurrent widths keep the default, whose untimed run also captures the width's graph
+    warmup: Annotated[int, Field(ge=0)] | None = None
     widths: list[PosInt] = Field(min_length=1)
     concurrent_tokens: PosInt
     concurrent_runs: PosInt

@@ -1,0 +1,53 @@
+"""Merging rounds from several databases: every row once, a round never twice."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from collector.merge import merge_rounds
+from collector.store import StoreError, open_store
+
+
+def _db(path: Path, round_id: str, n_samples: int) -> Path:
+    with open_store(path) as s, s.transaction() as con:
+        con.execute(
+            "INSERT INTO rounds (round_id, created_at, engine_repo, base_ref, main_commit, profile,"
+            " policy_json, manifest_toml) VALUES (?, ?, '.', 'HEAD', 'abc', 'gpu', ?, '')",
+            [round_id, datetime.now(UTC), json.dumps({"x": 1})],
+        )
+        for i in range(n_samples):
+            con.execute(
+                "INSERT INTO samples VALUES (?, ?, 'main', 0, 'tiny', 'decode@128', ?, ?)",
+                [f"{round_id}/s", round_id, i, 100.0 + i],
+            )
+    return path
+
+
+def _count(path: Path, table: str) -> int:
+    with open_store(path, read_only=True) as s:
+        return s.query(f"SELECT count(*) FROM {table}")[0][0]
+
+
+def test_merge_copies_every_round_once(tmp_path: Path) -> None:
+    a = _db(tmp_path / "a.duckdb", "r-a", 3)
+    b = _db(tmp_path / "b.duckdb", "r-b", 5)
+    dst = tmp_path / "all.duckdb"
+    assert merge_rounds(dst, [a, b]) == ["r-a", "r-b"]
+    assert _count(dst, "rounds") == 2 and _count(dst, "samples") == 8
+    with open_store(dst, read_only=True) as s:
+        got = s.query("SELECT round_id, sum(value) FROM samples GROUP BY 1 ORDER BY 1")
+    assert got == [("r-a", 303.0), ("r-b", 510.0)]
+    # the same round again is refused, and nothing is half-copied
+    with pytest.raises(StoreError, match="round r-a is already in"):
+        merge_rounds(dst, [a])
+    assert _count(dst, "samples") == 8
+
+
+def test_merge_refuses_itself(tmp_path: Path) -> None:
+    a = _db(tmp_path / "a.duckdb", "r-a", 1)
+    with pytest.raises(StoreError, match="is the destination itself"):
+        merge_rounds(a, [a])

@@ -180,8 +180,10 @@ def _load(con: duckdb.DuckDBPyConnection) -> SiteData:
     for row in _dicts(con, "SELECT * FROM accuracy WHERE pr = 0 ORDER BY round_id, model"):
         main_accuracy[row["round_id"]].append(row)
 
-    sessions = _dicts(con, SESSIONS_SQL.format(where=""))
-    costs = {r["round_id"]: round_cost(r["round_id"], sessions) for r in rounds}
+    sessions: dict[str, list[Row]] = defaultdict(list)
+    for row in _dicts(con, SESSIONS_SQL.format(where="")):
+        sessions[row["round_id"]].append(row)
+    costs = {r["round_id"]: round_cost(r["round_id"], sessions[r["round_id"]]) for r in rounds}
     # What each round is for ("round" or "aa", main against itself), from its manifest.
     labels: dict[str, list[list[str]]] = defaultdict(list)
     for ev in evaluations.values():

@@ -274,7 +274,7 @@ def test_same_database_same_files(tmp_path: Path) -> None:
             if p.is_file()
         }
 
-    db = synthetic.generate(tmp_path / "d.duckdb", prs=12, rounds=2)
+    db = synthetic.generate(tmp_path / "d.duckdb", prs=12, rounds=2, aa_rounds=1)
     build_site(db, tmp_path / "a", log=lambda _m: None)
     build_site(db, tmp_path / "b", log=lambda _m: None)
     assert digest(tmp_path / "a") == digest(tmp_path / "b")

@@ -257,7 +257,8 @@ def _published_copy(published: Path, db: Path, round_id: str) -> bool:
 
     import duckdb
 
-    digest = hashlib.sha256(published.read_bytes()).hexdigest()
+    with published.open("rb") as f:
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
     stamp = db.with_name(db.name + ".published")
     try:
         con = duckdb.connect(str(published), read_only=True)

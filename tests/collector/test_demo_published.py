@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import subprocess
 from datetime import timedelta
 from pathlib import Path
 
@@ -19,6 +20,9 @@ from collector.store import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "data" / "demo" / "demo.toml"
+HEAD = subprocess.run(
+    ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+).stdout.strip()
 TABLES = ["prs", "candidates", "verdicts", "comparisons", "gates", "accuracy", "sessions"]
 
 
@@ -37,9 +41,15 @@ def fake_collect(calls: list[Path]):
             ).fetchone()
             con.execute(
                 "INSERT INTO rounds SELECT * REPLACE ('demo-cpu' AS round_id, 'cpu' AS profile, "
-                "'Test CPU' AS device_name, ? AS created_at, ? AS finished_at) "
-                "FROM rounds WHERE round_id = ?",
-                [src[1] + timedelta(days=1), src[1] + timedelta(days=1, hours=1), src[0]],
+                "'Test CPU' AS device_name, ? AS created_at, ? AS finished_at, "
+                "? AS main_commit, ? AS manifest_toml) FROM rounds WHERE round_id = ?",
+                [
+                    src[1] + timedelta(days=1),
+                    src[1] + timedelta(days=1, hours=1),
+                    HEAD,
+                    DEMO.read_text(encoding="utf-8"),
+                    src[0],
+                ],
             )
             for table in TABLES:
                 extra = ", 'demo-cpu/' || session_id AS session_id" if table == "sessions" else ""
@@ -62,10 +72,11 @@ def sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def run_demo(out: Path, published: Path) -> None:
+def run_demo(out: Path, published: Path) -> str:
     args = ["demo", "--out", str(out), "--manifest", str(DEMO), "--published", str(published)]
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 0, r.output
+    return r.output
 
 
 @pytest.mark.slow
@@ -98,8 +109,20 @@ def test_demo_builds_the_published_rounds_and_the_local_one(
     assert (out / "site" / "rounds" / "demo-cpu.html").is_file()
 
     # again: the same copy, the local round resumed in it
-    run_demo(out, published)
+    assert "resuming the local round" in run_demo(out, published)
     assert len(calls) == 2 and sha(published) == before
+    # main moved since the local round was measured: measured afresh in a fresh copy
+    con = duckdb.connect(str(out / "demo.duckdb"))
+    con.execute("UPDATE rounds SET main_commit = 'old' WHERE round_id = 'demo-cpu'")
+    con.close()
+    said = run_demo(out, published)
+    assert "measured afresh (it was measured at main old" in said and "copied" in said
+    con = duckdb.connect(str(out / "demo.duckdb"), read_only=True)
+    assert (
+        con.execute("SELECT main_commit FROM rounds WHERE round_id = 'demo-cpu'").fetchone()[0]
+        == HEAD
+    )
+    con.close()
     # the published file changes: a fresh copy (the local round starts over)
     con = duckdb.connect(str(published))
     con.execute("UPDATE rounds SET driver = 'changed' WHERE round_id = '2026-06-01-gpu'")

@@ -104,6 +104,9 @@ def test_aa_rounds_stay_out_of_tiers_and_are_marked(mixed: pages.Site) -> None:
     index = mixed.rounds_index()
     assert re.search(rf"{AA_ROUND}</a> \| A/A \|", index)
     assert re.search(rf"{GPU_ROUND}</a> \| PRs \|", index)
+    data = mixed.data_page({}, None)
+    assert f"### {AA_ROUND} (A/A) {{ #round-{AA_ROUND} }}" in data
+    assert f"### {GPU_ROUND} {{ #round-{GPU_ROUND} }}" in data
 
 
 def calibrated_db(tmp_path: Path) -> Path:

@@ -56,6 +56,10 @@ def axis(kind: str, n: int) -> str:
     return f"{kind}@{n}"
 
 
+def is_axis(name: str) -> bool:
+    return _AXIS.match(name) is not None
+
+
 def parse_axis(name: str) -> tuple[str, int]:
     m = _AXIS.match(name)
     if not m:

@@ -89,17 +89,56 @@ def collect(manifest: Path, db: Path, scratch: Path | None, quiet: bool) -> None
 @main.command()
 @click.option("--db", required=True, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--round", "round_id", default=None, help="Round id (default: the latest).")
-def verdict(db: Path, round_id: str | None) -> None:
+@click.option(
+    "--policy",
+    "policy_path",
+    default=None,
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Judge the round under this policy file from now on (e.g. after A/A rounds calibrated "
+    "the gates) instead of the policy stored with it.",
+)
+def verdict(db: Path, round_id: str | None, policy_path: Path | None) -> None:
     """Recompute the verdicts of a round from its stored samples; print one line per PR."""
+    from collector.policy import load_policy
     from collector.report import latest_round, term_safe
-    from collector.verdict import decide_round
+    from collector.verdict import adopt_policy, decide_round
 
     try:
         with open_store(db) as store:
             rid = round_id or latest_round(store)
+            if policy_path is not None:
+                adopt_policy(store, rid, load_policy(policy_path))
             for v in decide_round(store, rid):
                 mf = " merge-first" if v.merge_first else ""
                 click.echo(f"#{v.pr}\t{v.label}{mf}\t{term_safe(v.reason)}")
+    except USER_ERRORS as e:
+        raise _fail(e) from None
+
+
+@main.command()
+@click.argument(
+    "sources", nargs=-1, required=True, type=click.Path(dir_okay=False, exists=True, path_type=Path)
+)
+@click.option(
+    "--into",
+    "dst",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The database to add the rounds to (created if missing).",
+)
+@click.option(
+    "--without-dumps",
+    is_flag=True,
+    help="Leave out the score dumps (the teacher-forced logits, most of the bytes): a database "
+    "to publish. Its verdicts then stand as stored.",
+)
+def merge(sources: tuple[Path, ...], dst: Path, without_dumps: bool) -> None:
+    """Add the rounds of SOURCES (databases written by separate collectors) to one database."""
+    from collector.merge import merge_rounds
+
+    try:
+        for r in merge_rounds(dst, list(sources), without_dumps=without_dumps):
+            click.echo(f"merged {r}")
     except USER_ERRORS as e:
         raise _fail(e) from None
 

@@ -3,6 +3,11 @@
 A round is written by one collector into one file (one writer per database), so rounds measured
 at the same time on different GPUs or boxes land in different files; the published database is
 their union. A round already in the destination is refused, never overwritten.
+
+A published database leaves out the score dumps (every position's teacher-forced top-k: the
+logits, nearly all of a round's bytes); its accuracy results stay. schema_meta names each round
+published so, and those verdicts stand as stored (collector.verdict refuses to re-judge
+them without the dumps).
 """
 
 from __future__ import annotations
@@ -11,9 +16,12 @@ from pathlib import Path
 
 from collector.store import StoreError, open_store
 
+DUMPS_LEFT_OUT = "score_dumps_left_out:"  # + round id: a schema_meta key of a published round
 
-def merge_rounds(dst: str | Path, srcs: list[str | Path]) -> list[str]:
-    """Copy every row of each source into `dst` (created if missing); returns the round ids added."""
+
+def merge_rounds(dst: str | Path, srcs: list[str | Path], without_dumps: bool = False) -> list[str]:
+    """Copy every row of each source into `dst` (created if missing); returns the round ids added.
+    `without_dumps`: leave the score dumps out (a database to publish)."""
     added: list[str] = []
     store = open_store(dst)
     try:
@@ -23,6 +31,7 @@ def merge_rounds(dst: str | Path, srcs: list[str | Path]) -> list[str]:
                 "SELECT table_name FROM information_schema.tables "
                 "WHERE table_catalog = current_database() AND table_name <> 'schema_meta'"
             )
+            if not (without_dumps and r[0] == "score_dumps")
         ]
         for src in srcs:
             if Path(src).resolve() == Path(dst).resolve():
@@ -40,6 +49,17 @@ def merge_rounds(dst: str | Path, srcs: list[str | Path]) -> list[str]:
                 with store.transaction() as con:
                     for t in tables:
                         con.execute(f"INSERT INTO {t} BY NAME SELECT * FROM src.{t}")
+                    # a round published without dumps stays so, wherever it is copied
+                    con.execute(
+                        "INSERT OR REPLACE INTO schema_meta SELECT * FROM src.schema_meta "
+                        "WHERE starts_with(key, ?)",
+                        [DUMPS_LEFT_OUT],
+                    )
+                    for r in rounds if without_dumps else []:
+                        con.execute(
+                            "INSERT OR REPLACE INTO schema_meta VALUES (?, 'yes')",
+                            [DUMPS_LEFT_OUT + r],
+                        )
             finally:
                 store.con.execute("DETACH src")
             added += rounds

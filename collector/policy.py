@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from collector.axes import is_known_model
+from collector.axes import is_axis, is_known_model
 
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
 PosInt = Annotated[int, Field(gt=0)]
@@ -112,6 +112,9 @@ class Profile(_Strict):
     # The least main-vs-main noise this class of box is credited with, whatever a round's few
     # main sessions happen to show: calibrated from A/A rounds (policy.toml says which).
     min_noise: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
+    # Axes that need a higher floor than min_noise ('prefill@128' = 0.35): on the GPU a short
+    # prefill is a few milliseconds of host-bound launches, and its A/A spread is 10-100x decode's.
+    min_noise_axes: dict[str, Annotated[float, Field(ge=0.0, lt=1.0)]] = {}
     # A model's own context window: contexts that do not fit (with the decoded tokens) are not
     # measured on it, and its guard context falls back to the largest one that does.
     max_context: dict[str, PosInt] = {}
@@ -124,6 +127,9 @@ class Profile(_Strict):
             raise ValueError(f"unknown model(s): {', '.join(unknown)}")
         if self.guard_ctx not in self.contexts:
             raise ValueError(f"guard_ctx {self.guard_ctx} must be one of contexts {self.contexts}")
+        bad_axes = [a for a in self.min_noise_axes if not is_axis(a)]
+        if bad_axes:
+            raise ValueError(f"min_noise_axes: not an axis name: {', '.join(bad_axes)}")
         strange = [m for m in self.max_context if m not in self.models]
         if strange:
             raise ValueError(f"max_context names model(s) not in models: {', '.join(strange)}")
@@ -134,6 +140,10 @@ class Profile(_Strict):
         if missing:
             raise ValueError(f"timeouts missing for: {', '.join(sorted(missing))}")
         return self
+
+    def noise_floor(self, axis: str) -> float:
+        """The least noise `axis` is credited with, whatever a round's main sessions show."""
+        return self.min_noise_axes.get(axis, self.min_noise)
 
     def contexts_for(self, model: str) -> tuple[int, ...]:
         """The contexts a sweep of `model` measures: those that fit its window."""

@@ -7,7 +7,8 @@ Rules (numbers from the policy; DESIGN.md "Verdict rules"):
 * per axis, delta = median(PR) / median(main) - 1 with a bootstrap interval; the noise is how
   far one of main's sessions strays from the main sessions beside it in this round (drift
   taken out, a ratio: timing noise is multiplicative; stats.drift_free_spread), never less
-  than the profile's calibrated min_noise, and the band is (1 + noise) ** noise_multiplier;
+  than the profile's calibrated floor for that axis (min_noise, or min_noise_axes where an
+  axis needs more), and the band is (1 + noise) ** noise_multiplier;
 * each PR session is also compared with the main sessions beside it (stats.local_ratios);
 * an axis is significant when delta >= the XS gate, its interval excludes 0, PR / main is above
   the band, and each PR session alone clears the gate; its tier is then the highest gate it
@@ -35,7 +36,8 @@ from datetime import UTC, datetime
 
 from collector.accuracy import AccuracyError, compare_dumps
 from collector.axes import axis, axis_sort_key
-from collector.policy import ResolvedPolicy
+from collector.merge import DUMPS_LEFT_OUT
+from collector.policy import Policy, ResolvedPolicy, resolve
 from collector.schedule import guards_of
 from collector.stats import (
     Slotted,
@@ -117,7 +119,7 @@ def compare_axis(
         v.confidence,
         seed_for(v.bootstrap_seed, model, ax),
     )
-    noise = max(drift_free_spread(main_sessions), policy.profile.min_noise)
+    noise = max(drift_free_spread(main_sessions), policy.profile.noise_floor(ax))
     band = (1 + noise) ** v.noise_multiplier  # beyond main's own spread, multiplier times over
     main_med = median(main_vals)
     per_session = (
@@ -532,7 +534,27 @@ def calibration(data: RoundData) -> list[tuple]:
     return out
 
 
+def adopt_policy(store: Store, round_id: str, policy: Policy) -> None:
+    """Judge a round from now on under `policy` (its profile re-resolved), e.g. once A/A rounds
+    have calibrated the gates; the round records the policy it is judged under."""
+    rows = store.query("SELECT profile FROM rounds WHERE round_id = ?", [round_id])
+    if not rows:
+        raise LookupError(f"no round {round_id!r} in {store.path}")
+    resolved = resolve(policy, rows[0][0])
+    with store.transaction() as con:
+        con.execute(
+            "UPDATE rounds SET policy_json = ? WHERE round_id = ?",
+            [resolved.model_dump_json(), round_id],
+        )
+
+
 def decide_round(store: Store, round_id: str) -> list[Verdict]:
+    if store.query("SELECT 1 FROM schema_meta WHERE key = ?", [DUMPS_LEFT_OUT + round_id]):
+        raise LookupError(
+            f"{store.path} was published without score dumps (the teacher-forced logits): the "
+            f"verdicts of round {round_id} stand as stored; re-judge it in the database its "
+            "collector wrote"
+        )
     data = RoundData(store, round_id)
     verdicts = [decide_pr(store, data, p) for p in data.prs]
     winner = choose_merge_first(verdicts, {p["pr"]: p for p in data.prs}, data.policy)

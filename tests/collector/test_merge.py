@@ -7,9 +7,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from collector.cli import main
 from collector.merge import merge_rounds
 from collector.store import StoreError, open_store
+from collector.verdict import decide_round
 
 
 def _db(path: Path, round_id: str, n_samples: int) -> Path:
@@ -51,3 +54,29 @@ def test_merge_refuses_itself(tmp_path: Path) -> None:
     a = _db(tmp_path / "a.duckdb", "r-a", 1)
     with pytest.raises(StoreError, match="is the destination itself"):
         merge_rounds(a, [a])
+
+
+def test_a_published_database_leaves_the_dumps_out_and_keeps_its_verdicts(tmp_path: Path) -> None:
+    a = _db(tmp_path / "a.duckdb", "r-a", 2)
+    with open_store(a) as s, s.transaction() as con:
+        con.execute(
+            "INSERT INTO score_dumps VALUES ('r-a/s', 'r-a', 'main', 0, 'tiny', 1, ?)",
+            [json.dumps({"logits": [1, 2, 3]})],
+        )
+    pub = tmp_path / "pub.duckdb"
+    res = CliRunner().invoke(main, ["merge", str(a), "--into", str(pub), "--without-dumps"])
+    assert res.exit_code == 0, res.output
+    assert "merged r-a" in res.output
+    assert _count(pub, "score_dumps") == 0 and _count(pub, "samples") == 2
+    assert _count(a, "score_dumps") == 1  # the source keeps them
+    with open_store(pub) as s, pytest.raises(LookupError, match="published without score dumps"):
+        decide_round(s, "r-a")
+    res = CliRunner().invoke(main, ["verdict", "--db", str(pub), "--round", "r-a"])
+    assert res.exit_code != 0 and "stand as stored" in res.output
+    # a round collected into a copy of the published file later (make demo) is judged as usual
+    b = _db(tmp_path / "b.duckdb", "r-b", 1)
+    merge_rounds(pub, [b])
+    with open_store(pub) as s:
+        assert s.query("SELECT key FROM schema_meta WHERE key LIKE 'score_dumps%'") == [
+            ("score_dumps_left_out:r-a",)
+        ]

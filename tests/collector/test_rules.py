@@ -267,3 +267,25 @@ def test_min_noise_keeps_an_aa_drift_from_the_floor() -> None:
         prs([300.0] * 2),
     )
     assert slow.below_floor is True
+
+
+def test_gpu_floors_per_axis_from_the_h200_aa_rounds() -> None:
+    """A/A round 2026-11-30-h200-aa2: smollm2-135m prefill@128 read 34% slower than main in both
+    of main-as-PR's sessions while main's own three sessions agreed within 12% (host-bound
+    launches of a 3 ms prefill); the short-prefill floor keeps that from a REJECT, and decode
+    axes keep the 2% floor."""
+    gpu = resolve(load_policy(), "gpu")
+    assert gpu.profile.noise_floor("prefill@128") == pytest.approx(0.35)
+    assert gpu.profile.noise_floor("prefill@512") == pytest.approx(0.35)
+    assert gpu.profile.noise_floor("decode@128") == pytest.approx(0.02)
+    main, pr = [19712.0, 22060.0, 20900.0], [13300.0, 14100.0]
+    args = ("smollm2-135m", "target", "prefill@128", main * 3, pr * 3, mains(main), prs(pr))
+    uncalibrated = gpu.model_copy(
+        update={"profile": gpu.profile.model_copy(update={"min_noise_axes": {}})}
+    )
+    assert compare_axis(uncalibrated, *args).below_floor is True
+    c = compare_axis(gpu, *args)
+    assert c.below_floor is False and c.noise == pytest.approx(0.35)
+    # the same -34% on a decode axis is a REJECT under the calibrated policy too
+    dec = compare_axis(gpu, "smollm2-135m", "target", "decode@128", *args[3:])
+    assert dec.below_floor is True

@@ -60,7 +60,7 @@ wait_rounds() {  # up to $1 seconds, then report; merge once every worker is don
     [ -f "$DB/$r.log" ] && echo "== $r: $(tr '\r' '\n' <"$DB/$r.log" | grep -c 'sessions\|#') lines; last: $(tr '\r' '\n' <"$DB/$r.log" | tail -n 1 | cut -c1-150)"
   done
   if [ "$(ls "$DB"/done-* 2>/dev/null | wc -l)" -ge "$n" ]; then
-    (cd "$SB" && python3 data/demo/gpu/merge_rounds.py "$OUT/sparkboard.duckdb" "$DB"/*.duckdb) &&
+    (cd "$SB" && python3 -c 'from collector.cli import main; main()' merge "$DB"/*.duckdb --into "$OUT/sparkboard.duckdb") &&
       (cd "$SB" && python3 -c 'from collector.cli import main; main()' show --db "$OUT/sparkboard.duckdb" --json >"$OUT/show.json"
        python3 -c 'from collector.cli import main; main()' show --db "$OUT/sparkboard.duckdb" | tail -n 60)
   else

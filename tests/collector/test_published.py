@@ -1,0 +1,77 @@
+"""The published database (data/sparkboard.duckdb): the H200 rounds measured with
+data/demo/gpu/ (issue 6). Its verdicts are what the patches do, the A/A rounds are `none`
+everywhere, the rounds are judged under the calibrated gpu policy, and no logits are kept."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from collector.manifest import load_manifest
+from collector.report import list_prs, load_pr
+from collector.store import open_store
+
+ROOT = Path(__file__).resolve().parents[2]
+PUBLISHED = ROOT / "data" / "sparkboard.duckdb"
+DEMO = ROOT / "data" / "demo" / "gpu" / "gpu.toml"
+
+pytestmark = pytest.mark.skipif(not PUBLISHED.exists(), reason="no published database")
+
+
+@pytest.fixture(scope="module")
+def store():
+    with open_store(PUBLISHED, read_only=True) as s:
+        yield s
+
+
+def test_the_gpu_demo_round_gives_every_pr_its_expected_verdict(store) -> None:
+    m = load_manifest(DEMO).manifest
+    (rnd,) = store.query_dicts("SELECT * FROM rounds WHERE round_id = ?", [m.round])
+    assert rnd["profile"] == "gpu" and rnd["device_name"] == "NVIDIA H200"
+    assert rnd["finished_at"] is not None
+    got = {n: load_pr(store, m.round, n) for n in list_prs(store, m.round)}
+    assert {n: v["label"] for n, v in got.items()} == {p.number: p.expect for p in m.pr}
+    assert [n for n, v in got.items() if v["merge_first"]] == [201]
+    # the stored manifest is the one in the repository, and every measured PR ran on the H200
+    assert rnd["manifest_toml"] == DEMO.read_text()
+    devices = store.query(
+        "SELECT DISTINCT device_name FROM sessions WHERE round_id = ? AND status = 'ok'", [m.round]
+    )
+    assert devices == [("NVIDIA H200",)]
+
+
+def test_the_aa_rounds_are_none_on_every_axis(store) -> None:
+    rounds = [
+        r[0]
+        for r in store.query(
+            "SELECT round_id FROM rounds WHERE round_id LIKE '2026-11-30-h200-aa%' ORDER BY 1"
+        )
+    ]
+    assert len(rounds) == 3
+    for r in rounds:
+        assert store.query("SELECT label FROM verdicts WHERE round_id = ?", [r]) == [("none",)]
+        bad = store.query(
+            "SELECT model, axis, tier, below_floor FROM comparisons WHERE round_id = ? "
+            "AND (tier <> 'none' OR below_floor OR implausible)",
+            [r],
+        )
+        assert bad == [], r
+        acc = store.query("SELECT min(top1), max(kl) FROM accuracy WHERE round_id = ?", [r])
+        assert acc == [(1.0, 0.0)]  # the GPU engine is deterministic: main equals main
+
+
+def test_rounds_are_judged_under_the_calibrated_gpu_policy(store) -> None:
+    for (pj,) in store.query("SELECT policy_json FROM rounds"):
+        prof = json.loads(pj)["profile"]
+        assert prof["min_noise"] == pytest.approx(0.02)
+        assert prof["min_noise_axes"] == {"prefill@128": 0.35, "prefill@512": 0.35}
+
+
+def test_published_without_logits(store) -> None:
+    assert store.query("SELECT count(*) FROM score_dumps") == [(0,)]
+    n_rounds = store.query("SELECT count(*) FROM rounds")[0][0]
+    marked = store.query("SELECT count(*) FROM schema_meta WHERE key LIKE 'score_dumps_left_out:%'")
+    assert marked == [(n_rounds,)]
+    assert store.query("SELECT count(*) FROM samples")[0][0] > 1000  # raw samples are kept

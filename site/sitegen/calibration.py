@@ -1,10 +1,11 @@
 """Calibration from the A/A rounds (main measured against itself), per profile.
 
 Every number comes from the database: the noise each A/A round stored per axis
-(comparisons.noise, never below the min_noise of the policy that round was decided under), the
-largest |delta| its A/A PRs got, any tier or floor an axis got (an A/A axis must be `none`),
+(comparisons.noise, never below the floor of the policy that round was decided under: min_noise,
+or the axis's own floor in profile.min_noise_axes), the largest |delta| its A/A PRs got, any tier or floor an axis got (an A/A axis must be `none`),
 main-against-main accuracy (accuracy rows with pr = 0) and the A/A PRs' accuracy, beside the
-gate in force: the policy of the profile's newest round.
+gate in force: the policy of the profile's newest round. Noise and deltas are judged against the
+floor of their own axis and the band it implies.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
+
+from markupsafe import Markup
 
 from collector.stats import drift_free_spread
 from sitegen import format as fmt
@@ -27,7 +30,8 @@ class KindCell:
 
     noise_median: float
     noise_max: float
-    at_floor: bool  # the largest noise is the policy's min_noise: the round measured no more
+    noise_axis: str  # the axis of the largest noise
+    at_floor: bool  # the largest noise is its axis's floor in the round's policy: measured no more
     delta: float  # the A/A delta largest in magnitude, signed
     axis: str
     pr: int
@@ -51,6 +55,18 @@ class SpeedRow:
     # main's largest session-to-session spread on any axis, from its samples, before the
     # min_noise floor (collector.stats.drift_free_spread, as the verdict computes it), and where
     measured: tuple[float, str] | None = None
+    deltas: list[tuple[str, int, float]] = field(default_factory=list)  # axis, PR, delta
+
+
+@dataclass
+class BigDelta:
+    """An A/A delta picked out of the rounds (the largest in magnitude of some set of axes)."""
+
+    delta: float
+    axis: str
+    pr: int
+    model: str
+    round_id: str
 
 
 @dataclass
@@ -99,23 +115,41 @@ class ProfileCalibration:
     noise_multiplier: float | None
     xs_gate: float | None
     floor: float | None
+    min_noise_axes: dict[str, float] = field(default_factory=dict)  # per-axis noise floors
     speed: list[SpeedRow] = field(default_factory=list)
     accuracy: list[AccuracyRow] = field(default_factory=list)
 
     @property
     def band(self) -> float | None:
         """The gain an axis needs at min_noise: (1 + min_noise) ** multiplier - 1."""
-        if self.min_noise is None or self.noise_multiplier is None:
-            return None
-        return (1 + self.min_noise) ** self.noise_multiplier - 1
+        return fmt.band(self.min_noise, self.noise_multiplier)
+
+    def floor_of(self, axis: str) -> float | None:
+        """The noise floor the gate in force credits `axis` with."""
+        return self.min_noise_axes.get(axis, self.min_noise)
+
+    def band_of(self, axis: str) -> float | None:
+        return fmt.band(self.floor_of(axis), self.noise_multiplier)
+
+    def floor_words(self, axis: str) -> Markup:
+        """Which floor `axis` is judged at: 'min_noise 2.0%' or 'prefill@128's floor 35.0%'."""
+        if axis in self.min_noise_axes:
+            return fmt.axis_name(axis) + Markup(f"'s floor {fmt.share(self.min_noise_axes[axis])}")
+        return Markup(f"min_noise {fmt.share(self.min_noise)}")
 
     @property
-    def largest_noise(self) -> tuple[float, SpeedRow, str] | None:
+    def floors(self) -> Markup:
+        """Every floor of the gate in force with its band."""
+        return fmt.noise_floors(self.min_noise, self.min_noise_axes, self.noise_multiplier)
+
+    @property
+    def largest_noise(self) -> tuple[float, SpeedRow, str, str] | None:
+        """The largest noise stored: (noise, row, kind, axis)."""
         best = None
         for row in self.speed:
             for kind, c in row.cells.items():
                 if best is None or c.noise_max > best[0]:
-                    best = (c.noise_max, row, kind)
+                    best = (c.noise_max, row, kind, c.noise_axis)
         return best
 
     @property
@@ -126,14 +160,29 @@ class ProfileCalibration:
         row = max(rows, key=lambda r: r.measured[0])  # type: ignore[index]
         return row.measured[0], row  # type: ignore[index]
 
-    @property
-    def largest_delta(self) -> tuple[KindCell, SpeedRow] | None:
+    def _largest_delta(self, at_min_noise: bool) -> BigDelta | None:
         best = None
         for row in self.speed:
-            for c in row.cells.values():
-                if best is None or abs(c.delta) > abs(best[0].delta):
-                    best = (c, row)
+            for axis, pr, delta in row.deltas:
+                if at_min_noise and axis in self.min_noise_axes:
+                    continue
+                if best is None or abs(delta) > abs(best.delta):
+                    best = BigDelta(delta, axis, pr, row.model, row.round_id)
         return best
+
+    @property
+    def largest_delta(self) -> BigDelta | None:
+        """The A/A delta largest in magnitude on any axis."""
+        return self._largest_delta(at_min_noise=False)
+
+    @property
+    def largest_delta_at_min_noise(self) -> BigDelta | None:
+        """The largest on the axes without a floor of their own, when some axes have one (the
+        largest overall may sit on a high-floor axis and hide a small band's overrun)."""
+        if not self.min_noise_axes:
+            return None
+        best = self._largest_delta(at_min_noise=True)
+        return None if best == self.largest_delta else best
 
     @property
     def flagged(self) -> int:
@@ -147,6 +196,11 @@ def ppl_ratio(a: Row) -> float | None:
 def _policy_min_noise(rnd: Row) -> float | None:
     v = fmt.policy_get(rnd.get("policy") or {}, "profile.min_noise")
     return float(v) if isinstance(v, int | float) else None
+
+
+def _policy_floor(rnd: Row, axis: str) -> float | None:
+    """The noise floor of `axis` in the round's own policy (Profile.noise_floor)."""
+    return fmt.axis_floors(rnd.get("policy") or {}).get(axis, _policy_min_noise(rnd))
 
 
 def accuracy_bars(policy: dict[str, Any], model: str) -> dict[str, float]:
@@ -172,7 +226,6 @@ def _measured(data: SiteData, round_id: str, model: str) -> tuple[float, str] | 
 
 
 def _speed_rows(data: SiteData, rnd: Row, evs: list[Evaluation]) -> list[SpeedRow]:
-    floor_noise = _policy_min_noise(rnd)
     by_model: dict[str, list[tuple[Evaluation, Row]]] = {}
     for ev in evs:
         for c in ev.comparisons:
@@ -193,10 +246,12 @@ def _speed_rows(data: SiteData, rnd: Row, evs: list[Evaluation]) -> list[SpeedRo
             for _, c in comps:
                 noise[c["axis"]] = max(noise.get(c["axis"], 0.0), c["noise"])
             ev, big = max(comps, key=lambda p: (abs(p[1]["delta"]), -p[0].pr))
-            top = max(noise.values())
+            top, top_axis = max((v, a) for a, v in noise.items())
+            floor_noise = _policy_floor(rnd, top_axis)
             cells[kind] = KindCell(
                 noise_median=statistics.median(noise.values()),
                 noise_max=top,
+                noise_axis=top_axis,
                 at_floor=floor_noise is not None and abs(top - floor_noise) < _EPS,
                 delta=big["delta"],
                 axis=big["axis"],
@@ -213,7 +268,8 @@ def _speed_rows(data: SiteData, rnd: Row, evs: list[Evaluation]) -> list[SpeedRo
             if what:
                 flagged.append(f"{' '.join(what)} {fmt.axis_label(c['axis'])} #{ev.pr}")
         measured = _measured(data, rnd["round_id"], model)
-        rows.append(SpeedRow(model, rnd["round_id"], cells, flagged, measured))
+        deltas = [(c["axis"], ev.pr, c["delta"]) for ev, c in by_model[model]]
+        rows.append(SpeedRow(model, rnd["round_id"], cells, flagged, measured, deltas))
     return rows
 
 
@@ -237,6 +293,7 @@ def profiles(data: SiteData) -> list[ProfileCalibration]:
             noise_multiplier=float(mult) if isinstance(mult, int | float) else None,
             xs_gate=float(xs) if isinstance(xs, int | float) else None,
             floor=float(floor) if isinstance(floor, int | float) else None,
+            min_noise_axes=fmt.axis_floors(pol),
         )
         for rnd in rounds:
             evs = data.by_round.get(rnd["round_id"], [])

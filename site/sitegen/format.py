@@ -103,6 +103,14 @@ def axis_label(name: str | None) -> Markup:
     return Markup(f"{kind}@{short_ctx(n)}")
 
 
+def axis_name(name: str | None) -> Markup:
+    """An axis by its full name as the policy spells it ('prefill@4096'); anything else escaped."""
+    parsed = parse_axis(name or "")
+    if not parsed:
+        return text(name) if name else DASH
+    return Markup(f"{parsed[0]}@{parsed[1]}")
+
+
 def axis_order(name: str) -> tuple[int, int, int]:
     parsed = parse_axis(name)
     if not parsed:
@@ -147,3 +155,49 @@ def policy_get(policy: dict[str, Any], paths: str, default: Any = None) -> Any:
         else:
             return node
     return default
+
+
+def finished(value: object) -> Markup:
+    """A round's finished_at; a published round without one did not finish (it is not running)."""
+    return when(value) if value is not None else Markup("unfinished")
+
+
+def band(floor: float | None, multiplier: float | None) -> float | None:
+    """The gain an axis needs at noise `floor`: (1 + floor) ** multiplier - 1."""
+    if floor is None or multiplier is None:
+        return None
+    return (1 + floor) ** multiplier - 1
+
+
+def axis_floors(policy: dict[str, Any]) -> dict[str, float]:
+    """profile.min_noise_axes of a resolved policy: the axes credited a higher noise floor."""
+    axes = policy_get(policy, "profile.min_noise_axes", {})
+    if not isinstance(axes, dict):
+        return {}
+    return {str(k): float(v) for k, v in axes.items() if isinstance(v, int | float)}
+
+
+def _and(names: list[Markup]) -> Markup:
+    if len(names) <= 1:
+        return Markup("").join(names)
+    return Markup(", ").join(names[:-1]) + Markup(" and ") + names[-1]
+
+
+def noise_floors(
+    min_noise: float | None, axes: dict[str, float], multiplier: float | None
+) -> Markup:
+    """'min_noise 2.0% (band +3.0%); prefill@128 and prefill@512: 35.0% (band +56.8%)': the
+    floors of a policy, each with the band it implies; axes sharing a floor are named together."""
+
+    def with_band(floor: float) -> Markup:
+        b = band(floor, multiplier)
+        return share(floor) + (Markup(f" (band {pct(b)})") if b is not None else Markup(""))
+
+    parts = [Markup("min_noise ") + (with_band(min_noise) if min_noise is not None else DASH)]
+    by_floor: dict[float, list[str]] = {}
+    for name, floor in axes.items():
+        by_floor.setdefault(floor, []).append(name)
+    for floor, names in sorted(by_floor.items()):
+        ordered = sorted(names, key=lambda a: (axis_order(a), a))
+        parts.append(_and([axis_name(a) for a in ordered]) + Markup(": ") + with_band(floor))
+    return Markup("; ").join(parts)

@@ -87,6 +87,30 @@ def connect(path: str | Path) -> duckdb.DuckDBPyConnection:
     return duckdb.connect(str(path), read_only=True)
 
 
+def _fill_devices(con: duckdb.DuckDBPyConnection, rounds: list[Row]) -> None:
+    """A round whose device was never recorded (its last session cut off before it finished)
+    shows the device and driver of its first main session that recorded one."""
+    missing = [r for r in rounds if not r.get("device_name")]
+    if not missing:
+        return
+    first: dict[str, Row] = {}
+    for row in _dicts(
+        con,
+        """
+        SELECT round_id, device_name, driver FROM sessions
+        WHERE side = 'main' AND device_name IS NOT NULL AND list_contains(?, round_id)
+        ORDER BY round_id, started_at, slot, session_id
+        """,
+        [[r["round_id"] for r in missing]],
+    ):
+        first.setdefault(row["round_id"], row)
+    for r in missing:
+        seen = first.get(r["round_id"])
+        if seen:
+            r["device_name"] = seen["device_name"]
+            r["driver"] = r.get("driver") or seen["driver"]
+
+
 def load(path: str | Path) -> SiteData:
     con = connect(path)
     try:
@@ -103,6 +127,7 @@ def _load(con: duckdb.DuckDBPyConnection) -> SiteData:
         except (TypeError, ValueError):
             r["policy"] = {}
     order = {r["round_id"]: i for i, r in enumerate(rounds)}
+    _fill_devices(con, rounds)
 
     evaluations: dict[tuple[str, int], Evaluation] = {}
     for row in _dicts(con, "SELECT * FROM prs ORDER BY round_id, pr"):

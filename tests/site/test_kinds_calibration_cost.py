@@ -11,7 +11,8 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from sitegen import pages, queries, synthetic
+from sitegen import calibration, pages, queries, synthetic
+from sitegen import format as fmt
 
 from collector.cost import round_cost
 
@@ -155,7 +156,7 @@ def test_calibration_shows_the_planted_numbers(tmp_path: Path) -> None:
     model = str(pages.text(synthetic.MODELS[0]))
     # the gate in force: the newest round's policy, not the A/A round's
     assert "min_noise 1.5%" in cal and "noise multiplier 2.0" in cal
-    assert "a gain must exceed +3.0%" in cal  # 1.015 ** 2 - 1
+    assert "min_noise 1.5% (band +3.0%)" in cal  # 1.015 ** 2 - 1
     row = next(
         ln for ln in cal.splitlines() if ln.startswith('| <a href="models/') and f">{model}<" in ln
     )
@@ -165,12 +166,124 @@ def test_calibration_shows_the_planted_numbers(tmp_path: Path) -> None:
     assert cells[5] == "-3.3% &#64;4k"  # the largest A/A delta of prefill
     assert "❌ XS prefill@4k #1" in html.unescape(cells[-1])
     assert cells[-2] == "10.0% decode@128"  # measured from main's samples, before the floor
-    assert "before the min_noise floor: 10.0% (" in cal
+    assert "before any floor: 10.0% (" in cal
     assert "Largest noise** any A/A round stored: 4.4%" in cal
     assert "tier, below the floor or implausible**: 1 ❌" in cal
     acc = next(ln for ln in cal.splitlines() if f">{model}<" in ln and "0.9123" in ln)
     assert "0.9123 · 0.00420 · ×1.0250" in acc and acc.rstrip().endswith("| ❌ |")
     assert "≥0.93 · ≤0.03 · ≤1.02" in acc
+
+
+def floored_db(tmp_path: Path) -> tuple[Path, str, str]:
+    """calibrated_db with per-axis floors: the A/A round's policy credits prefill@4096 with 20%,
+    the gate in force credits prefill@128 and prefill@4096 with 30%. The A/A round stored 20% on
+    prefill@4096 (its floor), a -30% delta there and +4% on decode@512 (at min_noise 1.5%, band
+    +3.0%)."""
+    db = calibrated_db(tmp_path)
+    con = duckdb.connect(str(db))
+    aa = con.execute("SELECT round_id FROM rounds WHERE round_id LIKE 'aa-%'").fetchone()[0]
+    model = synthetic.MODELS[0]
+    con.execute(
+        "UPDATE rounds SET policy_json = json_merge_patch(policy_json, "
+        """'{"profile": {"min_noise_axes": {"prefill@4096": 0.2}}}') WHERE round_id = ?""",
+        [aa],
+    )
+    con.execute(
+        "UPDATE rounds SET policy_json = json_merge_patch(policy_json, "
+        """'{"profile": {"min_noise_axes": {"prefill@4096": 0.3, "prefill@128": 0.3}}}') """
+        "WHERE round_id NOT LIKE 'aa-%'"
+    )
+    con.execute(
+        "UPDATE comparisons SET noise = 0.2 WHERE round_id = ? AND model = ? "
+        "AND axis = 'prefill@4096'",
+        [aa, model],
+    )
+    con.execute(
+        "UPDATE comparisons SET delta = -0.3, tier = 'none' WHERE round_id = ? AND model = ? "
+        "AND axis = 'prefill@4096' AND pr = 1",
+        [aa, model],
+    )
+    con.execute(
+        "UPDATE comparisons SET delta = 0.04 WHERE round_id = ? AND model = ? "
+        "AND axis = 'decode@512' AND pr = 1",
+        [aa, model],
+    )
+    con.close()
+    return db, aa, model
+
+
+def test_calibration_judges_each_axis_at_its_own_floor(tmp_path: Path) -> None:
+    db, aa, model = floored_db(tmp_path)
+    md = pages.Site(queries.load(db)).rules_page()
+    cal = md[md.index("## Calibration") : md.index("## Cost of a round")]
+    # every floor of the gate in force, each with its band: 1.015 ** 2 - 1, 1.3 ** 2 - 1
+    floors = "min_noise 1.5% (band +3.0%); prefill@128 and prefill@4096: 30.0% (band +69.0%)"
+    assert f"noise floors {floors}," in cal
+    # the rules list states the same floors, from the same policy
+    assert f"never taken below its floor: {floors}." in md[: md.index("## Tiers")]
+    # the largest delta is judged at its own axis's floor, not at min_noise
+    assert "**Largest A/A delta**: -30.0% (" in cal
+    assert "prefill@4096, #1, round" in cal
+    assert "inside the band at prefill@4096's floor 30.0% (+69.0%)." in cal
+    # and the largest on an axis at min_noise is not hidden behind it
+    assert "**Largest A/A delta on an axis at min_noise**: +4.0% (" in cal
+    assert "beyond the band at min_noise 1.5% (+3.0%)." in cal
+    # the largest noise, against its axis's floor in force
+    assert "stored: 20.0% (" in cal and "not above prefill@4096's floor 30.0% in force." in cal
+    row = next(
+        ln
+        for ln in cal.splitlines()
+        if ln.startswith('| <a href="models/') and f">{pages.text(model)}<" in ln
+    )
+    cells = [c.strip() for c in row.split(" | ")]
+    assert cells[4] == "1.0% / ≤20.0%"  # at the A/A round's own floor for prefill@4096
+    assert cells[2] == "1.0% / 4.4%"  # decode: above min_noise, no mark
+
+
+def test_no_per_axis_floors_no_second_delta(tmp_path: Path) -> None:
+    md = pages.Site(queries.load(calibrated_db(tmp_path))).rules_page()
+    assert "on an axis at min_noise" not in md
+    assert "never taken below its floor: min_noise 1.5% (band +3.0%)." in md
+
+
+def test_noise_floors_are_escaped_and_grouped() -> None:
+    out = str(fmt.noise_floors(0.02, {"<b>": 0.1, "decode@8": 0.1, "prefill@64": 0.5}, None))
+    assert out == "min_noise 2.0%; decode@8 and &#60;b&#62;: 10.0%; prefill@64: 50.0%"
+    assert str(fmt.noise_floors(None, {}, 1.5)) == "min_noise –"
+
+
+def test_unfinished_round_shows_its_sessions_device(tmp_path: Path) -> None:
+    db = synthetic.generate(tmp_path / "u.duckdb", prs=4, rounds=1, aa_rounds=1)
+    con = duckdb.connect(str(db))
+    aa = con.execute("SELECT round_id FROM rounds WHERE round_id LIKE 'aa-%'").fetchone()[0]
+    con.execute(
+        "UPDATE rounds SET finished_at = NULL, device_name = NULL, driver = NULL "
+        "WHERE round_id = ?",
+        [aa],
+    )
+    con.execute("UPDATE sessions SET device_name = 'Other', driver = 'd0' WHERE round_id = ?", [aa])
+    first = con.execute(
+        "SELECT session_id FROM sessions WHERE round_id = ? AND side = 'main' "
+        "ORDER BY started_at, slot, session_id LIMIT 1",
+        [aa],
+    ).fetchone()[0]
+    con.execute(
+        "UPDATE sessions SET device_name = 'First <GPU>', driver = 'drv|1' WHERE session_id = ?",
+        [first],
+    )
+    con.close()
+    site = pages.Site(queries.load(db))
+    device = "First &#60;GPU&#62;"
+    rules = site.rules_page()
+    row = next(ln for ln in rules.splitlines() if ln.startswith(f'| <a href="rounds/{aa}.html">'))
+    assert f"| {device} |" in row and row.endswith("| unfinished |")
+    head = site.round_page(site.round_by_id[aa])
+    assert f"| {device} · driver drv&#124;1 |" in head and "| unfinished |" in head
+    index = site.rounds_index()
+    row = next(ln for ln in index.splitlines() if f"{aa}</a>" in ln)
+    assert f"| {device} |" in row and row.endswith("| unfinished |")
+    for page in (rules, head, index):
+        assert "in progress" not in page and "Other" not in page
 
 
 def test_rules_without_aa_rounds_say_so(tmp_path: Path) -> None:
@@ -209,3 +322,42 @@ def test_cost_on_round_pages_and_leaderboards(tmp_path: Path) -> None:
     for ev in unmeasured:
         assert str(site.pr_cost(ev)) == "–"
     assert round_cost(rid, []).per_pr_s is None
+
+
+PUBLISHED = Path(__file__).resolve().parents[2] / "data" / "sparkboard.duckdb"
+
+
+@pytest.mark.skipif(not PUBLISHED.is_file(), reason="no published database")
+def test_published_calibration_states_its_floors() -> None:
+    """The published database: the gate's per-axis floors with their bands, and every
+    unfinished round shown as such with the device its main sessions ran on."""
+    con = duckdb.connect(str(PUBLISHED), read_only=True)
+    aa_rounds = con.execute(
+        "SELECT round_id, finished_at, policy_json FROM rounds WHERE round_id LIKE '%-aa%' "
+        "ORDER BY created_at"
+    ).fetchall()
+    devices = dict(
+        con.execute(
+            "SELECT round_id, first(device_name ORDER BY started_at, slot, session_id) "
+            "FROM sessions WHERE side = 'main' AND device_name IS NOT NULL GROUP BY round_id"
+        ).fetchall()
+    )
+    con.close()
+    if not aa_rounds:
+        pytest.skip("no A/A round published")
+    site = pages.Site(queries.load(PUBLISHED))
+    rules = site.rules_page()
+    cal = rules[rules.index("## Calibration") : rules.index("## Cost of a round")]
+    gate = next(c for c in calibration.profiles(site.data) if c.profile == "gpu")
+    for axis, floor in gate.min_noise_axes.items():
+        band = (1 + floor) ** gate.noise_multiplier - 1
+        assert re.search(
+            rf"{axis}( and [a-z]+@[0-9]+)?: {floor * 100:.1f}% \(band \+{band * 100:.1f}%\)", cal
+        )
+    for rid, finished, _ in aa_rounds:
+        row = next(
+            ln for ln in cal.splitlines() if ln.startswith(f'| <a href="rounds/{rid}.html">')
+        )
+        assert row.endswith("| unfinished |") == (finished is None)
+        assert f"| {pages.text(devices[rid])} |" in row
+    assert "in progress" not in rules and "in progress" not in site.rounds_index()

@@ -95,9 +95,10 @@ def plan_round(round_id: str, prs: list[tuple[int, list[str]]], profile: Profile
 
     all_targets = {m for _, t in prs for m in t}
     main_full = _ordered(all_targets, profile)
-    main_guards = _ordered(
-        {m for _, t in prs for m in guards_of(t, profile)} - all_targets, profile
-    )
+    # main runs every guard-shaped sweep a PR runs, also on models another PR targets: a guard
+    # sweep is held against main's guard sweeps only (one context in a fresh process is not the
+    # same measurement as that context inside a full sweep)
+    main_guards = _ordered({m for _, t in prs for m in guards_of(t, profile)}, profile)
     slots: list[Slot] = []
     seen: dict[int, int] = {}
     main_nth = 0

@@ -175,14 +175,18 @@ class RoundData:
             [round_id],
         )
         self.slots = {s["session_id"]: s["slot"] for s in self.sessions}
+        # keyed by the shape of the run too: a guard sweep (one context in a fresh process) and
+        # a full sweep reach the same context in different process states, and are only ever
+        # compared like with like
         self.samples: dict[tuple, list[tuple[str, float]]] = defaultdict(list)
-        for sid, side, pr, model, ax, val in store.query(
-            "SELECT s.session_id, s.side, s.pr, s.model, s.axis, s.value FROM samples s "
+        for sid, side, pr, model, ax, kind, val in store.query(
+            "SELECT s.session_id, s.side, s.pr, s.model, s.axis, x.kind, s.value FROM samples s "
             "JOIN sessions x USING (session_id) WHERE s.round_id = ? "
             "AND x.status IN ('ok', 'implausible', 'incomplete') ORDER BY s.session_id, s.axis, s.rep",
             [round_id],
         ):
-            self.samples[(side, pr, model, ax)].append((sid, val))
+            shape = "guard" if kind == "guard" else "full"
+            self.samples[(side, pr, model, ax, shape)].append((sid, val))
         self.dumps: dict[tuple, list[str]] = defaultdict(list)
         for side, pr, model, doc in store.query(
             "SELECT d.side, d.pr, d.model, d.document FROM score_dumps d JOIN sessions x "
@@ -198,20 +202,29 @@ class RoundData:
         ):
             self.checks[(side, pr, model)][prefix] = (top1, kl)  # the earliest session wins
 
-    def values(self, side: str, pr: int, model: str, ax: str) -> list[float]:
-        return [v for _, v in self.samples.get((side, pr, model, ax), [])]
+    def values(self, side: str, pr: int, model: str, ax: str, shape: str = "full") -> list[float]:
+        return [v for _, v in self.samples.get((side, pr, model, ax, shape), [])]
 
     def session_medians(
-        self, model: str, ax: str, side: str = "main", pr: int = 0
+        self, model: str, ax: str, side: str = "main", pr: int = 0, shape: str = "full"
     ) -> list[tuple[int, float]]:
         """(slot, median) of each session on one axis, in schedule order."""
         by: dict[str, list[float]] = defaultdict(list)
-        for sid, v in self.samples.get((side, pr, model, ax), []):
+        for sid, v in self.samples.get((side, pr, model, ax, shape), []):
             by[sid].append(v)
         return sorted((self.slots[sid], median(v)) for sid, v in by.items())
 
-    def axes(self, side: str, pr: int, model: str) -> set[str]:
-        return {k[3] for k in self.samples if k[0] == side and k[1] == pr and k[2] == model}
+    def axes(self, side: str, pr: int, model: str, shape: str = "full") -> set[str]:
+        return {
+            k[3]
+            for k in self.samples
+            if k[0] == side and k[1] == pr and k[2] == model and k[4] == shape
+        }
+
+    def main_guard_shape(self, model: str, ax: str) -> str:
+        """Main's runs to hold a PR's guard sweep against: main's own guard sweeps, or (rounds
+        collected before main ran them for models that some PR targets) its full sweeps."""
+        return "guard" if self.samples.get(("main", 0, model, ax, "guard")) else "full"
 
 
 def _strike_count(store: Store, pr: int, commit: str, key: str, round_id: str) -> int:
@@ -322,26 +335,27 @@ def decide_pr(store: Store, data: RoundData, prow: dict) -> Verdict:
     # comparisons
     comps: list[Comparison] = []
     for model, role in [(m, "target") for m in targets] + [(m, "guard") for m in guards]:
+        pr_shape = "full" if role == "target" else "guard"
         if role == "target":
             axes = data.axes("pr", n, model) & data.axes("main", 0, model)
         else:
             g = pol.profile.guard_ctx_for(model)
-            axes = (
-                {axis("decode", g), axis("prefill", g)}
-                & data.axes("pr", n, model)
-                & data.axes("main", 0, model)
-            )
+            axes = {axis("decode", g), axis("prefill", g)} & data.axes("pr", n, model, "guard")
+            axes = {
+                a for a in axes if data.values("main", 0, model, a, data.main_guard_shape(model, a))
+            }
         for ax in sorted(axes, key=axis_sort_key):
+            main_shape = "full" if role == "target" else data.main_guard_shape(model, ax)
             comps.append(
                 compare_axis(
                     pol,
                     model,
                     role,
                     ax,
-                    data.values("main", 0, model, ax),
-                    data.values("pr", n, model, ax),
-                    data.session_medians(model, ax),
-                    data.session_medians(model, ax, "pr", n),
+                    data.values("main", 0, model, ax, main_shape),
+                    data.values("pr", n, model, ax, pr_shape),
+                    data.session_medians(model, ax, shape=main_shape),
+                    data.session_medians(model, ax, "pr", n, pr_shape),
                 )
             )
     v.comparisons = comps

@@ -60,3 +60,12 @@ def test_ids_are_stable_and_unique() -> None:
 
 def test_no_measurable_prs_no_sessions() -> None:
     assert plan_round("r", [], PROFILE) == []
+
+
+def test_main_runs_the_guard_sweep_of_a_model_another_pr_targets() -> None:
+    """PR 1 targets tiny (tiny:q8_0 its guard), PR 2 targets tiny:q8_0 (tiny its guard): main
+    runs both full sweeps and both guard sweeps, so each guard is compared like with like."""
+    slots = plan_round("r", [(1, ["tiny"]), (2, ["tiny:q8_0"])], PROFILE)
+    main_tasks = {(t.kind, t.model) for t in slots[0].tasks}
+    assert {("sweep", "tiny"), ("sweep", "tiny:q8_0")} <= main_tasks
+    assert {("guard", "tiny"), ("guard", "tiny:q8_0")} <= main_tasks

@@ -27,7 +27,7 @@ NB = "engine/numpy_backend.py"
 
 # A decode step of one sequence on 1-D vectors with RoPE tables computed once per reset: the
 # general path's per-layer reshapes, cos/sin and broadcasting dominate a small model's step
-# (measured on tiny, alone: decode +24% in a demo round; with GREEDY_LOOP, PR 101: +48..51%).
+# (measured on tiny, alone: decode +24% in a demo round; with GREEDY_LOOP, PR 101: +44..51%).
 FAST_DECODE = [
     (
         NB,
@@ -93,7 +93,7 @@ FAST_DECODE = [
 # On top of FAST_DECODE: a greedy loop that checks once for all steps and multiplies by the
 # output projection transposed once into [dim, vocab] (a row times it streams the matrix
 # contiguously; tiny's projection is half of main's decode step). Measured on tiny in demo
-# rounds: decode +48..51% with FAST_DECODE, against +24% for FAST_DECODE alone.
+# rounds: decode +44..51% with FAST_DECODE, against +24% for FAST_DECODE alone.
 GREEDY_LOOP = [
     (
         NB,
@@ -229,7 +229,9 @@ PREFILL_ALL_LOGITS = [
 
 # Prefill without all_logits reads the last token's logits only, so the last layer runs that
 # row alone: every other row's key and value still go to the cache, but their attention,
-# output projection and FFN are skipped (llama.cpp's graph does the same).
+# output projection and FFN are skipped (llama.cpp's graph does the same). Measured on tiny
+# with ADDED_CAUSAL_MASK and PREFILL_TABLES (PR 109): prefill@128 +66% (bench A/B), +68..73%
+# in demo rounds, so 109 stays the round's biggest speedup while 101 and 109 decode alike.
 PREFILL_LAST_ROW = [
     (
         NB,

@@ -115,7 +115,7 @@ def check_demo_round(out: list[dict]) -> list[str]:
 
 @pytest.mark.slow
 def test_demo_round_gives_every_pr_its_expected_verdict(tmp_path: Path) -> None:
-    """The whole demo round on this machine's CPU (the demo policy's cpu profile): about 4
+    """The whole demo round on this machine's CPU (the demo policy's cpu profile): about 5
     minutes on 2 busy cores."""
     db = tmp_path / "demo.duckdb"
     res = CliRunner().invoke(main, ["collect", str(DEMO), "--db", str(db), "--quiet"])

@@ -184,14 +184,37 @@ def default_policy_path() -> Path:
     return Path(str(resources.files("collector").joinpath("policy.toml")))
 
 
-def load_policy(path: str | Path | None = None) -> Policy:
-    path = Path(path) if path else default_policy_path()
+def _merged(base: dict, override: dict) -> dict:
+    """`override` on top of `base`, table by table; any other value (lists too) replaces."""
+    out = dict(base)
+    for k, v in override.items():
+        out[k] = _merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _read(path: Path, seen: tuple[Path, ...] = ()) -> dict:
+    """A policy file's tables; `extends = "default"` (or a path relative to the file) starts
+    from another policy, so a round's policy can state only what it changes."""
+    if path.resolve() in seen:
+        raise PolicyError(f"policy {path}: extends itself (through {', '.join(map(str, seen))})")
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as e:
         raise PolicyError(f"cannot read policy {path}: {e.strerror}") from None
     except tomllib.TOMLDecodeError as e:
         raise PolicyError(f"policy {path}: {e}") from None
+    base = data.pop("extends", None)
+    if base is None:
+        return data
+    if not isinstance(base, str):
+        raise PolicyError(f'policy {path}: extends: a policy path or "default"')
+    base_path = default_policy_path() if base == "default" else path.parent / base
+    return _merged(_read(base_path, (*seen, path.resolve())), data)
+
+
+def load_policy(path: str | Path | None = None) -> Policy:
+    path = Path(path) if path else default_policy_path()
+    data = _read(path)
     try:
         return Policy.model_validate(data)
     except ValidationError as e:

@@ -1,14 +1,11 @@
-"""Write the demo round's patches (data/demo/patches/*.patch) against this repository's HEAD,
-and its policy (data/demo/policy.toml) from HEAD's collector/policy.toml.
+"""Write the demo round's patches (data/demo/patches/*.patch) against this repository's HEAD.
 
     python data/demo/make_patches.py      # from the repository root
 
 Each demo PR is a set of exact text edits to the engine; each edit names the text it expects
 to find, so when the engine changes under it this script stops with the edit that no longer
-fits instead of writing a patch that means something else. The policy is written the same
-way: one exact edit of the default policy. tests/collector/test_demo.py checks that the
-committed patches still apply to HEAD (and that the conflicting one still conflicts), and that
-the committed policy is what this script writes.
+fits instead of writing a patch that means something else. tests/collector/test_demo.py checks
+that the committed patches still apply to HEAD (and that the conflicting one still conflicts).
 """
 
 from __future__ import annotations
@@ -20,7 +17,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = Path(__file__).resolve().parent / "patches"
-POLICY = Path(__file__).resolve().parent / "policy.toml"
 NB = "engine/numpy_backend.py"
 
 # --- the edits -------------------------------------------------------------------------------
@@ -384,38 +380,6 @@ CONFLICT_EDIT = [
     ),
 ]
 
-# The demo round's policy: the collector's default one (collector/policy.toml at HEAD) with two
-# changes to the cpu profile, each measured on the shared 2-core box (data/demo/README.md):
-# * decode runs of 4 tokens instead of 16: a 16-token decode of tiny (~7 ms) straddles the
-#   scheduler's time slices, and one busy neighbour made a whole repetition read 2-3x slow
-#   (a round's decode noise 100-120%), while a 4-token run (~1.7 ms) still finds a clean slice;
-# * three sessions per PR instead of two: one PR session in a neighbour's burst read tiny's
-#   decode 27% slow and took the pooled median with it; with three it takes one of nine.
-# Every verdict rule, the calibrated noise floor included, is the default policy's.
-POLICY_SOURCE = "collector/policy.toml"
-POLICY_HEADER = (
-    "# Written by data/demo/make_patches.py from collector/policy.toml (do not edit): the demo\n"
-    "# round's policy, the default one with [profiles.cpu] decoding 4 tokens per timed run\n"
-    "# instead of 16 and measuring each PR in 3 sessions instead of 2 (why: data/demo/README.md).\n"
-    "# Every verdict rule is the default policy's.\n\n"
-)
-POLICY_EDITS = [
-    (
-        POLICY_SOURCE,
-        "tokens = 16                      # decode tokens per sweep repetition\n",
-        "tokens = 4                       # decode tokens per timed run (the default policy: 16)\n",
-    ),
-    (
-        POLICY_SOURCE,
-        "pr_sessions = 2                  # a gain or a loss must show in each of a PR's sessions: one\n"
-        "                                 # session during a neighbour's burst of load proves nothing\n",
-        "pr_sessions = 3                  # (the default policy: 2) a gain or a loss must show in each\n"
-        "                                 # of a PR's sessions, and one session in a neighbour's burst\n"
-        "                                 # moves the pooled median little\n",
-    ),
-]
-
-
 PATCHES: dict[str, list] = {
     "101-fast-decode": FAST_DECODE + GREEDY_LOOP,
     "102-decode-gain-prefill-loss": FAST_DECODE + GREEDY_LOOP + PREFILL_ALL_LOGITS,
@@ -473,19 +437,12 @@ def make(name: str, edits: list) -> str:
     )
 
 
-def demo_policy() -> str:
-    """The text of data/demo/policy.toml."""
-    return POLICY_HEADER + apply_edits({}, POLICY_EDITS, "policy")[POLICY_SOURCE]
-
-
 def main() -> None:
     OUT.mkdir(exist_ok=True)
     for name, edits in PATCHES.items():
         path = OUT / f"{name}.patch"
         path.write_text(make(name, edits))
         print(path.relative_to(ROOT))
-    POLICY.write_text(demo_policy())
-    print(POLICY.relative_to(ROOT))
 
 
 if __name__ == "__main__":

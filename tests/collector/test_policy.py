@@ -73,3 +73,25 @@ def test_bad_policies_are_clear_errors(tmp_path: Path) -> None:
         resolve(load_policy(), "tpu")
     with pytest.raises(PolicyError, match="cannot read policy"):
         load_policy(tmp_path / "missing.toml")
+
+
+def test_a_policy_extends_the_default_and_states_only_what_it_changes(tmp_path: Path) -> None:
+    f = tmp_path / "p.toml"
+    f.write_text('extends = "default"\n[profiles.cpu]\ntokens = 4\n[verdict]\nfloor = 0.97\n')
+    p, default = load_policy(f), load_policy()
+    assert p.profiles["cpu"].tokens == 4 and p.verdict.floor == 0.97
+    assert (
+        p.profiles["cpu"].contexts == default.profiles["cpu"].contexts
+    )  # the rest is the default's
+    assert p.verdict.tiers == default.verdict.tiers and p.profiles["gpu"] == default.profiles["gpu"]
+    # a relative base, and a loop refused
+    g = tmp_path / "q.toml"
+    g.write_text('extends = "p.toml"\n[profiles.cpu]\nreps = 5\n')
+    q = load_policy(g)
+    assert (q.profiles["cpu"].tokens, q.profiles["cpu"].reps, q.verdict.floor) == (4, 5, 0.97)
+    f.write_text('extends = "q.toml"\n')
+    with pytest.raises(PolicyError, match="extends itself"):
+        load_policy(g)
+    f.write_text("extends = 3\n")
+    with pytest.raises(PolicyError, match="extends: a policy path"):
+        load_policy(f)

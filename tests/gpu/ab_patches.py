@@ -27,8 +27,7 @@ PLAN = [
     ("main", None, [BIG, ("llama-1b:f16", "128"), ("smollm2-135m", "128")]),
     ("201", "201-four-rows-q", [("llama-8b:q4_0", "128,4096"), ("llama-1b:f16", "128"), ("smollm2-135m", "128")]),
     ("202", "202-decode-gain-prefill-loss", [("llama-8b:q4_0", "128,4096")]),
-    ("204", "204-eight-warps", [("llama-8b:q4_0", "128"), ("llama-1b:f16", "128"), ("smollm2-135m", "128")]),
-    ("209", "209-held-best", [BIG]),
+    ("204", "204-four-rows-all", [("llama-8b:q4_0", "128"), ("llama-1b:f16", "128"), ("smollm2-135m", "128")]),
     ("main2", None, [BIG, ("llama-1b:f16", "128"), ("smollm2-135m", "128")]),
 ]  # fmt: skip
 

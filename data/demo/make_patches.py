@@ -425,10 +425,12 @@ def unified(rel: str, before: str, after: str) -> str:
     )
 
 
-def make(name: str, edits: list) -> str:
+def make(name: str, edits: list, older: tuple[str, str] | None = None) -> str:
+    """The patch of `edits` against HEAD, or for `older` = (file, commit) against that file as
+    it was at that commit (a PR written before main moved)."""
     base: dict[str, str] = {}
-    if name == "106-conflicts":
-        base[NB] = head_text(NB, CONFLICT_BASE_COMMIT)
+    if older is not None:
+        base[older[0]] = head_text(older[0], older[1])
     after = apply_edits(base, edits, name)
     before = {rel: base.get(rel, head_text(rel)) for rel in after}
     return "".join(
@@ -437,12 +439,18 @@ def make(name: str, edits: list) -> str:
     )
 
 
-def main() -> None:
-    OUT.mkdir(exist_ok=True)
-    for name, edits in PATCHES.items():
-        path = OUT / f"{name}.patch"
-        path.write_text(make(name, edits))
+def write_patches(
+    patches: dict[str, list], out: Path, older: dict[str, tuple[str, str]] | None = None
+) -> None:
+    out.mkdir(exist_ok=True)
+    for name, edits in patches.items():
+        path = out / f"{name}.patch"
+        path.write_text(make(name, edits, (older or {}).get(name)))
         print(path.relative_to(ROOT))
+
+
+def main() -> None:
+    write_patches(PATCHES, OUT, {"106-conflicts": (NB, CONFLICT_BASE_COMMIT)})
 
 
 if __name__ == "__main__":

@@ -136,3 +136,23 @@ def fake_repo(tmp_path: Path) -> FakeRepo:
     git(repo, "add", ".")
     git(repo, "commit", "-qm", "fake engine")
     return FakeRepo(repo)
+
+
+@pytest.fixture
+def applies_to_head(tmp_path: Path):  # noqa: ANN201
+    """`git apply --check` of a patch against HEAD's tree, through a scratch index so the
+    working tree is not involved: returns (applies, git's message)."""
+    env = {**os.environ, "GIT_INDEX_FILE": str(tmp_path / "head-index")}
+    subprocess.run(["git", "read-tree", "HEAD"], cwd=REPO_ROOT, env=env, check=True)
+
+    def check(patch: Path) -> tuple[bool, str]:
+        r = subprocess.run(
+            ["git", "apply", "--cached", "--check", "--", str(patch)],
+            cwd=REPO_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        return r.returncode == 0, r.stderr.strip()
+
+    return check

@@ -18,7 +18,6 @@ _spec = importlib.util.spec_from_file_location("cpu_demo_patches", _CPU)
 assert _spec and _spec.loader
 _cpu = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_cpu)
-ROOT, head_text, apply_edits, unified = _cpu.ROOT, _cpu.head_text, _cpu.apply_edits, _cpu.unified
 
 OUT = Path(__file__).resolve().parent / "patches"
 GEMV, KPY, RUN = "kernels/gemv.cu", "engine/cuda/kernels.py", "engine/cuda/runner.py"
@@ -155,24 +154,8 @@ PATCHES: dict[str, list] = {
 }
 
 
-def make(name: str, edits: list) -> str:
-    base: dict[str, str] = {}
-    if name == "206-conflicts":
-        base[RUN] = head_text(RUN, CONFLICT_BASE_COMMIT)
-    after = apply_edits(base, edits, name)
-    before = {rel: base.get(rel, head_text(rel)) for rel in after}
-    return "".join(
-        f"diff --git a/{rel} b/{rel}\n" + unified(rel, before[rel], after[rel])
-        for rel in sorted(after)
-    )
-
-
 def main() -> None:
-    OUT.mkdir(exist_ok=True)
-    for name, edits in PATCHES.items():
-        path = OUT / f"{name}.patch"
-        path.write_text(make(name, edits))
-        print(path.relative_to(ROOT))
+    _cpu.write_patches(PATCHES, OUT, {"206-conflicts": (RUN, CONFLICT_BASE_COMMIT)})
 
 
 if __name__ == "__main__":

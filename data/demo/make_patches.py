@@ -19,6 +19,39 @@ ROOT = Path(__file__).resolve().parents[2]
 OUT = Path(__file__).resolve().parent / "patches"
 NB = "engine/numpy_backend.py"
 
+# 101's one-sequence decode step up to its last layer's FFN (109 rewrites it)
+DECODE_ONE = (
+    "    def _decode_one(self, seq: int, token: int) -> np.ndarray:\n"
+    '        """One llama decode step of one sequence on 1-D vectors, far fewer NumPy calls than\n'
+    '        the general path; returns the final normed hidden state."""\n'
+    "        c = self.config\n"
+    "        hd, nq, nkv, g = c.head_dim, c.n_heads, c.n_kv_heads, c.group_size\n"
+    "        p = self._lens[seq]\n"
+    "        cos, sin = self._cos_table[p], self._sin_table[p]\n"
+    "        eps, inv_dim = float(c.norm_eps), 1.0 / c.dim\n"
+    "        scale = float(1.0 / np.sqrt(hd))\n"
+    "        x = self.embd[token]\n"
+    '        with np.errstate(over="ignore"):  # SiLU: exp overflow gives the right 0\n'
+    "            for li, L in enumerate(self.layers):\n"
+    "                xn = x * (L.attn_norm / np.sqrt(np.dot(x, x) * inv_dim + eps))\n"
+    "                qkv = L.wqkv @ xn\n"
+    "                qk = qkv[: (nq + nkv) * hd].reshape(nq + nkv, hd)\n"
+    "                rot = np.empty_like(qk)\n"
+    "                rot[:, 0::2] = qk[:, 0::2] * cos - qk[:, 1::2] * sin\n"
+    "                rot[:, 1::2] = qk[:, 0::2] * sin + qk[:, 1::2] * cos\n"
+    "                kc, vc = self._k[li], self._v[li]\n"
+    "                kc[seq, :, p] = rot[nq:]\n"
+    "                vc[seq, :, p] = qkv[(nq + nkv) * hd :].reshape(nkv, hd)\n"
+    "                s = rot[:nq].reshape(nkv, g, hd) @ kc[seq, :, : p + 1].transpose(0, 2, 1)\n"
+    "                s = np.exp((s - s.max(axis=-1, keepdims=True)) * scale)\n"
+    "                s /= s.sum(axis=-1, keepdims=True)\n"
+    "                x = x + L.wo @ (s @ vc[seq, :, : p + 1]).reshape(nq * hd)\n"
+    "                xn = x * (L.ffn_norm / np.sqrt(np.dot(x, x) * inv_dim + eps))\n"
+    "                gu = L.w_gate_up @ xn\n"
+    "                gate = gu[: c.ffn_dim]\n"
+    "                x = x + L.w_down @ (gate / (1.0 + np.exp(-gate)) * gu[c.ffn_dim :])\n"
+)
+
 # --- the edits -------------------------------------------------------------------------------
 
 # A decode step of one sequence on 1-D vectors with RoPE tables computed once per reset: the
@@ -42,37 +75,7 @@ FAST_DECODE = [
         "            return self._project(self._decode_one(seqs[0], int(ids[0]))[None, :])\n"
         "        h = self._forward(ids, [(s, i, 1) for i, s in enumerate(seqs)])\n"
         "        return self._logits(h)\n"
-        "\n"
-        "    def _decode_one(self, seq: int, token: int) -> np.ndarray:\n"
-        '        """One llama decode step of one sequence on 1-D vectors, far fewer NumPy calls than\n'
-        '        the general path; returns the final normed hidden state."""\n'
-        "        c = self.config\n"
-        "        hd, nq, nkv, g = c.head_dim, c.n_heads, c.n_kv_heads, c.group_size\n"
-        "        p = self._lens[seq]\n"
-        "        cos, sin = self._cos_table[p], self._sin_table[p]\n"
-        "        eps, inv_dim = float(c.norm_eps), 1.0 / c.dim\n"
-        "        scale = float(1.0 / np.sqrt(hd))\n"
-        "        x = self.embd[token]\n"
-        '        with np.errstate(over="ignore"):  # SiLU: exp overflow gives the right 0\n'
-        "            for li, L in enumerate(self.layers):\n"
-        "                xn = x * (L.attn_norm / np.sqrt(np.dot(x, x) * inv_dim + eps))\n"
-        "                qkv = L.wqkv @ xn\n"
-        "                qk = qkv[: (nq + nkv) * hd].reshape(nq + nkv, hd)\n"
-        "                rot = np.empty_like(qk)\n"
-        "                rot[:, 0::2] = qk[:, 0::2] * cos - qk[:, 1::2] * sin\n"
-        "                rot[:, 1::2] = qk[:, 0::2] * sin + qk[:, 1::2] * cos\n"
-        "                kc, vc = self._k[li], self._v[li]\n"
-        "                kc[seq, :, p] = rot[nq:]\n"
-        "                vc[seq, :, p] = qkv[(nq + nkv) * hd :].reshape(nkv, hd)\n"
-        "                s = rot[:nq].reshape(nkv, g, hd) @ kc[seq, :, : p + 1].transpose(0, 2, 1)\n"
-        "                s = np.exp((s - s.max(axis=-1, keepdims=True)) * scale)\n"
-        "                s /= s.sum(axis=-1, keepdims=True)\n"
-        "                x = x + L.wo @ (s @ vc[seq, :, : p + 1]).reshape(nq * hd)\n"
-        "                xn = x * (L.ffn_norm / np.sqrt(np.dot(x, x) * inv_dim + eps))\n"
-        "                gu = L.w_gate_up @ xn\n"
-        "                gate = gu[: c.ffn_dim]\n"
-        "                x = x + L.w_down @ (gate / (1.0 + np.exp(-gate)) * gu[c.ffn_dim :])\n"
-        "        self._lens[seq] += 1\n"
+        "\n" + DECODE_ONE + "        self._lens[seq] += 1\n"
         "        return x * (self.output_norm / np.sqrt(np.dot(x, x) * inv_dim + eps))\n",
     ),
     (
@@ -139,35 +142,7 @@ LEANER_STEP = [
     ),
     (
         NB,
-        "    def _decode_one(self, seq: int, token: int) -> np.ndarray:\n"
-        '        """One llama decode step of one sequence on 1-D vectors, far fewer NumPy calls than\n'
-        '        the general path; returns the final normed hidden state."""\n'
-        "        c = self.config\n"
-        "        hd, nq, nkv, g = c.head_dim, c.n_heads, c.n_kv_heads, c.group_size\n"
-        "        p = self._lens[seq]\n"
-        "        cos, sin = self._cos_table[p], self._sin_table[p]\n"
-        "        eps, inv_dim = float(c.norm_eps), 1.0 / c.dim\n"
-        "        scale = float(1.0 / np.sqrt(hd))\n"
-        "        x = self.embd[token]\n"
-        '        with np.errstate(over="ignore"):  # SiLU: exp overflow gives the right 0\n'
-        "            for li, L in enumerate(self.layers):\n"
-        "                xn = x * (L.attn_norm / np.sqrt(np.dot(x, x) * inv_dim + eps))\n"
-        "                qkv = L.wqkv @ xn\n"
-        "                qk = qkv[: (nq + nkv) * hd].reshape(nq + nkv, hd)\n"
-        "                rot = np.empty_like(qk)\n"
-        "                rot[:, 0::2] = qk[:, 0::2] * cos - qk[:, 1::2] * sin\n"
-        "                rot[:, 1::2] = qk[:, 0::2] * sin + qk[:, 1::2] * cos\n"
-        "                kc, vc = self._k[li], self._v[li]\n"
-        "                kc[seq, :, p] = rot[nq:]\n"
-        "                vc[seq, :, p] = qkv[(nq + nkv) * hd :].reshape(nkv, hd)\n"
-        "                s = rot[:nq].reshape(nkv, g, hd) @ kc[seq, :, : p + 1].transpose(0, 2, 1)\n"
-        "                s = np.exp((s - s.max(axis=-1, keepdims=True)) * scale)\n"
-        "                s /= s.sum(axis=-1, keepdims=True)\n"
-        "                x = x + L.wo @ (s @ vc[seq, :, : p + 1]).reshape(nq * hd)\n"
-        "                xn = x * (L.ffn_norm / np.sqrt(np.dot(x, x) * inv_dim + eps))\n"
-        "                gu = L.w_gate_up @ xn\n"
-        "                gate = gu[: c.ffn_dim]\n"
-        "                x = x + L.w_down @ (gate / (1.0 + np.exp(-gate)) * gu[c.ffn_dim :])\n",
+        DECODE_ONE,
         "    def _folded_layers(self) -> list[tuple[np.ndarray, ...]]:\n"
         '        """Per layer (wqkv, wo, w_gate_up, w_down), each norm\'s weights folded into the matrix\n'
         '        after it: built once, on the first decode step."""\n'

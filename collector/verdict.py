@@ -548,12 +548,23 @@ def calibration(data: RoundData) -> list[tuple]:
     return out
 
 
+def _require_dumps(store: Store, round_id: str) -> None:
+    """A round published without its score dumps cannot be judged again: say so."""
+    if store.query("SELECT 1 FROM schema_meta WHERE key = ?", [DUMPS_LEFT_OUT + round_id]):
+        raise LookupError(
+            f"{store.path} was published without score dumps (the teacher-forced logits): the "
+            f"verdicts of round {round_id} stand as stored; re-judge it in the database its "
+            "collector wrote"
+        )
+
+
 def adopt_policy(store: Store, round_id: str, policy: Policy) -> None:
     """Judge a round from now on under `policy` (its profile re-resolved), e.g. once A/A rounds
     have calibrated the gates; the round records the policy it is judged under."""
     rows = store.query("SELECT profile FROM rounds WHERE round_id = ?", [round_id])
     if not rows:
         raise LookupError(f"no round {round_id!r} in {store.path}")
+    _require_dumps(store, round_id)
     resolved = resolve(policy, rows[0][0])
     with store.transaction() as con:
         con.execute(
@@ -563,12 +574,7 @@ def adopt_policy(store: Store, round_id: str, policy: Policy) -> None:
 
 
 def decide_round(store: Store, round_id: str) -> list[Verdict]:
-    if store.query("SELECT 1 FROM schema_meta WHERE key = ?", [DUMPS_LEFT_OUT + round_id]):
-        raise LookupError(
-            f"{store.path} was published without score dumps (the teacher-forced logits): the "
-            f"verdicts of round {round_id} stand as stored; re-judge it in the database its "
-            "collector wrote"
-        )
+    _require_dumps(store, round_id)
     data = RoundData(store, round_id)
     verdicts = [decide_pr(store, data, p) for p in data.prs]
     winner = choose_merge_first(verdicts, {p["pr"]: p for p in data.prs}, data.policy)

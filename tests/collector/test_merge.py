@@ -11,8 +11,9 @@ from click.testing import CliRunner
 
 from collector.cli import main
 from collector.merge import merge_rounds
+from collector.policy import default_policy_path, load_policy
 from collector.store import StoreError, open_store
-from collector.verdict import decide_round
+from collector.verdict import adopt_policy, decide_round
 
 
 def _db(path: Path, round_id: str, n_samples: int) -> Path:
@@ -73,6 +74,14 @@ def test_a_published_database_leaves_the_dumps_out_and_keeps_its_verdicts(tmp_pa
         decide_round(s, "r-a")
     res = CliRunner().invoke(main, ["verdict", "--db", str(pub), "--round", "r-a"])
     assert res.exit_code != 0 and "stand as stored" in res.output
+    # nor is it given another policy: its stored policy is the one its verdicts were made under
+    with open_store(pub) as s:
+        before = s.query("SELECT policy_json FROM rounds WHERE round_id = 'r-a'")
+    args = ["verdict", "--db", str(pub), "--round", "r-a", "--policy", str(default_policy_path())]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code != 0 and "stand as stored" in res.output
+    with open_store(pub) as s:
+        assert s.query("SELECT policy_json FROM rounds WHERE round_id = 'r-a'") == before
     # a round collected into a copy of the published file later (make demo) is judged as usual
     b = _db(tmp_path / "b.duckdb", "r-b", 1)
     merge_rounds(pub, [b])
@@ -80,3 +89,17 @@ def test_a_published_database_leaves_the_dumps_out_and_keeps_its_verdicts(tmp_pa
         assert s.query("SELECT key FROM schema_meta WHERE key LIKE 'score_dumps%'") == [
             ("score_dumps_left_out:r-a",)
         ]
+
+
+def test_a_collected_round_adopts_a_recalibrated_policy(tmp_path: Path) -> None:
+    """`verdict --policy` (adopt_policy): the round then records the policy it is judged under."""
+    a = _db(tmp_path / "a.duckdb", "r-a", 1)
+    f = tmp_path / "p.toml"
+    f.write_text('extends = "default"\n[profiles.gpu]\nmin_noise = 0.05\n')
+    with open_store(a) as s:
+        adopt_policy(s, "r-a", load_policy(f))
+        (pj,) = s.query("SELECT policy_json FROM rounds WHERE round_id = 'r-a'")[0]
+        with pytest.raises(LookupError, match="no round 'r-b'"):
+            adopt_policy(s, "r-b", load_policy(f))
+    assert json.loads(pj)["profile"]["min_noise"] == 0.05
+    assert json.loads(pj)["profile_name"] == "gpu"

@@ -336,16 +336,20 @@ def decide_pr(store: Store, data: RoundData, prow: dict) -> Verdict:
     comps: list[Comparison] = []
     for model, role in [(m, "target") for m in targets] + [(m, "guard") for m in guards]:
         pr_shape = "full" if role == "target" else "guard"
+        # each axis compared, with the shape of main's runs it is held against
         if role == "target":
-            axes = data.axes("pr", n, model) & data.axes("main", 0, model)
+            main_shapes = {
+                a: "full" for a in data.axes("pr", n, model) & data.axes("main", 0, model)
+            }
         else:
             g = pol.profile.guard_ctx_for(model)
-            axes = {axis("decode", g), axis("prefill", g)} & data.axes("pr", n, model, "guard")
-            axes = {
-                a for a in axes if data.values("main", 0, model, a, data.main_guard_shape(model, a))
+            wanted = {axis("decode", g), axis("prefill", g)} & data.axes("pr", n, model, "guard")
+            main_shapes = {a: data.main_guard_shape(model, a) for a in wanted}
+            main_shapes = {
+                a: s for a, s in main_shapes.items() if data.values("main", 0, model, a, s)
             }
-        for ax in sorted(axes, key=axis_sort_key):
-            main_shape = "full" if role == "target" else data.main_guard_shape(model, ax)
+        for ax in sorted(main_shapes, key=axis_sort_key):
+            main_shape = main_shapes[ax]
             comps.append(
                 compare_axis(
                     pol,

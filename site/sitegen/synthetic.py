@@ -216,6 +216,26 @@ def schema_sql() -> str:
     return resources.files("collector").joinpath("schema.sql").read_text()
 
 
+def _add_round(
+    t: _Tables, round_id: str, created: datetime, hours: int, main_commit: str, manifest: str
+) -> None:
+    """A finished gpu round on the H200, `hours` long."""
+    t.add(
+        "rounds",
+        round_id,
+        created,
+        created + timedelta(hours=hours),
+        "https://example.invalid/sparkinfer.git",
+        "main",
+        main_commit,
+        "gpu",
+        json.dumps(POLICY, sort_keys=True),
+        "NVIDIA H200",
+        "570.133.20",
+        manifest,
+    )
+
+
 def generate(path: Path, prs: int = 40, rounds: int = 3, seed: int = 7, aa_rounds: int = 0) -> Path:
     """Write a synthetic database of `prs` PRs over `rounds` rounds to `path` (replaced), after
     `aa_rounds` A/A rounds (main against itself, manifest kind "aa")."""
@@ -270,20 +290,7 @@ def generate(path: Path, prs: int = 40, rounds: int = 3, seed: int = 7, aa_round
         created = base_time + timedelta(days=3 * r)
         main_commit = _sha("main", r)
         last = r == rounds - 1
-        t.add(
-            "rounds",
-            round_id,
-            created,
-            created + timedelta(hours=5),
-            "https://example.invalid/sparkinfer.git",
-            "main",
-            main_commit,
-            "gpu",
-            json.dumps(POLICY, sort_keys=True),
-            "NVIDIA H200",
-            "570.133.20",
-            f'round = "{round_id}"\nbase = "main"\n',
-        )
+        _add_round(t, round_id, created, 5, main_commit, f'round = "{round_id}"\nbase = "main"\n')
         # main's interleaved sessions (pr 0), shared by every PR of the round.
         main_samples: dict[tuple[str, str], list[float]] = {}
         for model in MODELS:
@@ -411,20 +418,8 @@ def _aa_round(t: _Tables, rng: random.Random, a: int, created: datetime) -> None
     Small deltas and noise around the profile's min_noise; every axis `none`."""
     round_id = f"aa-{created.date().isoformat()}-gpu"
     main_commit = _sha("main", "aa", a)
-    t.add(
-        "rounds",
-        round_id,
-        created,
-        created + timedelta(hours=3),
-        "https://example.invalid/sparkinfer.git",
-        "main",
-        main_commit,
-        "gpu",
-        json.dumps(POLICY, sort_keys=True),
-        "NVIDIA H200",
-        "570.133.20",
-        f'round = "{round_id}"\nprofile = "gpu"\nkind = "aa"\n',
-    )
+    manifest = f'round = "{round_id}"\nprofile = "gpu"\nkind = "aa"\n'
+    _add_round(t, round_id, created, 3, main_commit, manifest)
     min_noise = POLICY["profile"]["min_noise"]
     for slot in range(3):
         for model in MODELS:

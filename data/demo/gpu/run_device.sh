@@ -57,7 +57,7 @@ wait_rounds() {  # up to $1 seconds, then report; merge once every worker is don
   done
   cat "$DB/workers.log"
   for r in "${ROUNDS[@]}"; do
-    [ -f "$DB/$r.log" ] && echo "== $r: $(tr '\r' '\n' <"$DB/$r.log" | grep -c 'sessions\|#') lines; last: $(tr '\r' '\n' <"$DB/$r.log" | tail -n 1 | cut -c1-150)"
+    [ -f "$DB/$r.log" ] && echo "== $r: $(tr '\r' '\n' <"$DB/$r.log" | tail -n 1 | cut -c1-150)"
   done
   if [ "$(ls "$DB"/done-* 2>/dev/null | wc -l)" -ge "$n" ]; then
     (cd "$SB" && python3 -c 'from collector.cli import main; main()' merge "$DB"/*.duckdb --into "$OUT/sparkboard.duckdb") &&

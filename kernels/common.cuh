@@ -56,6 +56,22 @@ __device__ __forceinline__ float block_sum(float v) {
     return t;
 }
 
+// Two floats as one register of float16 halves (lo in the low 16 bits).
+__device__ __forceinline__ u32 pack_h2(float lo, float hi) {
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<u32*>(&h);
+}
+
+// Tensor-core product c += A (16x16, row) * B (16x8, col), float16 in, float32 accumulate;
+// fragments as in the PTX ISA's mma.m16n8k16 (lane = 4 * group + thread in group).
+__device__ __forceinline__ void mma16816(float (&c)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
 // One element of a weight row in any storage type (used off the hot path: embedding
 // lookup and dequantization for the prefill GEMMs). Quantized planes: see layout.py.
 __device__ __forceinline__ float weight_at(int wt, const void* __restrict__ wq,

@@ -27,7 +27,7 @@
 #define GEMV_NR1 1  // output rows per warp for a single activation row, float weights
 #endif
 #ifndef GEMV_NR1_Q
-#define GEMV_NR1_Q 2  // the same for quantized weights
+#define GEMV_NR1_Q 4  // the same for quantized weights
 #endif
 
 // Raw weight data of one chunk (loaded first, for U chunks at once, so a lane has U
@@ -176,6 +176,27 @@ __device__ __forceinline__ void chunk_dot(const WChunk<WT> (&w)[NW], const void*
     }
 }
 
+// Loads chunks c0, c0 + 32, ..., c0 + 32 * (U - 1) of the warp's NR weight rows (and of the
+// second matrix's for GLU) into w; rows past N read row N - 1 (never stored).
+template <int WT, int U, int NR, int MODE, int NW>
+__device__ __forceinline__ void load_chunks(WChunk<WT> (&w)[U][NW], const void* __restrict__ wq,
+                                            const void* __restrict__ ws, const void* __restrict__ wq2,
+                                            const void* __restrict__ ws2, int row0, int N, int K,
+                                            int c0, int nchunks) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+        const int c = c0 + 32 * u;
+        if (c < nchunks) {
+#pragma unroll
+            for (int j = 0; j < NR; ++j) {
+                const size_t row = (size_t)min(row0 + j, N - 1);
+                w[u][j] = load_chunk<WT>(wq, ws, row, K, c);
+                if constexpr (MODE == MODE_GLU) w[u][NR + j] = load_chunk<WT>(wq2, ws2, row, K, c);
+            }
+        }
+    }
+}
+
 // One warp computes NR consecutive output rows for up to RB activation rows.
 template <int WT, int RB, int MODE, int NR>
 __device__ __forceinline__ void gemv_body(const void* __restrict__ wq, const void* __restrict__ ws,
@@ -187,8 +208,9 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ wq, const voi
     constexpr int U = GEMV_U / NW > 0 ? GEMV_U / NW : 1;  // chunks in flight per lane and row
     const int lane = threadIdx.x & 31;
     const int row0 = (blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5)) * NR;
-    pdl_wait();
     if (row0 >= N) return;
+    pdl_wait();
+    const int nchunks = QUANT ? K / 32 : K / 8;
     const int r0 = blockIdx.y * RB;
     const int nr = min(RB, nrows - r0);
     float acc[RB][NW];
@@ -196,21 +218,9 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ wq, const voi
     for (int r = 0; r < RB; ++r)
 #pragma unroll
         for (int j = 0; j < NW; ++j) acc[r][j] = 0.f;
-    const int nchunks = QUANT ? K / 32 : K / 8;
     for (int c0 = lane; c0 < nchunks; c0 += 32 * U) {
         WChunk<WT> w[U][NW];
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int c = c0 + 32 * u;
-            if (c < nchunks) {
-#pragma unroll
-                for (int j = 0; j < NR; ++j) {
-                    const size_t row = (size_t)min(row0 + j, N - 1);
-                    w[u][j] = load_chunk<WT>(wq, ws, row, K, c);
-                    if constexpr (MODE == MODE_GLU) w[u][NR + j] = load_chunk<WT>(wq2, ws2, row, K, c);
-                }
-            }
-        }
+        load_chunks<WT, U, NR, MODE>(w, wq, ws, wq2, ws2, row0, N, K, c0, nchunks);
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const int c = c0 + 32 * u;
@@ -253,7 +263,7 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ wq, const voi
 
 // Output rows per warp: more rows share each activation load across weight rows (the L1
 // traffic of RB rows would otherwise outgrow the weights'). For one activation row: 1 for
-// float weights, 2 for quantized ones, whose rows are short (engine/PERF.md, gemvbench).
+// float weights, 4 for quantized ones, whose rows are short (engine/PERF.md, gemvbench).
 #define GEMV_NR(WT, RB) ((RB) >= 4 ? 4 : (RB) == 2 ? 2 : ((WT) >= WT_Q8_0 ? GEMV_NR1_Q : GEMV_NR1))
 #define GEMV_ONE(TNAME, WT, RB, MNAME, MODE)                                                  \
     extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32)                              \
@@ -275,6 +285,138 @@ GEMV_MODES(f16, WT_F16)
 GEMV_MODES(q8_0, WT_Q8_0)
 GEMV_MODES(q4_0, WT_Q4_0)
 GEMV_MODES(q4_1, WT_Q4_1)
+
+// ---------------------------------------------------------------------------------------
+// Float16 weights on tensor cores (mma.sync m16n8k16, float32 accumulate), for any number of
+// activation rows: a block owns 16 output rows (the mma's m) and up to 8 activation rows (its
+// n), so each weight byte is read once for 8 sequences without 8x the arithmetic of the loop
+// above. The block's MMA_WARPS warps split K in blocks of 32 (warp w takes blocks w,
+// w + MMA_WARPS, ...) and add their partial tiles in a fixed order. Each activation goes in as
+// two float16 halves, x = hi + lo (about 22 bits of it), both multiplied into the same
+// accumulator, so the result keeps float32-grade accuracy although the weights are float16.
+// The mma computes each column on its own, and nothing else depends on the row count: a
+// sequence's result is bit-identical alone and in a batch.
+//
+// Inside a 32-wide K block, lane (g = lane / 4, t = lane % 4) loads the 8 consecutive weights
+// at k = 8t .. 8t + 7 of rows g and g + 8 and the same 8 activations of row g, and uses them as
+// the fragments of two mmas (any order of k serves if A and B share it): mma j takes
+// k = 8t + 4j + {0, 1} as its logical k = 2t, 2t + 1 and 8t + 4j + {2, 3} as 2t + 8, 2t + 9.
+#ifndef MMA_WARPS
+#define MMA_WARPS 16  // 8: -3% on llama-1b (too few blocks for its 2048-row matrices); 32: -12%
+#endif
+#ifndef MMA_U
+#define MMA_U 2  // K blocks in flight per warp (engine/PERF.md: 16 warps x 2 beat 8 x 4 and 4 x 8)
+#endif
+#define MMA_M 16  // output rows per block
+#define MMA_N 8   // activation rows per block
+
+// 8 activations as float16 pairs: hi[i] + lo[i] ~= elements 2i, 2i + 1 (lo: the residual).
+__device__ __forceinline__ void split_f16(const float4& a, const float4& b, u32 (&hi)[4], u32 (&lo)[4]) {
+    const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const __half2 h = __floats2half2_rn(v[2 * i], v[2 * i + 1]);
+        const float2 f = __half22float2(h);
+        hi[i] = *reinterpret_cast<const u32*>(&h);
+        lo[i] = pack_h2(v[2 * i] - f.x, v[2 * i + 1] - f.y);
+    }
+}
+
+template <int MODE>
+__device__ __forceinline__ void gemv_mma_body(const __half* __restrict__ w1, const __half* __restrict__ w2,
+                                              const float* __restrict__ x, float* __restrict__ out,
+                                              int N, int K, int nrows, int ldo) {
+    constexpr int NM = MODE == MODE_GLU ? 2 : 1;  // weight matrices (gate and up for GLU)
+    __shared__ float part[MMA_WARPS][NM][MMA_M][MMA_N];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int row0 = blockIdx.x * MMA_M, r0 = blockIdx.y * MMA_N;
+    const int nr = min(MMA_N, nrows - r0);
+    // weight rows g and g + 8 of the tile; rows past N read row N - 1 and are never stored
+    const size_t wa_off = (size_t)min(row0 + g, N - 1) * K + 8 * t;
+    const size_t wb_off = (size_t)min(row0 + g + 8, N - 1) * K + 8 * t;
+    const bool has_x = g < nr;  // lanes of absent activation rows multiply zeros
+    const float* xrow = x + (size_t)(r0 + (has_x ? g : 0)) * K + 8 * t;
+    const __half* wm[2] = {w1, w2};
+    pdl_wait();
+    float c[NM][4];
+#pragma unroll
+    for (int m = 0; m < NM; ++m) c[m][0] = c[m][1] = c[m][2] = c[m][3] = 0.f;
+    const int nkb = K / 32;
+    for (int kb0 = warp; kb0 < nkb; kb0 += MMA_WARPS * MMA_U) {
+        uint4 wa[MMA_U][NM], wb[MMA_U][NM];
+        float4 xa[MMA_U], xb[MMA_U];
+#pragma unroll
+        for (int u = 0; u < MMA_U; ++u) {
+            const int kb = kb0 + u * MMA_WARPS;
+            if (kb < nkb) {
+#pragma unroll
+                for (int m = 0; m < NM; ++m) {
+                    wa[u][m] = __ldg(reinterpret_cast<const uint4*>(wm[m] + wa_off + kb * 32));
+                    wb[u][m] = __ldg(reinterpret_cast<const uint4*>(wm[m] + wb_off + kb * 32));
+                }
+                xa[u] = xb[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+                if (has_x) {
+                    xa[u] = __ldg(reinterpret_cast<const float4*>(xrow + kb * 32));
+                    xb[u] = __ldg(reinterpret_cast<const float4*>(xrow + kb * 32 + 4));
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < MMA_U; ++u) {
+            if (kb0 + u * MMA_WARPS < nkb) {
+                u32 hi[4], lo[4];
+                split_f16(xa[u], xb[u], hi, lo);
+#pragma unroll
+                for (int m = 0; m < NM; ++m) {
+                    const uint4 a = wa[u][m], b = wb[u][m];
+                    mma16816(c[m], a.x, b.x, a.y, b.y, hi[0], hi[1]);
+                    mma16816(c[m], a.x, b.x, a.y, b.y, lo[0], lo[1]);
+                    mma16816(c[m], a.z, b.z, a.w, b.w, hi[2], hi[3]);
+                    mma16816(c[m], a.z, b.z, a.w, b.w, lo[2], lo[3]);
+                }
+            }
+        }
+    }
+    pdl_trigger();  // the weights are read: let the next kernel's blocks start launching
+    // accumulator fragment: c = {C[g][2t], C[g][2t + 1], C[g + 8][2t], C[g + 8][2t + 1]}
+#pragma unroll
+    for (int m = 0; m < NM; ++m) {
+        part[warp][m][g][2 * t] = c[m][0];
+        part[warp][m][g][2 * t + 1] = c[m][1];
+        part[warp][m][g + 8][2 * t] = c[m][2];
+        part[warp][m][g + 8][2 * t + 1] = c[m][3];
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < MMA_M * MMA_N; i += blockDim.x) {
+        const int row = i / MMA_N, col = i % MMA_N;
+        if (row0 + row >= N || col >= nr) continue;
+        float s[NM];
+#pragma unroll
+        for (int m = 0; m < NM; ++m) {
+            s[m] = 0.f;
+#pragma unroll
+            for (int w = 0; w < MMA_WARPS; ++w) s[m] += part[w][m][row][col];  // fixed order
+        }
+        float* o = out + (size_t)(r0 + col) * ldo + row0 + row;
+        if constexpr (MODE == MODE_STORE) {
+            *o = s[0];
+        } else if constexpr (MODE == MODE_ADD) {
+            *o += s[0];
+        } else {
+            *o = s[0] / (1.f + expf(-s[0])) * s[NM - 1];
+        }
+    }
+}
+
+#define GEMV_MMA_ONE(MNAME, MODE)                                                              \
+    extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) gemv_mma_f16_##MNAME(GEMV_ARGS) { \
+        gemv_mma_body<MODE>(reinterpret_cast<const __half*>(wq), reinterpret_cast<const __half*>(wq2), \
+                            reinterpret_cast<const float*>(x), out, N, K, nrows, ldo);                \
+    }
+GEMV_MMA_ONE(store, MODE_STORE)
+GEMV_MMA_ONE(add, MODE_ADD)
+GEMV_MMA_ONE(glu, MODE_GLU)
 
 // Activations to two-level int8 blocks of 32 for the dp4a path, one warp per block:
 // x ~= d1 * q1 + d2 * q2 with q2 quantizing the residual of q1, so the dot products carry

@@ -379,10 +379,12 @@ def head_text(rel: str, commit: str = "HEAD") -> str:
     ).stdout
 
 
-def apply_edits(files: dict[str, str], edits: list, name: str) -> dict[str, str]:
+def apply_edits(
+    files: dict[str, str], edits: list, name: str, base: str = "HEAD"
+) -> dict[str, str]:
     out = dict(files)
     for rel, old, new in edits:
-        text = out.setdefault(rel, head_text(rel))
+        text = out.setdefault(rel, head_text(rel, base))
         if text.count(old) != 1:
             sys.exit(f"{name}: {rel} no longer holds exactly one copy of:\n{old}")
         out[rel] = text.replace(old, new)
@@ -400,14 +402,14 @@ def unified(rel: str, before: str, after: str) -> str:
     )
 
 
-def make(name: str, edits: list, older: tuple[str, str] | None = None) -> str:
-    """The patch of `edits` against HEAD, or for `older` = (file, commit) against that file as
-    it was at that commit (a PR written before main moved)."""
-    base: dict[str, str] = {}
+def make(name: str, edits: list, older: tuple[str, str] | None = None, base: str = "HEAD") -> str:
+    """The patch of `edits` against commit `base`, or for `older` = (file, commit) against that
+    file as it was at that commit (a PR written before main moved)."""
+    files: dict[str, str] = {}
     if older is not None:
-        base[older[0]] = head_text(older[0], older[1])
-    after = apply_edits(base, edits, name)
-    before = {rel: base.get(rel, head_text(rel)) for rel in after}
+        files[older[0]] = head_text(older[0], older[1])
+    after = apply_edits(files, edits, name, base)
+    before = {rel: files.get(rel, head_text(rel, base)) for rel in after}
     return "".join(
         f"diff --git a/{rel} b/{rel}\n" + unified(rel, before[rel], after[rel])
         for rel in sorted(after)
@@ -415,12 +417,15 @@ def make(name: str, edits: list, older: tuple[str, str] | None = None) -> str:
 
 
 def write_patches(
-    patches: dict[str, list], out: Path, older: dict[str, tuple[str, str]] | None = None
+    patches: dict[str, list],
+    out: Path,
+    older: dict[str, tuple[str, str]] | None = None,
+    base: str = "HEAD",
 ) -> None:
     out.mkdir(exist_ok=True)
     for name, edits in patches.items():
         path = out / f"{name}.patch"
-        path.write_text(make(name, edits, (older or {}).get(name)))
+        path.write_text(make(name, edits, (older or {}).get(name), base))
         print(path.relative_to(ROOT))
 
 

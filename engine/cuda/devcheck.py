@@ -44,6 +44,14 @@ def time_prefill(runner, n: int) -> float:
     return n / (time.perf_counter() - t0)
 
 
+def print_profile(model: str, rows: int, times: dict[str, float]) -> None:
+    """The costliest kernels of one eager decode step (each launch timed alone)."""
+    total = sum(times.values())
+    print(f"{model} x{rows}: eager step kernels sum {total:.0f} us", file=sys.stderr)
+    for kname, us in sorted(times.items(), key=lambda kv: -kv[1])[:12]:
+        print(f"  {kname:28} {us:9.1f} us", file=sys.stderr)
+
+
 @click.command()
 @click.option("--models", default="llama-1b:f16,llama-8b:q4_0,llama-8b:f16")
 @click.option("--ctx", default="128")
@@ -87,11 +95,7 @@ def main(
             )
             print(f"{name} decode@{c}: {tps:.1f} tok/s ceiling {ceil_c:.1f}", file=sys.stderr)
         if profile:
-            times = r.profile_step(1)
-            total = sum(times.values())
-            print(f"{name}: eager step kernels sum {total:.0f} us", file=sys.stderr)
-            for kname, us in sorted(times.items(), key=lambda kv: -kv[1])[:12]:
-                print(f"  {kname:28} {us:9.1f} us", file=sys.stderr)
+            print_profile(name, 1, r.profile_step(1))
         if ablate:
             r.reset(1, 128 + 2000)
             r.prefill(0, np.arange(128) % 1000)
@@ -117,6 +121,8 @@ def main(
             rows.append(
                 dict(model=name, what=f"width{w}", tok_s=tps, ceiling=w * ceiling, ratio=0.0)
             )
+            if profile:
+                print_profile(name, w, r.profile_step(w))
         if prefill_n:
             tps = time_prefill(r, prefill_n)
             rows.append(

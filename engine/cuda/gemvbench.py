@@ -22,6 +22,7 @@ VARIANTS = {
     "nr1": {"GEMV_NR1": 1, "GEMV_NR1_Q": 1},
     "u16": {"GEMV_U": 16},
     "u4": {"GEMV_U": 4},
+    "fma": {"GEMV_MMA": 0},  # float16 weights through the float loop instead of tensor cores
 }
 # (label, rows, cols, mode) of one decode layer of Llama-3.1-8B
 SHAPES = [
@@ -34,7 +35,7 @@ POOL_BYTES = 512 * 1024**2
 
 
 def _weights(cp, wt: int, rows: int, cols: int, copies: int):
-    from engine.cuda.kernels import WT_F16, WT_Q4_0
+    from engine.cuda.geometry import WT_F16, WT_Q4_0
 
     rng = cp.random.default_rng(0)
     out = []
@@ -57,22 +58,19 @@ def _weights(cp, wt: int, rows: int, cols: int, copies: int):
 def main(variants: str, act_rows: int) -> None:
     import cupy as cp
 
-    from engine.cuda.kernels import NVRTC_OPTIONS, WT_F16, WT_Q4_0, gemv_name, source_text
+    from engine.cuda.geometry import WT_F16, WT_Q4_0, Geometry
+    from engine.cuda.kernels import source_text
 
     NULL = np.uint64(0)
     stream = cp.cuda.Stream(non_blocking=True)
     table = []
     for vname in [v for v in variants.split(",") if v]:
-        defs = VARIANTS[vname]
-        opts = NVRTC_OPTIONS + tuple(f"-D{k}={v}" for k, v in defs.items())
-        mod = cp.RawModule(code=source_text("gemv.cu"), options=opts)
-        warps = defs.get("GEMV_WARPS", 4)
-        rb = 1 if act_rows <= 1 else 2 if act_rows <= 2 else 4 if act_rows <= 4 else 8
-        nr1 = (defs.get("GEMV_NR1", 1), defs.get("GEMV_NR1_Q", 2))
+        geo = Geometry(VARIANTS[vname])
+        mod = cp.RawModule(code=source_text("gemv.cu"), options=geo.nvrtc_options)
         for wt in (WT_F16, WT_Q4_0):
             for label, rows, cols, mode in SHAPES:
-                fn = mod.get_function(gemv_name(wt, rb, mode))
-                nr = 4 if rb >= 4 else 2 if rb == 2 else nr1[0 if wt == WT_F16 else 1]
+                name, grid, block = geo.launch(wt, rows, cols, act_rows, mode)
+                fn = mod.get_function(name)
                 mats = 2 if mode == "glu" else 1
                 bpw = 2.0 if wt == WT_F16 else 18 / 32
                 nbytes = int(rows * cols * bpw * mats)
@@ -85,8 +83,6 @@ def main(variants: str, act_rows: int) -> None:
                     x = cp.random.randint(-127, 128, size=(act_rows, 2 * cols)).astype(cp.int8)
                     xs = cp.random.random((act_rows, cols // 32 * 4), dtype=cp.float32)
                 out = cp.zeros((act_rows, rows), dtype=cp.float32)
-                per = warps * nr
-                grid = ((rows + per - 1) // per, (act_rows + rb - 1) // rb)
                 with stream:
                     stream.begin_capture()
                     for q, s in ws:
@@ -94,7 +90,7 @@ def main(variants: str, act_rows: int) -> None:
                         s2 = (s[rows:] if s is not None else NULL) if mats == 2 else NULL
                         fn(
                             grid,
-                            (warps * 32,),
+                            block,
                             (
                                 q[:rows], s[:rows] if s is not None else NULL, q2, s2, x, xs, out,
                                 np.int32(rows), np.int32(cols), np.int32(act_rows), np.int32(rows),

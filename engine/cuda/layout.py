@@ -17,7 +17,7 @@ from typing import Any
 import cupy as cp
 import numpy as np
 
-from engine.cuda.kernels import WT_F16, WT_F32, WT_Q4_0, WT_Q4_1, WT_Q8_0
+from engine.cuda.geometry import WT_F16, WT_F32, WT_Q4_0, WT_Q4_1, WT_Q8_0
 from engine.errors import EngineError
 
 # ggml type -> (kernel type id, bytes per 32-element block, header bytes)

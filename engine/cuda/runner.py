@@ -24,15 +24,8 @@ import cupy as cp
 import numpy as np
 
 from engine.config import ModelConfig
-from engine.cuda.kernels import (
-    GEMV_WARPS,
-    HEAD_DIMS,
-    MAX_GROUP,
-    WT_F16,
-    gemv_grid,
-    gemv_name,
-    get_kernels,
-)
+from engine.cuda.geometry import WT_F16, gemv_launch
+from engine.cuda.kernels import HEAD_DIMS, MAX_GROUP, get_kernels
 from engine.cuda.launch import PdlLauncher
 from engine.cuda.layout import GpuWeight, fuse_rows, matrix_to_gpu, vector_to_gpu
 from engine.errors import EngineError
@@ -336,7 +329,7 @@ class CupyRunner(Runner):
             xa, xs = b["xq"], b["xs"]
         else:
             xa, xs = b[src], NULL
-        grid, rb = gemv_grid(w.rows, rows, w.wt)
+        name, grid, block = gemv_launch(w.wt, w.rows, w.cols, rows, mode)
         args = (
             w.q,
             w.s if w.s is not None else NULL,
@@ -350,7 +343,7 @@ class CupyRunner(Runner):
             _i(rows),
             _i(out.shape[1]),
         )
-        self._launch(gemv_name(w.wt, rb, mode), grid, (GEMV_WARPS * 32,), args)
+        self._launch(name, grid, block, args)
 
     def _launch(self, name: str, grid: tuple, block: tuple, args: tuple) -> None:
         """Launch one kernel on the runner's stream; timed per kernel when tracing."""

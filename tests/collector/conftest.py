@@ -140,12 +140,12 @@ def fake_repo(tmp_path: Path) -> FakeRepo:
 
 @pytest.fixture
 def applies_to_head(tmp_path: Path):  # noqa: ANN201
-    """`git apply --check` of a patch against HEAD's tree, through a scratch index so the
-    working tree is not involved: returns (applies, git's message)."""
-    env = {**os.environ, "GIT_INDEX_FILE": str(tmp_path / "head-index")}
-    subprocess.run(["git", "read-tree", "HEAD"], cwd=REPO_ROOT, env=env, check=True)
+    """`git apply --check` of a patch against HEAD's tree (or another commit's), through a
+    scratch index so the working tree is not involved: returns (applies, git's message)."""
 
-    def check(patch: Path) -> tuple[bool, str]:
+    def check(patch: Path, commit: str = "HEAD") -> tuple[bool, str]:
+        env = {**os.environ, "GIT_INDEX_FILE": str(tmp_path / f"index-{commit}")}
+        subprocess.run(["git", "read-tree", commit], cwd=REPO_ROOT, env=env, check=True)
         r = subprocess.run(
             ["git", "apply", "--cached", "--check", "--", str(patch)],
             cwd=REPO_ROOT,

@@ -5,6 +5,7 @@ everywhere, the rounds are judged under the calibrated gpu policy, and no logits
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -34,8 +35,13 @@ def test_the_gpu_demo_round_gives_every_pr_its_expected_verdict(store) -> None:
     got = {n: load_pr(store, m.round, n) for n in list_prs(store, m.round)}
     assert {n: v["label"] for n, v in got.items()} == {p.number: p.expect for p in m.pr}
     assert [n for n, v in got.items() if v["merge_first"]] == [201]
-    # the stored manifest is the one in the repository, and every measured PR ran on the H200
-    assert rnd["manifest_toml"] == DEMO.read_text()
+    # the repository's manifest is the stored one, pinned since to the main it measured
+    assert rnd["main_commit"] == m.base_ref
+    assert tomllib.loads(rnd["manifest_toml"]) == {
+        **tomllib.loads(DEMO.read_text()),
+        "base_ref": "HEAD",
+    }
+    # every measured PR ran on the H200
     devices = store.query(
         "SELECT DISTINCT device_name FROM sessions WHERE round_id = ? AND status = 'ok'", [m.round]
     )

@@ -6,6 +6,8 @@ Each patch is applied to a copy of the working tree; main and the copies run the
 `engine.bench sweep` commands in one interleaved order (main first and last, so drift shows).
 Prints one table: per model and axis, main's medians, each variant's median and its ratio to
 main's mean. A developer tool: it predicts what a round of data/demo/gpu/gpu.toml should see.
+The patches apply at that round's main (gpu.toml's base_ref), so run it from a checkout of that
+commit (`git worktree add ../round-main <base_ref>`), not from a later main.
 """
 
 from __future__ import annotations
@@ -38,7 +40,9 @@ def checkout(name: str, patch: str | None, scratch: Path) -> Path:
     dst = scratch / name
     if not dst.exists():
         shutil.copytree(ROOT, dst, ignore=shutil.ignore_patterns(".git", ".whl*", ".gguf", "out"))
-        subprocess.run(["git", "apply", str(PATCHES / f"{patch}.patch")], cwd=dst, check=True)
+        r = subprocess.run(["git", "apply", str(PATCHES / f"{patch}.patch")], cwd=dst)
+        if r.returncode != 0:
+            sys.exit(f"{patch} does not apply here: run from a checkout of gpu.toml's base_ref")
     return dst
 
 

@@ -2,7 +2,8 @@
 
 Outputs are poisoned with NaN before every launch, so an element a kernel fails to write
 fails the test. Error bounds (relative Frobenius norm unless stated), and why:
-  mat-vec, float weights (F32, F16):       1e-5  float32 accumulation
+  mat-vec, float weights (F32, F16):       1e-5  float32 accumulation (F16 on tensor cores:
+                                                 each activation as two float16 halves)
   mat-vec, quantized weights (dp4a):       2e-4  activations as two-level int8 blocks
   RMSNorm:                                 1e-5
   RoPE q (float32 out):                    1e-5;  K cache (float16):  2e-3
@@ -63,7 +64,7 @@ def nan_buffer(cp, shape):
 
 def run_gemv(cp, k, w, rows: int, x: np.ndarray, mode: str, w2=None, out0=None):
     """Launch one mat-vec the way the runner does and return the float32 result."""
-    from engine.cuda.kernels import GEMV_WARPS, gemv_grid, gemv_name
+    from engine.cuda.geometry import gemv_launch
 
     NULL = np.uint64(0)
     xd = cp.asarray(x, dtype=cp.float32)
@@ -77,10 +78,10 @@ def run_gemv(cp, k, w, rows: int, x: np.ndarray, mode: str, w2=None, out0=None):
     else:
         xa, xs = xd, NULL
     out = nan_buffer(cp, (rows, w.rows)) if out0 is None else cp.asarray(out0, dtype=cp.float32)
-    grid, rb = gemv_grid(w.rows, rows, w.wt)
-    k[gemv_name(w.wt, rb, mode)](
+    name, grid, block = gemv_launch(w.wt, w.rows, K, rows, mode)
+    k[name](
         grid,
-        (GEMV_WARPS * 32,),
+        block,
         (
             w.q, w.s if w.s is not None else NULL,
             w2.q if w2 is not None else NULL,
@@ -94,10 +95,24 @@ def run_gemv(cp, k, w, rows: int, x: np.ndarray, mode: str, w2=None, out0=None):
 @pytest.mark.parametrize("kind", ["F32", "F16", *QTYPES])
 @pytest.mark.parametrize("rows", [1, 3, 8, 11])
 def test_gemv_matches_reference(cu, kind, rows):
+    check_gemv(cu, kind, rows, 576)
+
+
+@pytest.mark.parametrize("rows", [1, 8])
+def test_gemv_f16_rows_of_odd_length_use_the_float_loop(cu, rows):
+    """F16 rows that are not whole 32-wide blocks skip the tensor-core mat-vec."""
+    from engine.cuda.geometry import WT_F16, gemv_launch
+
+    assert not gemv_launch(WT_F16, 300, 584, rows, "store")[0].startswith("gemv_mma")
+    assert gemv_launch(WT_F16, 300, 576, rows, "store")[0].startswith("gemv_mma")
+    check_gemv(cu, "F16", rows, 584)
+
+
+def check_gemv(cu, kind: str, rows: int, K: int) -> None:
     cp, k = cu
     from engine.cuda.layout import matrix_to_gpu
 
-    n_out, K = 300, 576
+    n_out = 300
     t, ref_w = make_weight(kind, n_out, K)
     t2, ref_w2 = make_weight(kind, n_out, K)
     w, w2 = matrix_to_gpu(t), matrix_to_gpu(t2)

@@ -1,16 +1,19 @@
-"""Write the GPU demo round's patches (data/demo/gpu/patches/*.patch) against this repository's HEAD.
+"""Write the GPU demo round's patches (data/demo/gpu/patches/*.patch) against the main commit
+the round was measured at (gpu.toml's base_ref), so the published round can be measured again
+however main has moved since.
 
     python data/demo/gpu/make_patches.py      # from the repository root
 
 Each PR is a set of exact text edits to the CUDA backend (kernels/, engine/cuda/); an edit that no
 longer finds its text stops the script (the same helpers as the CPU demo's make_patches.py).
-tests/collector/test_demo_gpu.py checks that the committed patches apply to HEAD and that the
-conflicting one still conflicts.
+tests/collector/test_demo_gpu.py checks that the committed patches apply at that commit and that
+the conflicting one still conflicts.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import tomllib
 from pathlib import Path
 
 _CPU = Path(__file__).resolve().parents[1] / "make_patches.py"
@@ -20,6 +23,7 @@ _cpu = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_cpu)
 
 OUT = Path(__file__).resolve().parent / "patches"
+ROUND_MAIN = tomllib.loads((OUT.parent / "gpu.toml").read_text())["base_ref"]
 GEMV, KPY, RUN = "kernels/gemv.cu", "engine/cuda/kernels.py", "engine/cuda/runner.py"
 
 # Four output rows per warp for a quantized mat-vec of one activation row (main: two). Each
@@ -155,7 +159,7 @@ PATCHES: dict[str, list] = {
 
 
 def main() -> None:
-    _cpu.write_patches(PATCHES, OUT, {"206-conflicts": (RUN, CONFLICT_BASE_COMMIT)})
+    _cpu.write_patches(PATCHES, OUT, {"206-conflicts": (RUN, CONFLICT_BASE_COMMIT)}, ROUND_MAIN)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,91 @@
+"""Launch geometry of the mat-vec kernels, and the tuning macros it follows (no CuPy needed).
+
+The .cu files read their tuning macros (GEMV_WARPS, GEMV_NR1_Q, MMA_WARPS, ...) with defaults;
+SPARKBOARD_KERNEL_DEFINES="GEMV_NR1_Q=2 GEMV_MMA=0" compiles them with other values, and the
+grids and block sizes below follow the same values: a developer's A/B of one process against
+another on the same card (engine/PERF.md). Nothing in a measured round sets it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+
+BASE_OPTIONS = ("--std=c++17",)
+DEFINES_ENV = "SPARKBOARD_KERNEL_DEFINES"
+# The macros the Python side needs too, with the defaults the .cu files use. GEMV_MMA=0 keeps
+# float16 weights off the tensor cores (only the Python side reads it).
+GEOMETRY_DEFAULTS = {
+    "GEMV_WARPS": 4,
+    "GEMV_NR1": 1,
+    "GEMV_NR1_Q": 4,
+    "MMA_WARPS": 16,
+    "GEMV_MMA": 1,
+}
+
+# Weight storage types: the WT_* numbers in kernels/common.cuh.
+WT_F32, WT_F16, WT_Q8_0, WT_Q4_0, WT_Q4_1 = 0, 1, 2, 3, 4
+WT_NAMES = {WT_F32: "f32", WT_F16: "f16", WT_Q8_0: "q8_0", WT_Q4_0: "q4_0", WT_Q4_1: "q4_1"}
+GEMV_ROW_BLOCKS = (1, 2, 4, 8)  # activation rows one mat-vec launch reads each weight for
+GEMV_MODES = ("store", "add", "glu")
+MMA_M, MMA_N = 16, 8  # output rows x activation rows of one tensor-core mat-vec block
+
+
+def kernel_defines(environ: Mapping[str, str] = os.environ) -> dict[str, int]:
+    """NAME=integer pairs from SPARKBOARD_KERNEL_DEFINES (space- or comma-separated)."""
+    out: dict[str, int] = {}
+    for item in environ.get(DEFINES_ENV, "").replace(",", " ").split():
+        m = re.fullmatch(r"([A-Z][A-Z0-9_]*)=(-?[0-9]+)", item)
+        if not m:
+            raise ValueError(f"{DEFINES_ENV}: {item!r} is not NAME=integer")
+        out[m.group(1)] = int(m.group(2))
+    return out
+
+
+class Geometry:
+    """Mat-vec launch shapes for one set of tuning macros."""
+
+    def __init__(self, defines: Mapping[str, int]) -> None:
+        self.defines = dict(defines)
+        self.values = {k: int(self.defines.get(k, v)) for k, v in GEOMETRY_DEFAULTS.items()}
+        self.nvrtc_options = BASE_OPTIONS + tuple(
+            f"-D{k}={v}" for k, v in sorted(self.defines.items())
+        )
+
+    def rows_per_warp(self, row_block: int, wt: int) -> int:
+        """Output rows one warp of the float/dp4a mat-vec computes (GEMV_NR in gemv.cu)."""
+        if row_block >= 4:
+            return 4
+        if row_block == 2:
+            return 2
+        return self.values["GEMV_NR1_Q"] if wt >= WT_Q8_0 else self.values["GEMV_NR1"]
+
+    def uses_mma(self, wt: int, cols: int) -> bool:
+        """Float16 weights whose rows are whole 32-wide blocks take the tensor-core mat-vec,
+        at every row count, so a sequence's result never depends on its batch."""
+        return bool(self.values["GEMV_MMA"]) and wt == WT_F16 and cols % 32 == 0
+
+    def launch(
+        self, wt: int, n_out: int, cols: int, rows: int, mode: str
+    ) -> tuple[str, tuple, tuple]:
+        """(kernel name, grid, block) of the mat-vec of an [n_out, cols] weight on `rows` rows."""
+        if mode not in GEMV_MODES:
+            raise ValueError(f"mat-vec mode {mode!r} is not one of {GEMV_MODES}")
+        if self.uses_mma(wt, cols):
+            grid = (-(-n_out // MMA_M), -(-rows // MMA_N))
+            return f"gemv_mma_f16_{mode}", grid, (self.values["MMA_WARPS"] * 32,)
+        rb = 1 if rows <= 1 else 2 if rows <= 2 else 4 if rows <= 4 else 8
+        per_block = self.values["GEMV_WARPS"] * self.rows_per_warp(rb, wt)
+        grid = (-(-n_out // per_block), -(-rows // rb))
+        return gemv_name(wt, rb, mode), grid, (self.values["GEMV_WARPS"] * 32,)
+
+
+def gemv_name(wt: int, row_block: int, mode: str) -> str:
+    return f"gemv_{WT_NAMES[wt]}_r{row_block}_{mode}"
+
+
+# The process's geometry: what the kernels are compiled with and launched by.
+GEOMETRY = Geometry(kernel_defines())
+NVRTC_OPTIONS = GEOMETRY.nvrtc_options
+gemv_launch = GEOMETRY.launch

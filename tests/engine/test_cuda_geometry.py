@@ -1,0 +1,60 @@
+"""Launch geometry of the mat-vec kernels and the tuning macros behind it (engine/cuda/geometry.py:
+pure Python, so it is checked here without a GPU)."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.cuda.geometry import (
+    DEFINES_ENV,
+    GEMV_MODES,
+    WT_F16,
+    WT_F32,
+    WT_Q4_0,
+    WT_Q8_0,
+    Geometry,
+    kernel_defines,
+)
+
+
+def test_defines_parse_names_and_integers() -> None:
+    assert kernel_defines({}) == {}
+    assert kernel_defines({DEFINES_ENV: "GEMV_NR1_Q=2, MMA_WARPS=8 GEMV_MMA=0"}) == {
+        "GEMV_NR1_Q": 2,
+        "MMA_WARPS": 8,
+        "GEMV_MMA": 0,
+    }
+    for bad in ("GEMV_U=eight", "gemv_u=8", "GEMV_U", "GEMV_U=8;rm"):
+        with pytest.raises(ValueError, match=DEFINES_ENV):
+            kernel_defines({DEFINES_ENV: bad})
+
+
+def test_defines_reach_nvrtc_and_the_launch_geometry() -> None:
+    geo = Geometry({"GEMV_NR1_Q": 2, "MMA_WARPS": 8})
+    assert geo.nvrtc_options == ("--std=c++17", "-DGEMV_NR1_Q=2", "-DMMA_WARPS=8")
+    name, grid, block = geo.launch(WT_Q4_0, 4096, 4096, 1, "store")
+    assert (name, grid, block) == ("gemv_q4_0_r1_store", (512, 1), (128,))  # 4 warps x 2 rows
+    assert geo.launch(WT_F16, 4096, 4096, 1, "add")[2] == (256,)
+    assert Geometry({}).nvrtc_options == ("--std=c++17",)
+
+
+def test_float16_takes_the_tensor_core_mat_vec_at_every_width() -> None:
+    geo = Geometry({})
+    names = {geo.launch(WT_F16, 2048, 8192, rows, "add")[0] for rows in range(1, 33)}
+    assert names == {"gemv_mma_f16_add"}  # one kernel: batch and alone are bit-identical
+    assert geo.launch(WT_F16, 300, 576, 11, "glu")[1:] == ((19, 2), (512,))  # 16 x 8 tiles
+    # rows that are not whole 32-wide blocks, F32, and GEMV_MMA=0 keep the float loop
+    assert geo.launch(WT_F16, 300, 584, 1, "store")[0] == "gemv_f16_r1_store"
+    assert geo.launch(WT_F32, 300, 576, 8, "store")[0] == "gemv_f32_r8_store"
+    assert Geometry({"GEMV_MMA": 0}).launch(WT_F16, 300, 576, 3, "store")[0] == "gemv_f16_r4_store"
+
+
+def test_quantized_rows_per_warp_and_row_blocks() -> None:
+    geo = Geometry({})
+    assert geo.launch(WT_Q8_0, 4096, 4096, 1, "glu")[:2] == ("gemv_q8_0_r1_glu", (256, 1))
+    assert geo.launch(WT_Q4_0, 4096, 4096, 2, "store")[:2] == ("gemv_q4_0_r2_store", (512, 1))
+    assert geo.launch(WT_Q4_0, 4096, 4096, 11, "store")[:2] == ("gemv_q4_0_r8_store", (256, 2))
+    for mode in GEMV_MODES:
+        assert geo.launch(WT_Q4_0, 10, 64, 1, mode)[1] == (1, 1)
+    with pytest.raises(ValueError, match="mode"):
+        geo.launch(WT_Q4_0, 10, 64, 1, "mul")

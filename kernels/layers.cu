@@ -1,14 +1,18 @@
 // Element-wise and per-row layer kernels shared by decode and prefill: RMSNorm, embedding
 // lookup, RoPE with the KV-cache write, argmax, dequantization for the prefill GEMMs, SwiGLU.
 
-// y[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * w; one block per row. Writes any of: float32
-// (y), float16 (y16, the prefill GEMM input), two-level int8 blocks (xq/xs, the input of
-// the quantized mat-vec: the quantization is fused here). dim is a multiple of 32.
+// y[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * w. Grid (slices, rows): every block sums the
+// squares of its whole row (in the same order, so every block gets the same scale) and writes
+// elements [slice * per, slice * per + per) of it. Decode uses slices of 256 so the int8
+// quantization (one warp per block of 32) spreads over many SMs; prefill, with thousands of
+// rows, one slice per row. Writes any of: float32 (y), float16 (y16, the prefill GEMM input),
+// two-level int8 blocks (xq/xs, the input of the quantized mat-vec). dim and per are multiples
+// of 32.
 extern "C" __global__ void rmsnorm(const float* __restrict__ x, const float* __restrict__ w,
                                    float* __restrict__ y, __half* __restrict__ y16,
-                                   i8* __restrict__ xq, float4* __restrict__ xs, int dim,
+                                   i8* __restrict__ xq, float4* __restrict__ xs, int dim, int per,
                                    float eps) {
-    const size_t base = (size_t)blockIdx.x * dim;
+    const size_t base = (size_t)blockIdx.y * dim;
     pdl_wait();
     pdl_trigger();
     float ss = 0.f;
@@ -19,7 +23,8 @@ extern "C" __global__ void rmsnorm(const float* __restrict__ x, const float* __r
     ss = block_sum(ss);
     const float rs = rsqrtf(ss / (float)dim + eps);
     const int lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-    for (int b = threadIdx.x >> 5; b < dim / 32; b += nw) {
+    const int b_end = min(dim, (int)(blockIdx.x + 1) * per) / 32;
+    for (int b = blockIdx.x * per / 32 + (threadIdx.x >> 5); b < b_end; b += nw) {
         const int i = b * 32 + lane;
         const float v = x[base + i] * rs * w[i];
         if (y) y[base + i] = v;

@@ -157,20 +157,20 @@ def quantized_planes(cp, k, x):
     return cp.asnumpy(xq), cp.asnumpy(xs)
 
 
-def test_rmsnorm_and_fused_quantization(cu):
+@pytest.mark.parametrize(
+    "dim,per", [(2048, 2048), (2048, 256), (576, 256), (576, 576), (96, 64)]
+)  # one block per row (prefill) or slices of a row (decode), a last slice cut short
+def test_rmsnorm_and_fused_quantization(cu, dim, per):
     cp, k = cu
-    rows, dim, eps = 5, 2048, 1e-5
+    rows, eps = 5, 1e-5
     x = RNG.standard_normal((rows, dim)).astype(np.float32) * 3
     w = (1 + 0.1 * RNG.standard_normal(dim)).astype(np.float32)
     y = nan_buffer(cp, (rows, dim))
     y16 = cp.full((rows, dim), cp.nan, dtype=cp.float16)
     xq = cp.zeros((rows, 2 * dim), dtype=cp.int8)
     xs = nan_buffer(cp, (rows, dim // 32 * 4))
-    k["rmsnorm"](
-        (rows,),
-        (1024,),
-        (cp.asarray(x), cp.asarray(w), y, y16, xq, xs, np.int32(dim), np.float32(eps)),
-    )
+    args = (cp.asarray(x), cp.asarray(w), y, y16, xq, xs, np.int32(dim), np.int32(per))
+    k["rmsnorm"]((-(-dim // per), rows), (min(1024, per),), (*args, np.float32(eps)))
     x64 = x.astype(np.float64)
     ref = x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + eps) * w
     got = cp.asnumpy(y)

@@ -16,7 +16,11 @@ $B sweep --model llama-8b:q4_0 --ctx 128,32768 --tokens 64 --reps 1 --backend cu
 $B sweep --model llama-1b:f16 --ctx 128 --tokens 128 --reps 2 --backend cupy --out "$OUT/sweep_1b_f16.json" 2>&1 | tail -n 2
 $B concurrent --model llama-1b:f16 --widths 1,8,32 --tokens 64 --runs 1 --backend cupy --out "$OUT/conc_1b_f16.json" 2>&1 | tail -n 2
 $B roofline --model llama-8b:f16 --ctx 128 --tokens 64 --reps 2 --out "$OUT/roofline_8b_f16.json" 2>&1 | tail -n 6
+$B roofline --model llama-8b:q4_0 --ctx 128 --tokens 64 --reps 2 --out "$OUT/roofline_8b_q4_0.json" 2>&1 | tail -n 6
+$B roofline --model llama-1b:f16 --ctx 128 --tokens 128 --reps 2 --out "$OUT/roofline_1b_f16.json" 2>&1 | tail -n 6
 $B peers --model llama-1b:f16 --ctx 128 --tokens 32 --out "$OUT/peers_1b_f16.json" 2>&1 | tail -n 5
+timeout 240 python3 -m engine.bench peers --model llama-1b:f16 --ctx 128 --tokens 64 --compile \
+  --out "$OUT/peers_1b_f16_compile.json" 2>&1 | tail -n 5
 timeout 60 python3 -m engine generate --model smollm2-135m --prompt "The capital of France is" \
   --max-tokens 12 --backend cupy 2>&1 | tail -n 3
 python3 - "$OUT" <<'PY'

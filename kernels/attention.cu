@@ -10,7 +10,7 @@
 // Prefill: attn_prefill_<HD> is a causal flash-attention kernel on tensor cores
 // (mma.sync m16n8k16, f16 in, f32 accumulate): a block owns 64 queries of one head, walks
 // 64-key tiles of the cache up to the diagonal with an online softmax held in registers, and
-// never materialises the score matrix.
+// never materialises the score matrix; K and V tiles stream in by cp.async, one tile ahead.
 
 #define ATT_WARPS 4
 #define GMAX 8
@@ -254,6 +254,28 @@ __device__ __forceinline__ void ldmatrix_x4_trans(u32& r0, u32& r1, u32& r2, u32
                  : "r"(addr));
 }
 
+// 16 bytes global -> shared without registers; src_bytes 0 fills zeros and reads nothing.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
+    const u32 addr = (u32)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all_but_newest() {
+    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+}
+
+// Rows k0 .. k0 + PF_BK - 1 of one head's cache into a padded tile; rows from nkeys on are
+// zeros (never read: the cache past the prompt may hold anything).
+template <int HD, int LDS>
+__device__ __forceinline__ void load_tile(__half (*tile)[LDS], const __half* __restrict__ head, int k0,
+                                          int nkeys) {
+    for (int i = threadIdx.x; i < PF_BK * (HD / 8); i += blockDim.x) {
+        const int rr = i / (HD / 8), cc = (i % (HD / 8)) * 8;
+        const bool in = k0 + rr < nkeys;
+        cp_async16(&tile[rr][cc], head + (size_t)(in ? k0 + rr : 0) * HD + cc, in ? 16 : 0);
+    }
+}
+
 // q: float32 [T][n_heads][HD] after RoPE; out: float16 [T][n_heads * HD]. The T queries sit
 // at positions p0 .. p0+T-1 of sequence `seq`, whose keys 0 .. p0+T-1 are in the cache.
 template <int HD>
@@ -308,19 +330,16 @@ __device__ __forceinline__ void attn_prefill_body(const float* __restrict__ q, c
     const int ntiles = (p0 + last_q) / PF_BK + 1;
     const size_t head_base = ((size_t)seq * n_kv + kvh) * (size_t)max_len * HD;
 
+    // K and V tiles arrive by cp.async, each one tile ahead: the next K tile loads while this
+    // tile's softmax and P V run, the next V tile while the next Q K^T runs. Commit groups go
+    // K0, V0, K1, V1, ...; waiting for "all but the newest" then always means the tile needed.
+    load_tile<HD, LDS>(Ks, kc + head_base, 0, nkeys);
+    cp_async_commit();
+    load_tile<HD, LDS>(Vs, vc + head_base, 0, nkeys);
+    cp_async_commit();
     for (int kt = 0; kt < ntiles; ++kt) {
         const int k0 = kt * PF_BK;
-        __syncthreads();
-        for (int i = threadIdx.x; i < PF_BK * (HD / 8); i += blockDim.x) {
-            const int rr = i / (HD / 8), cc = (i % (HD / 8)) * 8;
-            uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
-            if (k0 + rr < nkeys) {
-                kv = *reinterpret_cast<const uint4*>(kc + head_base + (size_t)(k0 + rr) * HD + cc);
-                vv = *reinterpret_cast<const uint4*>(vc + head_base + (size_t)(k0 + rr) * HD + cc);
-            }
-            *reinterpret_cast<uint4*>(&Ks[rr][cc]) = kv;
-            *reinterpret_cast<uint4*>(&Vs[rr][cc]) = vv;
-        }
+        cp_async_wait_all_but_newest();  // K tile kt
         __syncthreads();
 
         // S = Q K^T: 8 n-tiles of 8 keys.
@@ -335,6 +354,9 @@ __device__ __forceinline__ void attn_prefill_body(const float* __restrict__ q, c
                 mma16816(s[j], qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], b0, b1);
             }
         }
+        __syncthreads();  // every warp is done with Ks: the next K tile may land there
+        if (kt + 1 < ntiles) load_tile<HD, LDS>(Ks, kc + head_base, k0 + PF_BK, nkeys);
+        cp_async_commit();
         // Causal mask and the row maxima (rows g and g+8; 4 threads share a row).
         float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
@@ -378,6 +400,8 @@ __device__ __forceinline__ void attn_prefill_body(const float* __restrict__ q, c
             o[j][2] *= a1;
             o[j][3] *= a1;
         }
+        cp_async_wait_all_but_newest();  // V tile kt
+        __syncthreads();
         // O += P V: the S accumulators of two adjacent key tiles are the A fragment of P.
 #pragma unroll
         for (int ks = 0; ks < PF_BK / 16; ++ks) {
@@ -394,6 +418,9 @@ __device__ __forceinline__ void attn_prefill_body(const float* __restrict__ q, c
                 mma16816(o[n0 / 8 + 1], pa0, pa1, pa2, pa3, b2, b3);
             }
         }
+        __syncthreads();  // every warp is done with Vs
+        if (kt + 1 < ntiles) load_tile<HD, LDS>(Vs, vc + head_base, k0 + PF_BK, nkeys);
+        cp_async_commit();
     }
 
     const float il0 = 1.f / l0, il1 = 1.f / l1;

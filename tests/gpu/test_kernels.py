@@ -10,6 +10,7 @@ fails the test. Error bounds (relative Frobenius norm unless stated), and why:
   decode attention (split + combine):      1e-4  (K/V given in float16, exact for the ref)
   prefill attention (tensor cores):        1e-2  q and softmax weights rounded to float16
   argmax, embedding of F32/F16/Q weights:  exact (same float32 arithmetic)
+  SwiGLU (float16 out):                    1e-3
 Skipped without CuPy and a GPU (tests/conftest.py); the module imports without CuPy.
 """
 
@@ -359,6 +360,18 @@ def test_argmax_advance(cu):
     expect = lens.copy()
     expect[seq_ids] += 1
     assert np.array_equal(cp.asnumpy(ld), expect)
+
+
+def test_swiglu_f16(cu):
+    """Prefill SwiGLU over [gate | up] rows (the GEMM's float32 output), float16 out."""
+    cp, k = cu
+    rows, ffn = 7, 1000
+    gu = (RNG.standard_normal((rows, 2 * ffn)) * 3).astype(np.float32)
+    out = cp.full((rows, ffn), cp.nan, dtype=cp.float16)
+    n = rows * ffn
+    k["swiglu_f16"](((n + 255) // 256,), (256,), (cp.asarray(gu), np.int32(ffn), out, np.uint64(n)))
+    g, u = gu[:, :ffn].astype(np.float64), gu[:, ffn:].astype(np.float64)
+    assert rel(cp.asnumpy(out), g / (1 + np.exp(-g)) * u) < 1e-3  # float16 output
 
 
 @pytest.mark.parametrize("kind", ["F32", "F16", *QTYPES])

@@ -6,7 +6,8 @@ set -u
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+# the device copy's .git (if any) is not this checkout's: the caller names the commit
+echo "commit ${SPARKBOARD_COMMIT:-unknown (set SPARKBOARD_COMMIT)}"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 timeout 200 python3 -m pytest -q tests/gpu -m gpu -k "not llama_1b or q4_0" -p no:cacheprovider \
   --tb=short 2>&1 | tee "$OUT/pytest.log" | tail -n 15

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import FakeRepo, git, pr
+from fake_repo import FakeRepo, git, pr
 
 from collector.cli import main
 from collector.collect import collect

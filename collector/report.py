@@ -176,10 +176,16 @@ def build_sections(d: dict[str, Any]) -> tuple[str, list[Section], str]:
             ]
         )
     if d.get("best_axis"):
+        # with no significant axis the best one is only the largest change: it gave no tier
+        significant = any(
+            c["model"] == d["best_model"] and c["axis"] == d["best_axis"] and c["significant"]
+            for c in tcomps
+        )
         head.append(
             [
-                "tier from",
-                f"{d['best_model']} {d['best_axis']} ({pct(d['best_delta'])}, 95% CI {pct(d['ci_low'])}..{pct(d['ci_high'])})",
+                "tier from" if significant else "largest change",
+                f"{d['best_model']} {d['best_axis']} ({pct(d['best_delta'])}, 95% CI {pct(d['ci_low'])}..{pct(d['ci_high'])})"
+                + ("" if significant else ", not significant"),
             ]
         )
     for g in d["gates"]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from collector.manifest import load_manifest
-from collector.report import list_prs, load_pr
+from collector.report import list_prs, load_pr, render_markdown
 from collector.store import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,3 +81,13 @@ def test_published_without_logits(store) -> None:
     marked = store.query("SELECT count(*) FROM schema_meta WHERE key LIKE 'score_dumps_left_out:%'")
     assert marked == [(n_rounds,)]
     assert store.query("SELECT count(*) FROM samples")[0][0] > 1000  # raw samples are kept
+
+
+def test_the_comment_names_a_tier_axis_only_when_it_is_significant(store) -> None:
+    """#201 (S) got its tier from an axis; #208 (none) has only a largest change, noise."""
+    rid = load_manifest(DEMO).manifest.round
+    tier = render_markdown(load_pr(store, rid, 201))
+    neutral = render_markdown(load_pr(store, rid, 208))
+    assert "tier from" in tier and "largest change" not in tier
+    assert "largest change" in neutral and "not significant" in neutral
+    assert "tier from" not in neutral

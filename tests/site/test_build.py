@@ -116,6 +116,34 @@ def test_leaderboard_shows_every_field(built: tuple[Path, Path], small_db: Path)
     assert any(t == "figure" and "sb-chart" in (a.get("class") or "") for t, a in page.tags)
 
 
+def test_best_axis_of_a_pr_without_a_significant_gain_says_so(
+    built: tuple[Path, Path], small_db: Path
+) -> None:
+    """A best axis that cleared no significance (every `none` PR's, some REJECTs') is only the
+    largest change: the leaderboard and the PR page mark it; a tier's axis is shown plain."""
+    docs, _ = built
+    con = duckdb.connect(str(small_db), read_only=True)
+    rid = con.execute("SELECT round_id FROM rounds ORDER BY created_at DESC LIMIT 1").fetchone()[0]
+    rows = con.execute(
+        """SELECT v.pr, v.label, c.significant FROM verdicts v JOIN comparisons c
+           ON c.round_id = v.round_id AND c.pr = v.pr AND c.model = v.best_model
+              AND c.axis = v.best_axis
+           WHERE v.round_id = ?""",
+        [rid],
+    ).fetchall()
+    con.close()
+    labels = {label for _, label, _ in rows}
+    assert "none" in labels and labels & {"XS", "S", "M", "L", "XL"}
+    md = (docs / "index.md").read_text()
+    for pr, label, significant in rows:
+        assert significant or label not in ("XS", "S", "M", "L", "XL")
+        (row,) = [ln for ln in md.splitlines() if f'href="pr/{pr}.html">#{pr}</a>' in ln]
+        assert ("(not significant)" in row) == (not significant), (pr, label, row)
+    none_pr = next(pr for pr, label, _ in rows if label == "none")
+    page = (docs / "pr" / f"{none_pr}.md").read_text()
+    assert "largest change" in page and "tier from" not in page
+
+
 def test_pr_page_has_the_reference_tables(built: tuple[Path, Path], small_db: Path) -> None:
     docs, out = built
     con = duckdb.connect(str(small_db), read_only=True)
@@ -147,7 +175,8 @@ def test_pr_page_has_the_reference_tables(built: tuple[Path, Path], small_db: Pa
     page = Page((out / "pr" / f"{pr}.html").read_text())
     figures = [a for t, a in page.tags if t == "figure" and "sb-chart" in (a.get("class") or "")]
     assert len(figures) >= 3  # decode, prefill, concurrency
-    assert "tier from" in page.plain and "merge-first" in page.plain
+    assert "merge-first" in page.plain
+    assert "tier from" in page.plain or "largest change" in page.plain  # (the test above)
 
 
 def test_comment_svgs_for_the_latest_round(built: tuple[Path, Path], small_db: Path) -> None:

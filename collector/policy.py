@@ -28,6 +28,9 @@ class VerdictRules(_Strict):
     bootstrap_resamples: Annotated[int, Field(ge=100)] = 2000
     bootstrap_seed: int = 0
     noise_multiplier: Annotated[float, Field(ge=0.0)] = 1.0
+    # main sessions left out of the round's noise, the most deviant first, while at least 4
+    # remain (0 for a round stored before the rule: it is judged as it was)
+    noise_outliers: Annotated[int, Field(ge=0, le=3)] = 0
     blocking_labels: list[str] = []
     strikes_to_reject: Annotated[int, Field(ge=1)] = 2
 

@@ -62,22 +62,35 @@ def _neighbour_level(sessions: list[tuple[int, float]], slot: int) -> float | No
     return float(np.exp(np.mean(np.log(near))))
 
 
-def drift_free_spread(main: Slotted) -> float:
+def drift_free_spread(main: Slotted, outliers: int = 0) -> float:
     """Main-vs-main noise on one axis, the box's slow drift taken out.
 
     Sessions alternate main, PR, main …, so a box that slowly gets busier or quieter moves
     neighbouring sessions alike. Each main session is compared with its neighbours (see
     _neighbour_level); the noise is the largest such ratio, as max |log| -> exp - 1 (timing
     noise is multiplicative). With two sessions it is max / min - 1; 0 with fewer.
+    `outliers`: leave out that many sessions first, the most deviant each time, as long as at
+    least four others remain (one session in a burst of load then does not set the noise of a
+    round of many; two such sessions still do).
     """
     sessions = sorted(main)
+    for _ in range(outliers):
+        if len(sessions) < 5:
+            break
+        devs = _deviations(sessions)
+        worst = max(range(len(devs)), key=devs.__getitem__)
+        sessions = sessions[:worst] + sessions[worst + 1 :]
     if len(sessions) < 2:
         return 0.0
-    devs = []
-    for slot, value in sessions:
-        level = _neighbour_level([x for x in sessions if x[0] != slot], slot)
-        devs.append(abs(np.log(value / level)))
-    return float(np.exp(max(devs)) - 1.0)
+    return float(np.exp(max(_deviations(sessions))) - 1.0)
+
+
+def _deviations(sessions: list[tuple[int, float]]) -> list[float]:
+    """|log| of each session over the level of its neighbours (itself left out)."""
+    return [
+        abs(np.log(value / _neighbour_level([x for x in sessions if x[0] != slot], slot)))  # type: ignore[operator]
+        for slot, value in sessions
+    ]
 
 
 def local_ratios(main: Slotted, pr: Slotted) -> list[float]:

@@ -6,7 +6,8 @@ round, so `sparkboard verdict` gives the same answer as the end of `collect`.
 Rules (numbers from the policy; DESIGN.md "Verdict rules"):
 * per axis, delta = median(PR) / median(main) - 1 with a bootstrap interval; the noise is how
   far one of main's sessions strays from the main sessions beside it in this round (drift
-  taken out, a ratio: timing noise is multiplicative; stats.drift_free_spread), never less
+  taken out, a ratio: timing noise is multiplicative; stats.drift_free_spread; the
+  noise_outliers most deviant sessions left out first, while four others remain), never less
   than the profile's calibrated floor for that axis (min_noise, or min_noise_axes where an
   axis needs more), and the band is (1 + noise) ** noise_multiplier;
 * each PR session is also compared with the main sessions beside it (stats.local_ratios);
@@ -119,7 +120,7 @@ def compare_axis(
         v.confidence,
         seed_for(v.bootstrap_seed, model, ax),
     )
-    noise = max(drift_free_spread(main_sessions), policy.profile.noise_floor(ax))
+    noise = max(drift_free_spread(main_sessions, v.noise_outliers), policy.profile.noise_floor(ax))
     band = (1 + noise) ** v.noise_multiplier  # beyond main's own spread, multiplier times over
     main_med = median(main_vals)
     per_session = (

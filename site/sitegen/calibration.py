@@ -216,9 +216,12 @@ def accuracy_bars(policy: dict[str, Any], model: str) -> dict[str, float]:
     return out
 
 
-def _measured(data: SiteData, round_id: str, model: str) -> tuple[float, str] | None:
+def _measured(data: SiteData, rnd: Row, model: str) -> tuple[float, str] | None:
+    round_id = rnd["round_id"]
+    # the sessions the round's own rule left out of its noise stay out here too
+    outliers = int(fmt.policy_get(rnd.get("policy") or {}, "verdict.noise_outliers", 0) or 0)
     spreads = [
-        (drift_free_spread(sessions), axis)
+        (drift_free_spread(sessions, outliers), axis)
         for (rid, m, axis), sessions in sorted(data.main_sessions.items())
         if rid == round_id and m == model and len(sessions) >= 2
     ]
@@ -267,7 +270,7 @@ def _speed_rows(data: SiteData, rnd: Row, evs: list[Evaluation]) -> list[SpeedRo
                 what.append("implausible")
             if what:
                 flagged.append(f"{' '.join(what)} {fmt.axis_label(c['axis'])} #{ev.pr}")
-        measured = _measured(data, rnd["round_id"], model)
+        measured = _measured(data, rnd, model)
         deltas = [(c["axis"], ev.pr, c["delta"]) for ev, c in by_model[model]]
         rows.append(SpeedRow(model, rnd["round_id"], cells, flagged, measured, deltas))
     return rows

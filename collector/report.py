@@ -141,6 +141,18 @@ def num(x: float) -> str:
     return f"{x:,.2f}" if x < 1e6 else f"{x:.4g}"
 
 
+def best_is_significant(verdict: dict[str, Any], comparisons: list[dict[str, Any]]) -> bool:
+    """Whether the verdict's best axis cleared significance. With none that did, the best axis
+    is only the largest change (a `none` PR's is noise until its interval says otherwise): it
+    gave no tier."""
+    return any(
+        c["model"] == verdict.get("best_model")
+        and c["axis"] == verdict.get("best_axis")
+        and bool(c.get("significant"))
+        for c in comparisons
+    )
+
+
 def build_sections(d: dict[str, Any]) -> tuple[str, list[Section], str]:
     """(heading, sections, footer) of one PR's verdict."""
     pol = d["_policy"]
@@ -176,11 +188,7 @@ def build_sections(d: dict[str, Any]) -> tuple[str, list[Section], str]:
             ]
         )
     if d.get("best_axis"):
-        # with no significant axis the best one is only the largest change: it gave no tier
-        significant = any(
-            c["model"] == d["best_model"] and c["axis"] == d["best_axis"] and c["significant"]
-            for c in tcomps
-        )
+        significant = best_is_significant(d, tcomps)
         head.append(
             [
                 "tier from" if significant else "largest change",

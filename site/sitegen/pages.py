@@ -17,6 +17,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from collector.report import best_is_significant
 from sitegen import calibration, charts, tiers
 from sitegen import format as fmt
 from sitegen.escape import block, finalize, script_json, text
@@ -138,24 +139,13 @@ class Site:
             f'<a href="{root}tiers/{tiers.slug(label)}.html">{tiers.badge(label, root)}</a>'
         )
 
-    def best_is_significant(self, ev: Evaluation) -> bool:
-        """Whether the verdict's best axis cleared significance (a `none` PR's best axis is
-        only its largest change, noise until its interval says otherwise)."""
-        v = ev.verdict or {}
-        return any(
-            c["model"] == v.get("best_model")
-            and c["axis"] == v.get("best_axis")
-            and bool(c.get("significant"))
-            for c in ev.comparisons
-        )
-
     def best_axis(self, ev: Evaluation) -> Markup:
         """'model axis' of the verdict's best target axis, marked when it is not significant."""
         v = ev.verdict or {}
         if not v.get("best_axis"):
             return fmt.DASH
         cell = Markup("{} {}").format(v.get("best_model") or "", fmt.axis_label(v["best_axis"]))
-        if not self.best_is_significant(ev):
+        if not best_is_significant(v, ev.comparisons):
             cell += Markup(" <em>(not significant)</em>")
         return cell
 
@@ -330,14 +320,14 @@ class Site:
                 )
             )
         if v.get("best_axis"):
+            significant = best_is_significant(v, ev.comparisons)
             rows.append(
                 (
-                    # a `none` PR's best axis is only its largest change: it gave no tier
-                    "tier from" if self.best_is_significant(ev) else "largest change",
+                    "tier from" if significant else "largest change",
                     Markup(
                         f"<code>{text(v.get('best_model') or '')} {fmt.axis_label(v['best_axis'])}</code> "
                         f"({fmt.pct(v.get('best_delta'))}, interval {fmt.interval(v.get('ci_low'), v.get('ci_high'))})"
-                        + ("" if self.best_is_significant(ev) else ", not significant")
+                        + ("" if significant else ", not significant")
                     ),
                 )
             )

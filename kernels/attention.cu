@@ -12,9 +12,42 @@
 // 64-key tiles of the cache up to the diagonal with an online softmax held in registers, and
 // never materialises the score matrix; K and V tiles stream in by cp.async, one tile ahead.
 
+// 16 bytes global -> shared without registers; src_bytes 0 fills zeros and reads nothing.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
+    const u32 addr = (u32)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all_but_newest() {
+    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+}
+
 #define ATT_WARPS 4
 #define GMAX 8
+#define ATT_TILE 32  // positions per K/V tile of a decode split
 
+// Rows t0 .. t0 + ATT_TILE - 1 of one head's K and V into padded shared tiles by cp.async;
+// rows from `end` on are filled with zeros and read nothing (the cache past a sequence's
+// length may hold anything, and a zero V row times a zero weight adds nothing).
+template <int HD, int LDS>
+__device__ __forceinline__ void load_kv_tile(__half (*ks)[LDS], __half (*vs)[LDS], const __half* __restrict__ K,
+                                             const __half* __restrict__ V, int t0, int end) {
+    constexpr int PIECES = ATT_TILE * (HD / 8);  // 16-byte pieces per tile
+    for (int i = threadIdx.x; i < PIECES; i += blockDim.x) {
+        const int rr = i / (HD / 8), cc = (i % (HD / 8)) * 8;
+        const bool in = t0 + rr < end;
+        const size_t off = (size_t)(in ? t0 + rr : 0) * HD + cc;
+        cp_async16(&ks[rr][cc], K + off, in ? 16 : 0);
+        cp_async16(&vs[rr][cc], V + off, in ? 16 : 0);
+    }
+}
+
+// One block per (split, kv head, row). The block's chunk of the cache streams through shared
+// memory in tiles of ATT_TILE positions, double-buffered by cp.async, so the loads of a tile
+// overlap the arithmetic on the one before and every warp reads each K and V row from shared
+// memory, not from a chain of global round trips. Warp w owns query heads w, w + 4 (of the G
+// that share this kv head): lane p scores position p of a tile, then every lane accumulates
+// its HD / 32 output dims over the tile's 32 positions. Warps never merge with each other.
 template <int HD>
 __device__ __forceinline__ void attn_split_body(const float* __restrict__ q, const __half* __restrict__ kc,
                                                 const __half* __restrict__ vc,
@@ -22,15 +55,17 @@ __device__ __forceinline__ void attn_split_body(const float* __restrict__ q, con
                                                 const int* __restrict__ lens, float* __restrict__ part_o,
                                                 float* __restrict__ part_ml, int n_heads, int n_kv,
                                                 int max_len, int nsplit, int min_chunk, float scale) {
-    constexpr int DPL = HD >= 32 ? HD / 32 : 1;  // V dims owned by each lane
+    constexpr int DPL = HD >= 32 ? HD / 32 : 1;  // output dims owned by each lane
+    constexpr int HPW = GMAX / ATT_WARPS;         // query heads per warp, at most
+    constexpr int LDS = HD + 8;                   // padded row (halves): no bank conflicts
+    __shared__ __align__(16) __half Ks[2][ATT_TILE][LDS];
+    __shared__ __align__(16) __half Vs[2][ATT_TILE][LDS];
     __shared__ __align__(16) float qs[GMAX][HD];
-    __shared__ float red_m[ATT_WARPS][GMAX], red_l[ATT_WARPS][GMAX];
-    __shared__ float red_o[ATT_WARPS][GMAX][HD];
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int split = blockIdx.x, kvh = blockIdx.y, r = blockIdx.z;
     const int G = n_heads / n_kv;
-    const bool vlane = lane * DPL < HD;  // HD 16: lanes 16..31 own no V dims
+    const bool vlane = lane * DPL < HD;  // HD 16: lanes 16..31 own no output dims
     pdl_wait();
     pdl_trigger();
     const int seq = seq_ids[r];
@@ -38,154 +73,106 @@ __device__ __forceinline__ void attn_split_body(const float* __restrict__ q, con
     int chunk = (n + nsplit - 1) / nsplit;
     chunk = max(min_chunk, (chunk + 31) & ~31);
     const int start = split * chunk;
-    if (start >= n) return;
+    if (start >= n) return;  // the whole block: start is uniform
     const int end = min(n, start + chunk);
-
-    for (int i = threadIdx.x; i < G * HD; i += blockDim.x)
-        qs[i / HD][i % HD] = q[((size_t)r * n_heads + kvh * G) * HD + i] * scale;
-    __syncthreads();
+    const int ntiles = (end - start + ATT_TILE - 1) / ATT_TILE;
 
     const size_t head_base = ((size_t)seq * n_kv + kvh) * (size_t)max_len * HD;
     const __half* K = kc + head_base;
     const __half* V = vc + head_base;
+    load_kv_tile<HD, LDS>(Ks[0], Vs[0], K, V, start, end);
+    cp_async_commit();
+    if (ntiles > 1) load_kv_tile<HD, LDS>(Ks[1], Vs[1], K, V, start + ATT_TILE, end);
+    cp_async_commit();
+    for (int i = threadIdx.x; i < G * HD; i += blockDim.x)  // while the first tiles load
+        qs[i / HD][i % HD] = q[((size_t)r * n_heads + kvh * G) * HD + i] * scale;
 
-    float m[GMAX], l[GMAX], o[GMAX][DPL];
+    float m[HPW], l[HPW], o[HPW][DPL];
 #pragma unroll
-    for (int g = 0; g < GMAX; ++g) {
-        m[g] = -INFINITY;
-        l[g] = 0.f;
+    for (int i = 0; i < HPW; ++i) {
+        m[i] = -INFINITY;
+        l[i] = 0.f;
 #pragma unroll
-        for (int d = 0; d < DPL; ++d) o[g][d] = 0.f;
+        for (int d = 0; d < DPL; ++d) o[i][d] = 0.f;
     }
+    const int voff = vlane ? lane * DPL : 0;
 
-    for (int base = start + warp * 32; base < end; base += ATT_WARPS * 32) {
-        const int p = base + lane;
-        const bool valid = p < end;
-        float s[GMAX];
+    for (int t = 0; t < ntiles; ++t) {
+        const int st = t & 1, t0 = start + t * ATT_TILE;
+        cp_async_wait_all_but_newest();  // tile t has landed (for this thread's copies)
+        __syncthreads();                 // ... and for everyone's; qs is written
+        const bool valid = t0 + lane < end;
 #pragma unroll
-        for (int g = 0; g < GMAX; ++g) s[g] = 0.f;
-        if (valid) {
-            // the whole K row in flight at once: latency, not bandwidth, rules short contexts
-            const uint4* krow = reinterpret_cast<const uint4*>(K + (size_t)p * HD);
-            uint4 kr[HD / 8];
-#pragma unroll
-            for (int c = 0; c < HD / 8; ++c) kr[c] = __ldg(krow + c);
+        for (int i = 0; i < HPW; ++i) {
+            const int g = warp + i * ATT_WARPS;
+            if (g >= G) break;  // warp-uniform
+            float s = 0.f;
 #pragma unroll
             for (int c = 0; c < HD / 8; ++c) {
-                const __half2* kh = reinterpret_cast<const __half2*>(&kr[c]);
-                float kf[8];
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    const float2 f = __half22float2(kh[i]);
-                    kf[2 * i] = f.x;
-                    kf[2 * i + 1] = f.y;
-                }
-#pragma unroll
-                for (int g = 0; g < GMAX; ++g) {
-                    if (g < G) {
-                        const float4 qa = *reinterpret_cast<const float4*>(&qs[g][c * 8]);
-                        const float4 qb = *reinterpret_cast<const float4*>(&qs[g][c * 8 + 4]);
-                        float t = s[g];
-                        t = fmaf(qa.x, kf[0], t);
-                        t = fmaf(qa.y, kf[1], t);
-                        t = fmaf(qa.z, kf[2], t);
-                        t = fmaf(qa.w, kf[3], t);
-                        t = fmaf(qb.x, kf[4], t);
-                        t = fmaf(qb.y, kf[5], t);
-                        t = fmaf(qb.z, kf[6], t);
-                        t = fmaf(qb.w, kf[7], t);
-                        s[g] = t;
-                    }
-                }
+                const uint4 kr = *reinterpret_cast<const uint4*>(&Ks[st][lane][c * 8]);
+                const __half2* kh = reinterpret_cast<const __half2*>(&kr);
+                const float4 qa = *reinterpret_cast<const float4*>(&qs[g][c * 8]);
+                const float4 qb = *reinterpret_cast<const float4*>(&qs[g][c * 8 + 4]);
+                const float2 k0 = __half22float2(kh[0]), k1 = __half22float2(kh[1]);
+                const float2 k2 = __half22float2(kh[2]), k3 = __half22float2(kh[3]);
+                s = fmaf(qa.x, k0.x, s);
+                s = fmaf(qa.y, k0.y, s);
+                s = fmaf(qa.z, k1.x, s);
+                s = fmaf(qa.w, k1.y, s);
+                s = fmaf(qb.x, k2.x, s);
+                s = fmaf(qb.y, k2.y, s);
+                s = fmaf(qb.z, k3.x, s);
+                s = fmaf(qb.w, k3.y, s);
             }
-        }
+            const float sg = valid ? s : -INFINITY;
+            const float mnew = fmaxf(m[i], warp_max(sg));  // finite: lane 0 is valid
+            const float p = valid ? __expf(sg - mnew) : 0.f;
+            const float alpha = __expf(m[i] - mnew);
+            l[i] = l[i] * alpha + warp_sum(p);
+            m[i] = mnew;
+            float acc[DPL];
 #pragma unroll
-        for (int g = 0; g < GMAX; ++g) {
-            if (g < G) {
-                const float sg = valid ? s[g] : -INFINITY;
-                const float mnew = fmaxf(m[g], warp_max(sg));  // finite: lane 0 is valid
-                const float pg = valid ? __expf(sg - mnew) : 0.f;
-                const float alpha = __expf(m[g] - mnew);
-                l[g] = l[g] * alpha + warp_sum(pg);
+            for (int d = 0; d < DPL; ++d) acc[d] = o[i][d] * alpha;
 #pragma unroll
-                for (int d = 0; d < DPL; ++d) o[g][d] *= alpha;
-                m[g] = mnew;
-                s[g] = pg;
-            }
-        }
-        const int cnt = min(32, end - base);
-        const int voff = vlane ? lane * DPL : 0;
-        for (int j0 = 0; j0 < cnt; j0 += 16) {
-            // 16 V rows in flight, then the 16 weighted adds
-            float vf[16][DPL];
-#pragma unroll
-            for (int jj = 0; jj < 16; ++jj) {
-                const int j = j0 + jj;
-                const __half* vrow = V + (size_t)(base + min(j, cnt - 1)) * HD + voff;
+            for (int j = 0; j < ATT_TILE; ++j) {
+                const float pj = __shfl_sync(FULL_MASK, p, j);
+                const __half* vrow = &Vs[st][j][voff];
                 if (DPL == 4) {
-                    const uint2 raw = __ldg(reinterpret_cast<const uint2*>(vrow));
+                    const uint2 raw = *reinterpret_cast<const uint2*>(vrow);
                     const __half2* vh = reinterpret_cast<const __half2*>(&raw);
                     const float2 f0 = __half22float2(vh[0]), f1 = __half22float2(vh[1]);
-                    vf[jj][0] = f0.x;
-                    vf[jj][DPL > 1 ? 1 : 0] = f0.y;
-                    vf[jj][DPL > 2 ? 2 : 0] = f1.x;
-                    vf[jj][DPL > 3 ? 3 : 0] = f1.y;
+                    acc[0] = fmaf(pj, f0.x, acc[0]);
+                    acc[DPL > 1 ? 1 : 0] = fmaf(pj, f0.y, acc[DPL > 1 ? 1 : 0]);
+                    acc[DPL > 2 ? 2 : 0] = fmaf(pj, f1.x, acc[DPL > 2 ? 2 : 0]);
+                    acc[DPL > 3 ? 3 : 0] = fmaf(pj, f1.y, acc[DPL > 3 ? 3 : 0]);
                 } else if (DPL == 2) {
-                    const float2 f0 = __half22float2(__ldg(reinterpret_cast<const __half2*>(vrow)));
-                    vf[jj][0] = f0.x;
-                    vf[jj][DPL > 1 ? 1 : 0] = f0.y;
+                    const float2 f0 = __half22float2(*reinterpret_cast<const __half2*>(vrow));
+                    acc[0] = fmaf(pj, f0.x, acc[0]);
+                    acc[DPL > 1 ? 1 : 0] = fmaf(pj, f0.y, acc[DPL > 1 ? 1 : 0]);
                 } else {
-                    vf[jj][0] = __half2float(__ldg(vrow));
+                    acc[0] = fmaf(pj, __half2float(*vrow), acc[0]);
                 }
             }
 #pragma unroll
-            for (int jj = 0; jj < 16; ++jj) {
-                const int j = j0 + jj;
-#pragma unroll
-                for (int g = 0; g < GMAX; ++g) {
-                    if (g < G) {
-                        // lanes past cnt hold p = 0 (s[g] of an invalid lane), so the clamped
-                        // duplicate row adds nothing
-                        const float pj = __shfl_sync(FULL_MASK, s[g], j & 31);
-#pragma unroll
-                        for (int d = 0; d < DPL; ++d) o[g][d] = fmaf(pj, vf[jj][d], o[g][d]);
-                    }
-                }
-            }
+            for (int d = 0; d < DPL; ++d) o[i][d] = acc[d];
         }
+        __syncthreads();  // every warp is done with stage st: tile t + 2 may land there
+        if (t + 2 < ntiles) load_kv_tile<HD, LDS>(Ks[st], Vs[st], K, V, t0 + 2 * ATT_TILE, end);
+        cp_async_commit();
     }
 
 #pragma unroll
-    for (int g = 0; g < GMAX; ++g) {
-        if (g < G) {
-            if (lane == 0) {
-                red_m[warp][g] = m[g];
-                red_l[warp][g] = l[g];
-            }
-            if (vlane) {
-#pragma unroll
-                for (int d = 0; d < DPL; ++d) red_o[warp][g][lane * DPL + d] = o[g][d];
-            }
-        }
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
-        const int g = i / HD, e = i % HD;
-        float M = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < ATT_WARPS; ++w) M = fmaxf(M, red_m[w][g]);
-        float acc = 0.f, L = 0.f;
-#pragma unroll
-        for (int w = 0; w < ATT_WARPS; ++w) {
-            const float f = red_m[w][g] == -INFINITY ? 0.f : __expf(red_m[w][g] - M);
-            acc += red_o[w][g][e] * f;
-            L += red_l[w][g] * f;
-        }
+    for (int i = 0; i < HPW; ++i) {
+        const int g = warp + i * ATT_WARPS;
+        if (g >= G) break;
         const size_t slot = ((size_t)r * n_heads + kvh * G + g) * nsplit + split;
-        part_o[slot * HD + e] = acc;
-        if (e == 0) {
-            part_ml[slot * 2] = M;
-            part_ml[slot * 2 + 1] = L;
+        if (vlane) {
+#pragma unroll
+            for (int d = 0; d < DPL; ++d) part_o[slot * HD + lane * DPL + d] = o[i][d];
+        }
+        if (lane == 0) {
+            part_ml[slot * 2] = m[i];
+            part_ml[slot * 2 + 1] = l[i];
         }
     }
 }
@@ -213,12 +200,16 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_split_128(ATTN
 
 // Merge the splits of one (head, row): grid (n_heads, rows), hd threads. Also writes the
 // two-level int8 blocks of the output (xq/xs non-null) for a quantized output projection:
-// with hd >= 32 each warp holds exactly one block of 32.
+// with hd >= 32 each warp holds exactly one block of 32. The splits' maxima and sums are
+// loaded in parallel into shared memory first, and the partial outputs eight at a time, so
+// the merge is a few memory round trips, not one per split. nsplit <= ATT_MAX_SPLITS.
+#define ATT_MAX_SPLITS 64
 extern "C" __global__ void attn_combine(const float* __restrict__ part_o, const float* __restrict__ part_ml,
                                         const int* __restrict__ seq_ids, const int* __restrict__ lens,
                                         float* __restrict__ out, i8* __restrict__ xq,
                                         float4* __restrict__ xs, int n_heads, int hd, int nsplit,
                                         int min_chunk) {
+    __shared__ float sm[ATT_MAX_SPLITS], sl[ATT_MAX_SPLITS];
     const int h = blockIdx.x, r = blockIdx.y, e = threadIdx.x;
     pdl_wait();
     pdl_trigger();
@@ -227,13 +218,27 @@ extern "C" __global__ void attn_combine(const float* __restrict__ part_o, const 
     chunk = max(min_chunk, (chunk + 31) & ~31);
     const int used = (n + chunk - 1) / chunk;
     const size_t slot0 = ((size_t)r * n_heads + h) * nsplit;
+    for (int s = e; s < used; s += blockDim.x) {
+        const float2 ml = reinterpret_cast<const float2*>(part_ml)[slot0 + s];
+        sm[s] = ml.x;
+        sl[s] = ml.y;
+    }
+    __syncthreads();
     float M = -INFINITY;
-    for (int s = 0; s < used; ++s) M = fmaxf(M, part_ml[(slot0 + s) * 2]);
+    for (int s = 0; s < used; ++s) M = fmaxf(M, sm[s]);
     float acc = 0.f, L = 0.f;
-    for (int s = 0; s < used; ++s) {
-        const float f = __expf(part_ml[(slot0 + s) * 2] - M);
-        L += part_ml[(slot0 + s) * 2 + 1] * f;
-        acc += part_o[(slot0 + s) * hd + e] * f;
+    for (int s0 = 0; s0 < used; s0 += 8) {
+        float po[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) po[j] = s0 + j < used ? part_o[(slot0 + s0 + j) * hd + e] : 0.f;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            if (s0 + j < used) {
+                const float f = __expf(sm[s0 + j] - M);
+                L += sl[s0 + j] * f;
+                acc += po[j] * f;
+            }
+        }
     }
     const float v = acc / L;
     const size_t i = ((size_t)r * n_heads + h) * hd + e;
@@ -252,16 +257,6 @@ __device__ __forceinline__ void ldmatrix_x4_trans(u32& r0, u32& r1, u32& r2, u32
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
                  : "r"(addr));
-}
-
-// 16 bytes global -> shared without registers; src_bytes 0 fills zeros and reads nothing.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
-    const u32 addr = (u32)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all_but_newest() {
-    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
 }
 
 // Rows k0 .. k0 + PF_BK - 1 of one head's cache into a padded tile; rows from nkeys on are

@@ -138,27 +138,11 @@ extern "C" __global__ void rope_kv(const float* __restrict__ qkv, int ld, float*
     }
 }
 
-// Greedy pick on the device: tokens[r] = argmax(logits[r]) (first index on ties, like
-// numpy), hist[r * hist_stride + pos] = that token, and (advance != 0) lens[seq] += 1.
-// This is the last kernel of the decode graph, so the next replay sees the new position.
-extern "C" __global__ void argmax_advance(const float* __restrict__ logits, int vocab,
-                                          int* __restrict__ tokens, const int* __restrict__ seq_ids,
-                                          int* __restrict__ lens, int* __restrict__ hist,
-                                          int hist_stride, int advance) {
+// (best, idx) of a whole block into thread 0: the larger value wins, the lower index on ties
+// (numpy's first hit); NaN never wins. blockDim.x a multiple of 32, at most 1024.
+__device__ __forceinline__ void block_argmax(float& best, int& idx) {
     __shared__ float bv[32];
     __shared__ int bi[32];
-    pdl_wait();
-    pdl_trigger();
-    const float* row = logits + (size_t)blockIdx.x * vocab;
-    float best = -INFINITY;
-    int idx = 0x7fffffff;
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-        const float t = row[i];
-        if (t > best) {  // strided scan: the first hit per thread is its lowest index
-            best = t;
-            idx = i;
-        }
-    }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
         const float ov = __shfl_xor_sync(FULL_MASK, best, o);
@@ -169,6 +153,7 @@ extern "C" __global__ void argmax_advance(const float* __restrict__ logits, int 
         }
     }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __syncthreads();  // bv/bi may still be read by an earlier call
     if (lane == 0) {
         bv[warp] = best;
         bi[warp] = idx;
@@ -181,11 +166,60 @@ extern "C" __global__ void argmax_advance(const float* __restrict__ logits, int 
                 idx = bi[w];
             }
         }
+    }
+}
+
+// Greedy pick on the device: tokens[r] = argmax(logits[r]) (first index on ties, like
+// numpy), hist[r * hist_stride + pos] = that token, and (advance != 0) lens[seq] += 1.
+// This is the last kernel of the decode graph, so the next replay sees the new position.
+// Grid (nb, rows): a row's logits are scanned by nb blocks at once (one block alone spent
+// tens of microseconds on a 128k vocabulary); each writes its pick to part_v/part_i
+// [rows][nb], and the last block of a row to finish (count[r], zero between launches: that
+// block resets it) picks among them in index order. nb <= blockDim.x.
+extern "C" __global__ void argmax_advance(const float* __restrict__ logits, int vocab,
+                                          int* __restrict__ tokens, const int* __restrict__ seq_ids,
+                                          int* __restrict__ lens, int* __restrict__ hist,
+                                          int hist_stride, int advance, float* __restrict__ part_v,
+                                          int* __restrict__ part_i, unsigned* __restrict__ count) {
+    __shared__ bool last;
+    pdl_wait();
+    pdl_trigger();
+    const int r = blockIdx.y, nb = gridDim.x;
+    const int per = (vocab + nb - 1) / nb;
+    const int lo = blockIdx.x * per, hi = min(vocab, lo + per);
+    const float* row = logits + (size_t)r * vocab;
+    float best = -INFINITY;
+    int idx = 0x7fffffff;
+    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        const float t = row[i];
+        if (t > best) {  // strided scan: the first hit per thread is its lowest index
+            best = t;
+            idx = i;
+        }
+    }
+    block_argmax(best, idx);
+    if (threadIdx.x == 0) {
+        part_v[r * nb + blockIdx.x] = best;
+        part_i[r * nb + blockIdx.x] = idx;
+        __threadfence();  // the pick is visible before the count says so
+        last = atomicAdd(&count[r], 1u) == (unsigned)nb - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    best = -INFINITY;
+    idx = 0x7fffffff;
+    if (threadIdx.x < nb) {
+        best = __ldcg(part_v + r * nb + threadIdx.x);  // from L2: other blocks wrote them
+        idx = __ldcg(part_i + r * nb + threadIdx.x);
+    }
+    block_argmax(best, idx);
+    if (threadIdx.x == 0) {
+        count[r] = 0;
         if (idx == 0x7fffffff) idx = 0;  // all NaN: keep the loop going, the caller sees logits
-        tokens[blockIdx.x] = idx;
-        const int seq = seq_ids[blockIdx.x];
+        tokens[r] = idx;
+        const int seq = seq_ids[r];
         const int pos = lens[seq];
-        hist[(size_t)blockIdx.x * hist_stride + pos] = idx;
+        hist[(size_t)r * hist_stride + pos] = idx;
         if (advance) lens[seq] = pos + 1;
     }
 }

@@ -41,9 +41,10 @@ DEFAULT_MAX_LEN = 4096
 PREFILL_CHUNK = 4096
 RMSNORM_SLICE = 256  # elements per block of a quantizing RMSNorm in a decode step
 ATTN_SPLITS = 64  # flash-decoding partitions per sequence (fixed: results never depend on N)
-# positions per partition at least (a multiple of 32); a short context then keeps the four
-# warps of one block busy instead of one warp in each of several blocks
-ATTN_MIN_CHUNK = int(os.environ.get("SPARKBOARD_ATTN_MIN_CHUNK", "128"))
+# positions per partition at least (a multiple of 32, the kernel's tile): a short context is
+# spread over more blocks, each with fewer dependent tile loads
+ATTN_MIN_CHUNK = int(os.environ.get("SPARKBOARD_ATTN_MIN_CHUNK", "32"))
+ARGMAX_BLOCKS = 64  # blocks scanning one row of logits in the greedy pick
 DEQUANT_BUFFER_ELEMENTS = 1 << 27  # float16 scratch for prefill weights: 256 MiB
 CUDA_R_16F, CUDA_R_32F = 2, 0
 CUBLAS_OP_N, CUBLAS_OP_T = 0, 1
@@ -245,6 +246,9 @@ class CupyRunner(Runner):
             b["part_o"] = cp.zeros((R, c.n_heads, ATTN_SPLITS, hd), dtype=cp.float32)
             b["part_ml"] = cp.zeros((R, c.n_heads, ATTN_SPLITS, 2), dtype=cp.float32)
             b["hist"] = cp.zeros((R, max_len), dtype=cp.int32)
+            b["pick_v"] = cp.zeros((R, ARGMAX_BLOCKS), dtype=cp.float32)
+            b["pick_i"] = cp.zeros((R, ARGMAX_BLOCKS), dtype=cp.int32)
+            b["pick_count"] = cp.zeros(R, dtype=cp.uint32)  # argmax_advance keeps it zero
         self.stream.synchronize()
         self._lens = np.zeros(n_seqs, dtype=np.int64)
         self.n_seqs, self.max_len = n_seqs, max_len
@@ -494,11 +498,11 @@ class CupyRunner(Runner):
         self._mv(self.w_out, "h", rows, b["logits"], "store")
         self._launch(
             "argmax_advance",
-            (rows,),
-            (1024,),
+            (ARGMAX_BLOCKS, rows),
+            (256,),
             (
                 b["logits"], _i(c.vocab_size), b["tokens"], b["seq_ids"], self.lens,
-                b["hist"], _i(self.max_len), _i(1),
+                b["hist"], _i(self.max_len), _i(1), b["pick_v"], b["pick_i"], b["pick_count"],
             ),
         )  # fmt: skip
 

@@ -268,6 +268,9 @@ def test_decode_attention_split_and_combine(cu, hd, n_heads, n_kv, min_chunk):
     rows = 3
     kc = (RNG.standard_normal((n_seqs, n_kv, max_len, hd))).astype(np.float16)
     vc = (RNG.standard_normal((n_seqs, n_kv, max_len, hd))).astype(np.float16)
+    for s, n in enumerate(lens + 1):  # the cache past a sequence's length is never read
+        kc[s, :, n:] = np.nan
+        vc[s, :, n:] = np.nan
     q = RNG.standard_normal((rows, n_heads, hd)).astype(np.float32)
     scale = 1 / math.sqrt(hd)
     part_o = nan_buffer(cp, (rows, n_heads, splits, hd))
@@ -336,29 +339,36 @@ def test_prefill_attention_causal(cu, hd, n_heads, n_kv, p0, T):
 
 def test_argmax_advance(cu):
     cp, k = cu
-    rows, vocab, max_len = 4, 128256, 64
-    logits = RNG.standard_normal((rows, vocab)).astype(np.float32)
-    logits[2, [7, 99000]] = 50.0  # a tie: the first index wins, as in numpy
+    rows, vocab, max_len, nb = 4, 128256, 64, 64
     seq_ids = np.array([3, 1, 0, 2], dtype=np.int32)
     lens = np.array([5, 6, 7, 8], dtype=np.int32)
-    tokens = cp.full(rows, -1, dtype=cp.int32)
-    hist = cp.full((rows, max_len), -1, dtype=cp.int32)
     ld = cp.asarray(lens)
-    k["argmax_advance"](
-        (rows,),
-        (1024,),
-        (
-            cp.asarray(logits), np.int32(vocab), tokens, cp.asarray(seq_ids), ld, hist,
-            np.int32(max_len), np.int32(1),
-        ),
-    )  # fmt: skip
-    want = logits.argmax(-1)
-    assert np.array_equal(cp.asnumpy(tokens), want)
-    h = cp.asnumpy(hist)
-    for r in range(rows):
-        assert h[r, lens[seq_ids[r]]] == want[r]
+    count = cp.zeros(rows, dtype=cp.uint32)
+    # twice over the same counters: the last block of each row must leave its count at zero
+    for launch in range(2):
+        logits = RNG.standard_normal((rows, vocab)).astype(np.float32)
+        logits[2, [7, 99000]] = 50.0  # a tie across blocks: the first index wins, as in numpy
+        logits[1, 5000:6000] = np.nan  # NaN never wins
+        tokens = cp.full(rows, -1, dtype=cp.int32)
+        hist = cp.full((rows, max_len), -1, dtype=cp.int32)
+        part_v = nan_buffer(cp, (rows, nb))
+        part_i = cp.full((rows, nb), -1, dtype=cp.int32)
+        k["argmax_advance"](
+            (nb, rows),
+            (256,),
+            (
+                cp.asarray(logits), np.int32(vocab), tokens, cp.asarray(seq_ids), ld, hist,
+                np.int32(max_len), np.int32(1), part_v, part_i, count,
+            ),
+        )  # fmt: skip
+        want = np.where(np.isnan(logits), -np.inf, logits).argmax(-1)
+        assert np.array_equal(cp.asnumpy(tokens), want), launch
+        assert not cp.asnumpy(count).any(), launch
+        h = cp.asnumpy(hist)
+        for r in range(rows):
+            assert h[r, lens[seq_ids[r]] + launch] == want[r]
     expect = lens.copy()
-    expect[seq_ids] += 1
+    expect[seq_ids] += 2
     assert np.array_equal(cp.asnumpy(ld), expect)
 
 

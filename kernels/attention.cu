@@ -1,11 +1,12 @@
 // Attention over the float16 KV cache (layout per layer: [seq][kv_head][max_len][head_dim]).
 //
-// Decode (flash-decoding): attn_split_<HD> splits each sequence's KV length into up to
-// nsplit chunks of at least min_chunk positions (a multiple of 32); one block per (split, kv head, row) reads its chunk of K and V once for all the
-// query heads of that kv head (grouped-query attention) and writes an unnormalised partial
-// output with its running max and sum; attn_combine merges the partials. The lengths are read
-// from device memory and the split geometry depends only on a sequence's own length, so
-// the grid is fixed for a CUDA graph and a row's result does not depend on the other rows.
+// Decode (flash-decoding): attn_split_<HD> cuts each sequence's KV length into up to nsplit
+// chunks of at least min_chunk positions (multiples of 32); one block per (split, kv head,
+// row) streams its chunk of K and V through shared memory once for all the query heads of
+// that kv head (grouped-query attention) and writes an unnormalised partial output with its
+// running max and sum; attn_combine merges the partials. The lengths are read from device
+// memory and the split geometry depends only on a sequence's own length, so the grid is
+// fixed for a CUDA graph and a row's result does not depend on the other rows.
 //
 // Prefill: attn_prefill_<HD> is a causal flash-attention kernel on tensor cores
 // (mma.sync m16n8k16, f16 in, f32 accumulate): a block owns 64 queries of one head, walks

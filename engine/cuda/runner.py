@@ -40,7 +40,9 @@ except ImportError:  # pragma: no cover - older CuPy
 DEFAULT_MAX_LEN = 4096
 PREFILL_CHUNK = 4096
 RMSNORM_SLICE = 256  # elements per block of a quantizing RMSNorm in a decode step
-ATTN_SPLITS = 64  # flash-decoding partitions per sequence (fixed: results never depend on N)
+# flash-decoding partitions per sequence at most (fixed: results never depend on N); 32 beat
+# 64 at 4k-32k contexts (engine/PERF.md)
+ATTN_SPLITS = int(os.environ.get("SPARKBOARD_ATTN_SPLITS", "32"))
 # positions per partition at least (a multiple of 32, the kernel's tile): a short context is
 # spread over more blocks, each with fewer dependent tile loads
 ATTN_MIN_CHUNK = int(os.environ.get("SPARKBOARD_ATTN_MIN_CHUNK", "32"))

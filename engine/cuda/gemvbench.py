@@ -1,6 +1,6 @@
-"""Mat-vec kernel variants timed alone on Llama-3.1-8B shapes (developer tool for PERF.md).
+"""Mat-vec kernel variants timed alone on Llama shapes (developer tool for PERF.md).
 
-    python -m engine.cuda.gemvbench [--variants base,w8,nr2,u16]
+    python -m engine.cuda.gemvbench [--variants base,w8,nr2,u16] [--shapes 8b|1b]
 
 Each variant compiles kernels/gemv.cu with other -D values; each (type, shape, mode) runs
 as a CUDA graph of back-to-back launches over enough weight copies that the L2 cache
@@ -23,14 +23,25 @@ VARIANTS = {
     "u16": {"GEMV_U": 16},
     "u4": {"GEMV_U": 4},
     "fma": {"GEMV_MMA": 0},  # float16 weights through the float loop instead of tensor cores
+    "mu4": {"MMA_U": 4},  # tensor-core mat-vec: K blocks in flight per warp
+    "mw8u4": {"MMA_WARPS": 8, "MMA_U": 4},
+    "mw32": {"MMA_WARPS": 32},
 }
-# (label, rows, cols, mode) of one decode layer of Llama-3.1-8B
-SHAPES = [
-    ("qkv", 6144, 4096, "store"),
-    ("o", 4096, 4096, "add"),
-    ("gate|up", 14336, 4096, "glu"),
-    ("down", 4096, 14336, "add"),
-]
+# (label, rows, cols, mode) of one decode layer of Llama-3.1-8B and of Llama-3.2-1B
+SHAPES = {
+    "8b": [
+        ("qkv", 6144, 4096, "store"),
+        ("o", 4096, 4096, "add"),
+        ("gate|up", 14336, 4096, "glu"),
+        ("down", 4096, 14336, "add"),
+    ],
+    "1b": [
+        ("qkv", 3072, 2048, "store"),
+        ("o", 2048, 2048, "add"),
+        ("gate|up", 8192, 2048, "glu"),
+        ("down", 2048, 8192, "add"),
+    ],
+}
 POOL_BYTES = 512 * 1024**2
 
 
@@ -55,7 +66,8 @@ def _weights(cp, wt: int, rows: int, cols: int, copies: int):
 @click.command()
 @click.option("--variants", default="base,w8,nr2,u16")
 @click.option("--rows", "act_rows", default=1, help="activation rows (decode width)")
-def main(variants: str, act_rows: int) -> None:
+@click.option("--shapes", type=click.Choice(sorted(SHAPES)), default="8b", help="layer shapes")
+def main(variants: str, act_rows: int, shapes: str) -> None:
     import cupy as cp
 
     from engine.cuda.geometry import WT_F16, WT_Q4_0, Geometry
@@ -68,7 +80,7 @@ def main(variants: str, act_rows: int) -> None:
         geo = Geometry(VARIANTS[vname])
         mod = cp.RawModule(code=source_text("gemv.cu"), options=geo.nvrtc_options)
         for wt in (WT_F16, WT_Q4_0):
-            for label, rows, cols, mode in SHAPES:
+            for label, rows, cols, mode in SHAPES[shapes]:
                 name, grid, block = geo.launch(wt, rows, cols, act_rows, mode)
                 fn = mod.get_function(name)
                 mats = 2 if mode == "glu" else 1

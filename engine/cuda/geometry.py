@@ -43,6 +43,17 @@ def kernel_defines(environ: Mapping[str, str] = os.environ) -> dict[str, int]:
     return out
 
 
+def env_tuning(
+    name: str, default: int, multiple_of: int = 1, environ: Mapping[str, str] = os.environ
+) -> int:
+    """A runner tuning knob from the environment (SPARKBOARD_ATTN_SPLITS, ...): a developer's
+    A/B, like the defines above; a positive multiple of `multiple_of`."""
+    raw = environ.get(name, str(default)).strip()
+    if not raw.isdigit() or int(raw) <= 0 or int(raw) % multiple_of:
+        raise ValueError(f"{name}={raw!r}: expected a positive multiple of {multiple_of}")
+    return int(raw)
+
+
 class Geometry:
     """Mat-vec launch shapes for one set of tuning macros."""
 

@@ -14,7 +14,6 @@ are used in place), attention is the tiled causal kernel reading the KV cache.
 from __future__ import annotations
 
 import math
-import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ import cupy as cp
 import numpy as np
 
 from engine.config import ModelConfig
-from engine.cuda.geometry import WT_F16, gemv_launch
+from engine.cuda.geometry import WT_F16, env_tuning, gemv_launch
 from engine.cuda.kernels import HEAD_DIMS, MAX_GROUP, get_kernels
 from engine.cuda.launch import PdlLauncher
 from engine.cuda.layout import GpuWeight, fuse_rows, matrix_to_gpu, vector_to_gpu
@@ -40,12 +39,13 @@ except ImportError:  # pragma: no cover - older CuPy
 DEFAULT_MAX_LEN = 4096
 PREFILL_CHUNK = 4096
 RMSNORM_SLICE = 256  # elements per block of a quantizing RMSNorm in a decode step
+
 # flash-decoding partitions per sequence at most (fixed: results never depend on N); 32 beat
 # 64 at 4k-32k contexts (engine/PERF.md)
-ATTN_SPLITS = int(os.environ.get("SPARKBOARD_ATTN_SPLITS", "32"))
+ATTN_SPLITS = env_tuning("SPARKBOARD_ATTN_SPLITS", 32)
 # positions per partition at least (a multiple of 32, the kernel's tile): a short context is
 # spread over more blocks, each with fewer dependent tile loads
-ATTN_MIN_CHUNK = int(os.environ.get("SPARKBOARD_ATTN_MIN_CHUNK", "32"))
+ATTN_MIN_CHUNK = env_tuning("SPARKBOARD_ATTN_MIN_CHUNK", 32, multiple_of=32)
 ARGMAX_BLOCKS = 64  # blocks scanning one row of logits in the greedy pick
 DEQUANT_BUFFER_ELEMENTS = 1 << 27  # float16 scratch for prefill weights: 256 MiB
 CUDA_R_16F, CUDA_R_32F = 2, 0

@@ -13,6 +13,7 @@ from engine.cuda.geometry import (
     WT_Q4_0,
     WT_Q8_0,
     Geometry,
+    env_tuning,
     kernel_defines,
 )
 
@@ -58,3 +59,13 @@ def test_quantized_rows_per_warp_and_row_blocks() -> None:
         assert geo.launch(WT_Q4_0, 10, 64, 1, mode)[1] == (1, 1)
     with pytest.raises(ValueError, match="mode"):
         geo.launch(WT_Q4_0, 10, 64, 1, "mul")
+
+
+def test_runner_tuning_knobs_from_the_environment() -> None:
+    assert env_tuning("SPARKBOARD_ATTN_MIN_CHUNK", 32, 32, {}) == 32
+    assert (
+        env_tuning("SPARKBOARD_ATTN_MIN_CHUNK", 32, 32, {"SPARKBOARD_ATTN_MIN_CHUNK": "128"}) == 128
+    )
+    for bad in ("0", "48", "-32", "lots", ""):
+        with pytest.raises(ValueError, match="SPARKBOARD_ATTN_MIN_CHUNK"):
+            env_tuning("SPARKBOARD_ATTN_MIN_CHUNK", 32, 32, {"SPARKBOARD_ATTN_MIN_CHUNK": bad})

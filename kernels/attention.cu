@@ -27,6 +27,13 @@ __device__ __forceinline__ void cp_async_wait_all_but_newest() {
 #define GMAX 8
 #define ATT_TILE 32  // positions per K/V tile of a decode split
 
+// Positions per split of a sequence of n: n / nsplit rounded up to whole tiles, at least
+// min_chunk (a multiple of ATT_TILE). The split kernel and the combine both derive it.
+__device__ __forceinline__ int split_chunk(int n, int nsplit, int min_chunk) {
+    const int chunk = (n + nsplit - 1) / nsplit;
+    return max(min_chunk, (chunk + ATT_TILE - 1) / ATT_TILE * ATT_TILE);
+}
+
 // Rows t0 .. t0 + ATT_TILE - 1 of one head's K and V into padded shared tiles by cp.async;
 // rows from `end` on are filled with zeros and read nothing (the cache past a sequence's
 // length may hold anything, and a zero V row times a zero weight adds nothing).
@@ -71,8 +78,7 @@ __device__ __forceinline__ void attn_split_body(const float* __restrict__ q, con
     pdl_trigger();
     const int seq = seq_ids[r];
     const int n = lens[seq] + 1;  // the current token is already in the cache
-    int chunk = (n + nsplit - 1) / nsplit;
-    chunk = max(min_chunk, (chunk + 31) & ~31);
+    const int chunk = split_chunk(n, nsplit, min_chunk);
     const int start = split * chunk;
     if (start >= n) return;  // the whole block: start is uniform
     const int end = min(n, start + chunk);
@@ -215,8 +221,7 @@ extern "C" __global__ void attn_combine(const float* __restrict__ part_o, const 
     pdl_wait();
     pdl_trigger();
     const int n = lens[seq_ids[r]] + 1;
-    int chunk = (n + nsplit - 1) / nsplit;
-    chunk = max(min_chunk, (chunk + 31) & ~31);
+    const int chunk = split_chunk(n, nsplit, min_chunk);
     const int used = (n + chunk - 1) / chunk;
     const size_t slot0 = ((size_t)r * n_heads + h) * nsplit;
     for (int s = e; s < used; s += blockDim.x) {

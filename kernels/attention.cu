@@ -13,16 +13,6 @@
 // 64-key tiles of the cache up to the diagonal with an online softmax held in registers, and
 // never materialises the score matrix; K and V tiles stream in by cp.async, one tile ahead.
 
-// 16 bytes global -> shared without registers; src_bytes 0 fills zeros and reads nothing.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
-    const u32 addr = (u32)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all_but_newest() {
-    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-}
-
 #define ATT_WARPS 4
 #define GMAX 8
 #define ATT_TILE 32  // positions per K/V tile of a decode split

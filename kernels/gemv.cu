@@ -297,15 +297,32 @@ GEMV_MODES(q4_1, WT_Q4_1)
 // The mma computes each column on its own, and nothing else depends on the row count: a
 // sequence's result is bit-identical alone and in a batch.
 //
-// Inside a 32-wide K block, lane (g = lane / 4, t = lane % 4) loads the 8 consecutive weights
+// Inside a 32-wide K block, lane (g = lane / 4, t = lane % 4) takes the 8 consecutive weights
 // at k = 8t .. 8t + 7 of rows g and g + 8 and the same 8 activations of row g, and uses them as
 // the fragments of two mmas (any order of k serves if A and B share it): mma j takes
 // k = 8t + 4j + {0, 1} as its logical k = 2t, 2t + 1 and 8t + 4j + {2, 3} as 2t + 8, 2t + 9.
+//
+// The weights stream through a ring of MMA_S K blocks per warp in dynamic shared memory,
+// filled by cp.async MMA_S - 1 blocks ahead of the mma, so a warp's next loads are in flight
+// while it multiplies and hold no registers (64 per thread: two 512-thread blocks fit an SM).
+// The first slots are requested before the PDL wait: weights never depend on the previous
+// kernel. Each lane copies and later reads only its own 16-byte pieces, so a lane's
+// cp.async.wait_group is the only synchronisation the ring needs. Measured (engine/PERF.md):
+// two slots beat register loads by 4% on llama-1b; deeper rings were slower (6 slots: -7%).
 #ifndef MMA_WARPS
 #define MMA_WARPS 16  // 8: -3% on llama-1b (too few blocks for its 2048-row matrices); 32: -12%
 #endif
-#ifndef MMA_U
-#define MMA_U 2  // K blocks in flight per warp (engine/PERF.md: 16 warps x 2 beat 8 x 4 and 4 x 8)
+#ifndef MMA_S
+#define MMA_S 2  // ring slots per warp, store/add (a slot: 1 KB per weight matrix)
+#endif
+#ifndef MMA_S_GLU
+#define MMA_S_GLU 2  // ring slots per warp for gate|up (2 KB each)
+#endif
+#ifndef MMA_EARLY
+#define MMA_EARLY 1  // the first slots load before the PDL wait (weights never depend on it)
+#endif
+#ifndef MMA_MINB
+#define MMA_MINB 1  // __launch_bounds__ minimum blocks per SM (a tuning knob)
 #endif
 #define MMA_M 16  // output rows per block
 #define MMA_N 8   // activation rows per block
@@ -327,7 +344,9 @@ __device__ __forceinline__ void gemv_mma_body(const __half* __restrict__ w1, con
                                               const float* __restrict__ x, float* __restrict__ out,
                                               int N, int K, int nrows, int ldo) {
     constexpr int NM = MODE == MODE_GLU ? 2 : 1;  // weight matrices (gate and up for GLU)
-    __shared__ float part[MMA_WARPS][NM][MMA_M][MMA_N];
+    constexpr int S = MODE == MODE_GLU ? MMA_S_GLU : MMA_S;
+    constexpr int SLOT = NM * 64;  // uint4 per ring slot: [matrix][rows g, g + 8][lane]
+    extern __shared__ uint4 mma_smem[];  // the rings; after the loop, the partial tiles
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int row0 = blockIdx.x * MMA_M, r0 = blockIdx.y * MMA_N;
@@ -335,50 +354,66 @@ __device__ __forceinline__ void gemv_mma_body(const __half* __restrict__ w1, con
     // weight rows g and g + 8 of the tile; rows past N read row N - 1 and are never stored
     const size_t wa_off = (size_t)min(row0 + g, N - 1) * K + 8 * t;
     const size_t wb_off = (size_t)min(row0 + g + 8, N - 1) * K + 8 * t;
+    const __half* wm[2] = {w1, w2};
     const bool has_x = g < nr;  // lanes of absent activation rows multiply zeros
     const float* xrow = x + (size_t)(r0 + (has_x ? g : 0)) * K + 8 * t;
-    const __half* wm[2] = {w1, w2};
-    pdl_wait();
+    uint4* ring = mma_smem + (size_t)warp * S * SLOT + lane;
+    const int nkb = K / 32;
+    const int mine = warp < nkb ? (nkb - 1 - warp) / MMA_WARPS + 1 : 0;  // this warp's K blocks
+    auto fill = [&](int i) {  // K block warp + i * MMA_WARPS into slot i % S
+        uint4* slot = ring + (i % S) * SLOT;
+        const int k = (warp + i * MMA_WARPS) * 32;
+#pragma unroll
+        for (int m = 0; m < NM; ++m) {
+            cp_async16(slot + m * 64, wm[m] + wa_off + k);
+            cp_async16(slot + m * 64 + 32, wm[m] + wb_off + k);
+        }
+    };
+    auto load_x = [&](int i, float4& a, float4& b) {
+        a = b = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (has_x && i < mine) {
+            const float* p = xrow + (warp + i * MMA_WARPS) * 32;
+            a = ld_input4(p);
+            b = ld_input4(p + 4);
+        }
+    };
+    if (!MMA_EARLY) pdl_wait();
+#pragma unroll
+    for (int i = 0; i < S - 1; ++i) {
+        if (i < mine) fill(i);
+        cp_async_commit();  // empty groups keep the count that cp_async_wait relies on
+    }
+    if (MMA_EARLY) pdl_wait();
     float c[NM][4];
 #pragma unroll
     for (int m = 0; m < NM; ++m) c[m][0] = c[m][1] = c[m][2] = c[m][3] = 0.f;
-    const int nkb = K / 32;
-    for (int kb0 = warp; kb0 < nkb; kb0 += MMA_WARPS * MMA_U) {
-        uint4 wa[MMA_U][NM], wb[MMA_U][NM];
-        float4 xa[MMA_U], xb[MMA_U];
+    float4 xa, xb;
+    load_x(0, xa, xb);
+    for (int i = 0; i < mine; ++i) {
+        // refill the slot read last iteration (this lane's own reads of it are done)
+        if (i + S - 1 < mine) fill(i + S - 1);
+        cp_async_commit();
+        float4 na, nb;
+        load_x(i + 1, na, nb);
+        cp_async_wait<S - 1>();  // K block i has landed
+        const uint4* slot = ring + (i % S) * SLOT;
+        u32 hi[4], lo[4];
+        split_f16(xa, xb, hi, lo);
 #pragma unroll
-        for (int u = 0; u < MMA_U; ++u) {
-            const int kb = kb0 + u * MMA_WARPS;
-            if (kb < nkb) {
-#pragma unroll
-                for (int m = 0; m < NM; ++m) {
-                    wa[u][m] = __ldg(reinterpret_cast<const uint4*>(wm[m] + wa_off + kb * 32));
-                    wb[u][m] = __ldg(reinterpret_cast<const uint4*>(wm[m] + wb_off + kb * 32));
-                }
-                xa[u] = xb[u] = make_float4(0.f, 0.f, 0.f, 0.f);
-                if (has_x) {
-                    xa[u] = __ldg(reinterpret_cast<const float4*>(xrow + kb * 32));
-                    xb[u] = __ldg(reinterpret_cast<const float4*>(xrow + kb * 32 + 4));
-                }
-            }
+        for (int m = 0; m < NM; ++m) {
+            const uint4 a = slot[m * 64], b = slot[m * 64 + 32];
+            mma16816(c[m], a.x, b.x, a.y, b.y, hi[0], hi[1]);
+            mma16816(c[m], a.x, b.x, a.y, b.y, lo[0], lo[1]);
+            mma16816(c[m], a.z, b.z, a.w, b.w, hi[2], hi[3]);
+            mma16816(c[m], a.z, b.z, a.w, b.w, lo[2], lo[3]);
         }
-#pragma unroll
-        for (int u = 0; u < MMA_U; ++u) {
-            if (kb0 + u * MMA_WARPS < nkb) {
-                u32 hi[4], lo[4];
-                split_f16(xa[u], xb[u], hi, lo);
-#pragma unroll
-                for (int m = 0; m < NM; ++m) {
-                    const uint4 a = wa[u][m], b = wb[u][m];
-                    mma16816(c[m], a.x, b.x, a.y, b.y, hi[0], hi[1]);
-                    mma16816(c[m], a.x, b.x, a.y, b.y, lo[0], lo[1]);
-                    mma16816(c[m], a.z, b.z, a.w, b.w, hi[2], hi[3]);
-                    mma16816(c[m], a.z, b.z, a.w, b.w, lo[2], lo[3]);
-                }
-            }
-        }
+        xa = na;
+        xb = nb;
     }
+    cp_async_wait<0>();
     pdl_trigger();  // the weights are read: let the next kernel's blocks start launching
+    __syncthreads();  // every warp is done with its ring: the space now holds the partial tiles
+    float(*part)[NM][MMA_M][MMA_N] = reinterpret_cast<float(*)[NM][MMA_M][MMA_N]>(mma_smem);
     // accumulator fragment: c = {C[g][2t], C[g][2t + 1], C[g + 8][2t], C[g + 8][2t + 1]}
 #pragma unroll
     for (int m = 0; m < NM; ++m) {
@@ -410,7 +445,8 @@ __device__ __forceinline__ void gemv_mma_body(const __half* __restrict__ w1, con
 }
 
 #define GEMV_MMA_ONE(MNAME, MODE)                                                              \
-    extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) gemv_mma_f16_##MNAME(GEMV_ARGS) { \
+    extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32, MMA_MINB)                      \
+        gemv_mma_f16_##MNAME(GEMV_ARGS) {                                                      \
         gemv_mma_body<MODE>(reinterpret_cast<const __half*>(wq), reinterpret_cast<const __half*>(wq2), \
                             reinterpret_cast<const float*>(x), out, N, K, nrows, ldo);                \
     }

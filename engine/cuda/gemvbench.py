@@ -23,9 +23,11 @@ VARIANTS = {
     "u16": {"GEMV_U": 16},
     "u4": {"GEMV_U": 4},
     "fma": {"GEMV_MMA": 0},  # float16 weights through the float loop instead of tensor cores
-    "mu4": {"MMA_U": 4},  # tensor-core mat-vec: K blocks in flight per warp
-    "mw8u4": {"MMA_WARPS": 8, "MMA_U": 4},
-    "mw32": {"MMA_WARPS": 32},
+    # tensor-core mat-vec: cp.async ring slots per warp, warps per block, loads before the wait
+    "s3": {"MMA_S": 3, "MMA_S_GLU": 3},
+    "s6": {"MMA_S": 6, "MMA_S_GLU": 4},
+    "mw8": {"MMA_WARPS": 8},
+    "late": {"MMA_EARLY": 0},
 }
 # (label, rows, cols, mode) of one decode layer of Llama-3.1-8B and of Llama-3.2-1B
 SHAPES = {
@@ -83,6 +85,9 @@ def main(variants: str, act_rows: int, shapes: str) -> None:
             for label, rows, cols, mode in SHAPES[shapes]:
                 name, grid, block = geo.launch(wt, rows, cols, act_rows, mode)
                 fn = mod.get_function(name)
+                shared = geo.shared_bytes(name)
+                if shared:
+                    fn.max_dynamic_shared_size_bytes = shared
                 mats = 2 if mode == "glu" else 1
                 bpw = 2.0 if wt == WT_F16 else 18 / 32
                 nbytes = int(rows * cols * bpw * mats)
@@ -107,6 +112,7 @@ def main(variants: str, act_rows: int, shapes: str) -> None:
                                 q[:rows], s[:rows] if s is not None else NULL, q2, s2, x, xs, out,
                                 np.int32(rows), np.int32(cols), np.int32(act_rows), np.int32(rows),
                             ),
+                            shared_mem=shared,
                         )  # fmt: skip
                     graph = stream.end_capture()
                 graph.launch(stream)

@@ -21,6 +21,8 @@ GEOMETRY_DEFAULTS = {
     "GEMV_NR1": 1,
     "GEMV_NR1_Q": 4,
     "MMA_WARPS": 16,
+    "MMA_S": 2,
+    "MMA_S_GLU": 2,
     "GEMV_MMA": 1,
 }
 
@@ -30,6 +32,7 @@ WT_NAMES = {WT_F32: "f32", WT_F16: "f16", WT_Q8_0: "q8_0", WT_Q4_0: "q4_0", WT_Q
 GEMV_ROW_BLOCKS = (1, 2, 4, 8)  # activation rows one mat-vec launch reads each weight for
 GEMV_MODES = ("store", "add", "glu")
 MMA_M, MMA_N = 16, 8  # output rows x activation rows of one tensor-core mat-vec block
+MMA_SLOT_BYTES = 1024  # one K block of 16 rows per weight matrix in a warp's cp.async ring
 
 
 def kernel_defines(environ: Mapping[str, str] = os.environ) -> dict[str, int]:
@@ -91,6 +94,15 @@ class Geometry:
         grid = (-(-n_out // per_block), -(-rows // rb))
         return gemv_name(wt, rb, mode), grid, (self.values["GEMV_WARPS"] * 32,)
 
+    def shared_bytes(self, name: str) -> int:
+        """Dynamic shared memory of a mat-vec kernel: the tensor-core kernel's per-warp rings
+        (MMA_S slots, MMA_S_GLU for gate|up, whose slots hold both matrices); 0 for the rest."""
+        if not name.startswith("gemv_mma_f16_"):
+            return 0
+        glu = name.endswith("_glu")
+        slots = self.values["MMA_S_GLU" if glu else "MMA_S"]
+        return self.values["MMA_WARPS"] * slots * (2 if glu else 1) * MMA_SLOT_BYTES
+
 
 def gemv_name(wt: int, row_block: int, mode: str) -> str:
     return f"gemv_{WT_NAMES[wt]}_r{row_block}_{mode}"
@@ -100,3 +112,4 @@ def gemv_name(wt: int, row_block: int, mode: str) -> str:
 GEOMETRY = Geometry(kernel_defines())
 NVRTC_OPTIONS = GEOMETRY.nvrtc_options
 gemv_launch = GEOMETRY.launch
+gemv_shared_bytes = GEOMETRY.shared_bytes

@@ -17,7 +17,14 @@ from pathlib import Path
 
 import cupy as cp
 
-from engine.cuda.geometry import GEMV_MODES, GEMV_ROW_BLOCKS, NVRTC_OPTIONS, WT_NAMES, gemv_name
+from engine.cuda.geometry import (
+    GEMV_MODES,
+    GEMV_ROW_BLOCKS,
+    NVRTC_OPTIONS,
+    WT_NAMES,
+    gemv_name,
+    gemv_shared_bytes,
+)
 
 KERNEL_DIR = Path(__file__).resolve().parents[2] / "kernels"
 SOURCES = ("gemv.cu", "layers.cu", "attention.cu")
@@ -48,7 +55,11 @@ class Kernels:
         ]
         self._functions: dict[str, cp.RawKernel] = {}
         for name in all_kernel_names():
-            self._functions[name] = self._find(name)
+            fn = self._find(name)
+            shared = gemv_shared_bytes(name)
+            if shared:  # above 48 KB a kernel must ask for its dynamic shared memory
+                fn.max_dynamic_shared_size_bytes = shared
+            self._functions[name] = fn
 
     def _find(self, name: str) -> cp.RawKernel:
         for module in self.modules:

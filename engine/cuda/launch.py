@@ -94,11 +94,13 @@ class PdlLauncher:
     def disable(self) -> None:
         self._fn = None
 
-    def launch(self, kernel: Any, grid: tuple, block: tuple, args: tuple, stream: Any) -> None:
+    def launch(
+        self, kernel: Any, grid: tuple, block: tuple, args: tuple, stream: Any, shared: int = 0
+    ) -> None:
         g = tuple(grid) + (1,) * (3 - len(grid))
         b = tuple(block) + (1,) * (3 - len(block))
         cfg = _Config(
-            g[0], g[1], g[2], b[0], b[1], b[2], 0, stream.ptr, ctypes.pointer(self._attr), 1
+            g[0], g[1], g[2], b[0], b[1], b[2], shared, stream.ptr, ctypes.pointer(self._attr), 1
         )
         values = [_c_arg(a) for a in args]
         params = (ctypes.c_void_p * len(values))(

@@ -23,7 +23,7 @@ import cupy as cp
 import numpy as np
 
 from engine.config import ModelConfig
-from engine.cuda.geometry import WT_F16, env_tuning, gemv_launch
+from engine.cuda.geometry import WT_F16, env_tuning, gemv_launch, gemv_shared_bytes
 from engine.cuda.kernels import HEAD_DIMS, MAX_GROUP, get_kernels
 from engine.cuda.launch import PdlLauncher
 from engine.cuda.layout import GpuWeight, fuse_rows, matrix_to_gpu, vector_to_gpu
@@ -350,22 +350,23 @@ class CupyRunner(Runner):
             _i(rows),
             _i(out.shape[1]),
         )
-        self._launch(name, grid, block, args)
+        self._launch(name, grid, block, args, gemv_shared_bytes(name))
 
-    def _launch(self, name: str, grid: tuple, block: tuple, args: tuple) -> None:
-        """Launch one kernel on the runner's stream; timed per kernel when tracing."""
+    def _launch(self, name: str, grid: tuple, block: tuple, args: tuple, shared: int = 0) -> None:
+        """Launch one kernel on the runner's stream (`shared`: dynamic shared memory bytes);
+        timed per kernel when tracing."""
         fn = self.k[name]
         if self._skip and name.startswith(self._skip):
             return
         if self._trace is None:
             if self._in_step and self.pdl.available():
-                self.pdl.launch(fn, grid, block, args, self.stream)
+                self.pdl.launch(fn, grid, block, args, self.stream, shared)
             else:
-                fn(grid, block, args)
+                fn(grid, block, args, shared_mem=shared)
             return
         a, b = cp.cuda.Event(), cp.cuda.Event()
         a.record(self.stream)
-        fn(grid, block, args)
+        fn(grid, block, args, shared_mem=shared)
         b.record(self.stream)
         self._trace.append((name, a, b))
 

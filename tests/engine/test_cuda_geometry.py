@@ -50,6 +50,21 @@ def test_float16_takes_the_tensor_core_mat_vec_at_every_width() -> None:
     assert Geometry({"GEMV_MMA": 0}).launch(WT_F16, 300, 576, 3, "store")[0] == "gemv_f16_r4_store"
 
 
+def test_tensor_core_rings_size_the_dynamic_shared_memory() -> None:
+    """Each warp's cp.async ring: MMA_S slots of 1 KB per weight matrix (gate|up has two);
+    the other mat-vecs need none. The ring also holds the partial tiles after the loop."""
+    geo = Geometry({})
+    assert geo.shared_bytes("gemv_mma_f16_store") == 16 * 2 * 1024
+    assert geo.shared_bytes("gemv_mma_f16_add") == 16 * 2 * 1024
+    assert geo.shared_bytes("gemv_mma_f16_glu") == 16 * 2 * 2 * 1024
+    assert geo.shared_bytes("gemv_q4_0_r1_glu") == 0
+    deep = Geometry({"MMA_WARPS": 8, "MMA_S": 6, "MMA_S_GLU": 3})
+    assert deep.shared_bytes("gemv_mma_f16_store") == 8 * 6 * 1024
+    assert deep.shared_bytes("gemv_mma_f16_glu") == 8 * 3 * 2 * 1024
+    # the H200 grants at most 227 KB per block; the defaults must stay within it
+    assert max(geo.shared_bytes(f"gemv_mma_f16_{m}") for m in GEMV_MODES) <= 227 * 1024
+
+
 def test_quantized_rows_per_warp_and_row_blocks() -> None:
     geo = Geometry({})
     assert geo.launch(WT_Q8_0, 4096, 4096, 1, "glu")[:2] == ("gemv_q8_0_r1_glu", (256, 1))

@@ -65,7 +65,7 @@ def nan_buffer(cp, shape):
 
 def run_gemv(cp, k, w, rows: int, x: np.ndarray, mode: str, w2=None, out0=None):
     """Launch one mat-vec the way the runner does and return the float32 result."""
-    from engine.cuda.geometry import gemv_launch
+    from engine.cuda.geometry import gemv_launch, gemv_shared_bytes
 
     NULL = np.uint64(0)
     xd = cp.asarray(x, dtype=cp.float32)
@@ -89,6 +89,7 @@ def run_gemv(cp, k, w, rows: int, x: np.ndarray, mode: str, w2=None, out0=None):
             w2.s if (w2 is not None and w2.s is not None) else NULL,
             xa, xs, out, np.int32(w.rows), np.int32(K), np.int32(rows), np.int32(w.rows),
         ),
+        shared_mem=gemv_shared_bytes(name),
     )  # fmt: skip
     return cp.asnumpy(out)
 

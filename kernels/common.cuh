@@ -25,13 +25,20 @@ typedef unsigned int u32;
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" :::); }
 
-// A float4 the previous kernel wrote, loaded after pdl_wait(). __ldg compiles to an invariant
+// Loads of data the previous kernel wrote, after pdl_wait(). __ldg compiles to an invariant
 // load, which the compiler may hoist above griddepcontrol.wait (the tensor-core mat-vec read
 // stale activations under PDL that way); a volatile asm load keeps its place in program order.
 __device__ __forceinline__ float4 ld_input4(const float* p) {
     float4 v;
     asm volatile("ld.global.v4.f32 {%0, %1, %2, %3}, [%4];\n"
                  : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "l"(p));
+    return v;
+}
+__device__ __forceinline__ int4 ld_input4(const i8* p) {
+    int4 v;
+    asm volatile("ld.global.v4.s32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(p));
     return v;
 }

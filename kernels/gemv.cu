@@ -128,9 +128,8 @@ __device__ __forceinline__ void chunk_dot(const WChunk<WT> (&w)[NW], const void*
 #pragma unroll
         for (int r = 0; r < RB; ++r) {
             if (r < nr) {
-                const float4* xr =
-                    reinterpret_cast<const float4*>(reinterpret_cast<const float*>(x) + (size_t)(r0 + r) * K) + 2 * c;
-                const float4 a = __ldg(xr), b = __ldg(xr + 1);
+                const float* xr = reinterpret_cast<const float*>(x) + (size_t)(r0 + r) * K + 8 * c;
+                const float4 a = ld_input4(xr), b = ld_input4(xr + 4);
 #pragma unroll
                 for (int j = 0; j < NW; ++j) {
                     float t = wf[j][0] * a.x;
@@ -155,9 +154,11 @@ __device__ __forceinline__ void chunk_dot(const WChunk<WT> (&w)[NW], const void*
         for (int r = 0; r < RB; ++r) {
             if (r < nr) {
                 // activation block c of row r0 + r: 32 bytes of level-1 codes, 32 of level 2
-                const int4* xr = reinterpret_cast<const int4*>(reinterpret_cast<const i8*>(x) + (size_t)(r0 + r) * 2 * K) + 4 * c;
-                const int4 a = __ldg(xr), b = __ldg(xr + 1), a2 = __ldg(xr + 2), b2 = __ldg(xr + 3);
-                const float4 sc = __ldg(xs + (size_t)(r0 + r) * nb + c);  // {d1, d2, sum x, 0}
+                const i8* xr = reinterpret_cast<const i8*>(x) + (size_t)(r0 + r) * 2 * K + 64 * c;
+                const int4 a = ld_input4(xr), b = ld_input4(xr + 16), a2 = ld_input4(xr + 32),
+                           b2 = ld_input4(xr + 48);
+                // {d1, d2, sum x, 0}
+                const float4 sc = ld_input4(reinterpret_cast<const float*>(xs + (size_t)(r0 + r) * nb + c));
 #pragma unroll
                 for (int j = 0; j < NW; ++j) {
                     const int s = dot32(lo[j], hi[j], a, b);

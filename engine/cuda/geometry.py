@@ -63,6 +63,9 @@ class Geometry:
     def __init__(self, defines: Mapping[str, int]) -> None:
         self.defines = dict(defines)
         self.values = {k: int(self.defines.get(k, v)) for k, v in GEOMETRY_DEFAULTS.items()}
+        for name in ("GEMV_WARPS", "MMA_WARPS", "MMA_S", "MMA_S_GLU"):
+            if self.values[name] < 1:
+                raise ValueError(f"{DEFINES_ENV}: {name}={self.values[name]} must be at least 1")
         self.nvrtc_options = BASE_OPTIONS + tuple(
             f"-D{k}={v}" for k, v in sorted(self.defines.items())
         )

@@ -3,11 +3,17 @@ pure Python, so it is checked here without a GPU)."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from engine.cuda.geometry import (
     DEFINES_ENV,
     GEMV_MODES,
+    GEOMETRY_DEFAULTS,
+    MMA_M,
+    MMA_N,
     WT_F16,
     WT_F32,
     WT_Q4_0,
@@ -63,6 +69,24 @@ def test_tensor_core_rings_size_the_dynamic_shared_memory() -> None:
     assert deep.shared_bytes("gemv_mma_f16_glu") == 8 * 3 * 2 * 1024
     # the H200 grants at most 227 KB per block; the defaults must stay within it
     assert max(geo.shared_bytes(f"gemv_mma_f16_{m}") for m in GEMV_MODES) <= 227 * 1024
+    for g in (geo, deep, Geometry({"MMA_S": 1, "MMA_S_GLU": 1})):
+        for mode, mats in (("store", 1), ("glu", 2)):  # the partial tiles fit the ring
+            tiles = g.values["MMA_WARPS"] * mats * MMA_M * MMA_N * 4
+            assert g.shared_bytes(f"gemv_mma_f16_{mode}") >= tiles
+    with pytest.raises(ValueError, match="MMA_S=0"):
+        Geometry({"MMA_S": 0})
+
+
+def test_python_defaults_match_the_kernel_sources() -> None:
+    """The grids and shared memory sizes follow GEOMETRY_DEFAULTS; the kernels compile with
+    the #define defaults in gemv.cu. The two must agree."""
+    src = (Path(__file__).resolve().parents[2] / "kernels" / "gemv.cu").read_text()
+    for name, value in GEOMETRY_DEFAULTS.items():
+        if name == "GEMV_MMA":  # read by the Python side only
+            continue
+        m = re.search(rf"#ifndef {name}\n#define {name} (\d+)", src)
+        assert m, f"{name} has no #ifndef default in gemv.cu"
+        assert int(m.group(1)) == value, name
 
 
 def test_quantized_rows_per_warp_and_row_blocks() -> None:

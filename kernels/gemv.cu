@@ -303,6 +303,12 @@ GEMV_MODES(q4_1, WT_Q4_1)
 // the fragments of two mmas (any order of k serves if A and B share it): mma j takes
 // k = 8t + 4j + {0, 1} as its logical k = 2t, 2t + 1 and 8t + 4j + {2, 3} as 2t + 8, 2t + 9.
 //
+// NORM: the input is the raw residual x and the block applies RMSNorm itself, as a scale on
+// the result: W (x * g / rms) = (1 / rms) (W * g) x, with the norm weight g folded into W's
+// columns at load time (runner.py) and rms taken from the activations the warps load anyway
+// (their K blocks cover each row once), so the norm kernel and its pass disappear without a
+// pre-pass in any block (engine/PERF.md: a per-block pre-pass lost 13%).
+//
 // The weights stream through a ring of MMA_S K blocks per warp in dynamic shared memory,
 // filled by cp.async MMA_S - 1 blocks ahead of the mma, so a warp's next loads are in flight
 // while it multiplies and hold no registers (64 per thread: two 512-thread blocks fit an SM).
@@ -340,10 +346,10 @@ __device__ __forceinline__ void split_f16(const float4& a, const float4& b, u32 
     }
 }
 
-template <int MODE>
+template <int MODE, bool NORM>
 __device__ __forceinline__ void gemv_mma_body(const __half* __restrict__ w1, const __half* __restrict__ w2,
                                               const float* __restrict__ x, float* __restrict__ out,
-                                              int N, int K, int nrows, int ldo) {
+                                              int N, int K, int nrows, int ldo, float eps) {
     constexpr int NM = MODE == MODE_GLU ? 2 : 1;  // weight matrices (gate and up for GLU)
     constexpr int S = MODE == MODE_GLU ? MMA_S_GLU : MMA_S;
     constexpr int SLOT = NM * 64;  // uint4 per ring slot: [matrix][rows g, g + 8][lane]
@@ -390,6 +396,7 @@ __device__ __forceinline__ void gemv_mma_body(const __half* __restrict__ w1, con
     for (int m = 0; m < NM; ++m) c[m][0] = c[m][1] = c[m][2] = c[m][3] = 0.f;
     float4 xa, xb;
     load_x(0, xa, xb);
+    float ss = 0.f;  // NORM: this lane's share of its activation row's sum of squares
     for (int i = 0; i < mine; ++i) {
         // refill the slot read last iteration (this lane's own reads of it are done)
         if (i + S - 1 < mine) fill(i + S - 1);
@@ -400,6 +407,12 @@ __device__ __forceinline__ void gemv_mma_body(const __half* __restrict__ w1, con
         const uint4* slot = ring + (i % S) * SLOT;
         u32 hi[4], lo[4];
         split_f16(xa, xb, hi, lo);
+        if constexpr (NORM) {
+            ss = fmaf(xa.x, xa.x, ss); ss = fmaf(xa.y, xa.y, ss);
+            ss = fmaf(xa.z, xa.z, ss); ss = fmaf(xa.w, xa.w, ss);
+            ss = fmaf(xb.x, xb.x, ss); ss = fmaf(xb.y, xb.y, ss);
+            ss = fmaf(xb.z, xb.z, ss); ss = fmaf(xb.w, xb.w, ss);
+        }
 #pragma unroll
         for (int m = 0; m < NM; ++m) {
             const uint4 a = slot[m * 64], b = slot[m * 64 + 32];
@@ -415,6 +428,8 @@ __device__ __forceinline__ void gemv_mma_body(const __half* __restrict__ w1, con
     pdl_trigger();  // the weights are read: let the next kernel's blocks start launching
     __syncthreads();  // every warp is done with its ring: the space now holds the partial tiles
     float(*part)[NM][MMA_M][MMA_N] = reinterpret_cast<float(*)[NM][MMA_M][MMA_N]>(mma_smem);
+    // after the tiles: each warp's sum of squares per activation row (NORM)
+    float(*sq)[MMA_N] = reinterpret_cast<float(*)[MMA_N]>(&part[MMA_WARPS][0][0][0]);
     // accumulator fragment: c = {C[g][2t], C[g][2t + 1], C[g + 8][2t], C[g + 8][2t + 1]}
 #pragma unroll
     for (int m = 0; m < NM; ++m) {
@@ -422,6 +437,11 @@ __device__ __forceinline__ void gemv_mma_body(const __half* __restrict__ w1, con
         part[warp][m][g][2 * t + 1] = c[m][1];
         part[warp][m][g + 8][2 * t] = c[m][2];
         part[warp][m][g + 8][2 * t + 1] = c[m][3];
+    }
+    if constexpr (NORM) {  // the 4 lanes of group g hold row g's elements 8t .. 8t + 7 of each K block
+        ss += __shfl_xor_sync(FULL_MASK, ss, 1);
+        ss += __shfl_xor_sync(FULL_MASK, ss, 2);
+        if (t == 0) sq[warp][g] = ss;
     }
     __syncthreads();
     for (int i = threadIdx.x; i < MMA_M * MMA_N; i += blockDim.x) {
@@ -434,6 +454,14 @@ __device__ __forceinline__ void gemv_mma_body(const __half* __restrict__ w1, con
 #pragma unroll
             for (int w = 0; w < MMA_WARPS; ++w) s[m] += part[w][m][row][col];  // fixed order
         }
+        if constexpr (NORM) {
+            float q = 0.f;
+#pragma unroll
+            for (int w = 0; w < MMA_WARPS; ++w) q += sq[w][col];  // fixed order
+            const float rs = rsqrtf(q / (float)K + eps);
+#pragma unroll
+            for (int m = 0; m < NM; ++m) s[m] *= rs;
+        }
         float* o = out + (size_t)(r0 + col) * ldo + row0 + row;
         if constexpr (MODE == MODE_STORE) {
             *o = s[0];
@@ -445,11 +473,18 @@ __device__ __forceinline__ void gemv_mma_body(const __half* __restrict__ w1, con
     }
 }
 
-#define GEMV_MMA_ONE(MNAME, MODE)                                                              \
-    extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32, MMA_MINB)                      \
-        gemv_mma_f16_##MNAME(GEMV_ARGS) {                                                      \
-        gemv_mma_body<MODE>(reinterpret_cast<const __half*>(wq), reinterpret_cast<const __half*>(wq2), \
-                            reinterpret_cast<const float*>(x), out, N, K, nrows, ldo);                \
+#define GEMV_MMA_ONE(MNAME, MODE)                                                                  \
+    extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32, MMA_MINB)                          \
+        gemv_mma_f16_##MNAME(GEMV_ARGS) {                                                          \
+        gemv_mma_body<MODE, false>(reinterpret_cast<const __half*>(wq),                            \
+                                   reinterpret_cast<const __half*>(wq2),                           \
+                                   reinterpret_cast<const float*>(x), out, N, K, nrows, ldo, 0.f); \
+    }                                                                                              \
+    extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32, MMA_MINB)                          \
+        gemv_mma_f16_##MNAME##_norm(GEMV_ARGS, float eps) {                                        \
+        gemv_mma_body<MODE, true>(reinterpret_cast<const __half*>(wq),                             \
+                                  reinterpret_cast<const __half*>(wq2),                            \
+                                  reinterpret_cast<const float*>(x), out, N, K, nrows, ldo, eps);  \
     }
 GEMV_MMA_ONE(store, MODE_STORE)
 GEMV_MMA_ONE(add, MODE_ADD)

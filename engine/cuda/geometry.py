@@ -31,6 +31,7 @@ WT_F32, WT_F16, WT_Q8_0, WT_Q4_0, WT_Q4_1 = 0, 1, 2, 3, 4
 WT_NAMES = {WT_F32: "f32", WT_F16: "f16", WT_Q8_0: "q8_0", WT_Q4_0: "q4_0", WT_Q4_1: "q4_1"}
 GEMV_ROW_BLOCKS = (1, 2, 4, 8)  # activation rows one mat-vec launch reads each weight for
 GEMV_MODES = ("store", "add", "glu")
+MMA_NAMES = tuple(f"gemv_mma_f16_{m}{n}" for m in GEMV_MODES for n in ("", "_norm"))
 MMA_M, MMA_N = 16, 8  # output rows x activation rows of one tensor-core mat-vec block
 MMA_SLOT_BYTES = 1024  # one K block of 16 rows per weight matrix in a warp's cp.async ring
 
@@ -84,14 +85,20 @@ class Geometry:
         return bool(self.values["GEMV_MMA"]) and wt == WT_F16 and cols % 32 == 0
 
     def launch(
-        self, wt: int, n_out: int, cols: int, rows: int, mode: str
+        self, wt: int, n_out: int, cols: int, rows: int, mode: str, norm: bool = False
     ) -> tuple[str, tuple, tuple]:
-        """(kernel name, grid, block) of the mat-vec of an [n_out, cols] weight on `rows` rows."""
+        """(kernel name, grid, block) of the mat-vec of an [n_out, cols] weight on `rows` rows.
+
+        norm: the tensor-core kernel that applies RMSNorm to its raw input itself (its `_norm`
+        variant takes one more argument, eps; the norm weight is folded into the weight)."""
         if mode not in GEMV_MODES:
             raise ValueError(f"mat-vec mode {mode!r} is not one of {GEMV_MODES}")
         if self.uses_mma(wt, cols):
             grid = (-(-n_out // MMA_M), -(-rows // MMA_N))
-            return f"gemv_mma_f16_{mode}", grid, (self.values["MMA_WARPS"] * 32,)
+            name = f"gemv_mma_f16_{mode}" + ("_norm" if norm else "")
+            return name, grid, (self.values["MMA_WARPS"] * 32,)
+        if norm:
+            raise ValueError("only the tensor-core (float16) mat-vec applies RMSNorm itself")
         rb = 1 if rows <= 1 else 2 if rows <= 2 else 4 if rows <= 4 else 8
         per_block = self.values["GEMV_WARPS"] * self.rows_per_warp(rb, wt)
         grid = (-(-n_out // per_block), -(-rows // rb))
@@ -102,7 +109,7 @@ class Geometry:
         (MMA_S slots, MMA_S_GLU for gate|up, whose slots hold both matrices); 0 for the rest."""
         if not name.startswith("gemv_mma_f16_"):
             return 0
-        glu = name.endswith("_glu")
+        glu = name.startswith("gemv_mma_f16_glu")
         slots = self.values["MMA_S_GLU" if glu else "MMA_S"]
         return self.values["MMA_WARPS"] * slots * (2 if glu else 1) * MMA_SLOT_BYTES
 

@@ -20,6 +20,7 @@ import cupy as cp
 from engine.cuda.geometry import (
     GEMV_MODES,
     GEMV_ROW_BLOCKS,
+    MMA_NAMES,
     NVRTC_OPTIONS,
     WT_NAMES,
     gemv_name,
@@ -39,7 +40,7 @@ def source_text(name: str) -> str:
 
 def all_kernel_names() -> list[str]:
     names = [gemv_name(wt, rb, m) for wt in WT_NAMES for rb in GEMV_ROW_BLOCKS for m in GEMV_MODES]
-    names += [f"gemv_mma_f16_{m}" for m in GEMV_MODES]
+    names += list(MMA_NAMES)
     names += ["quantize_q8", "rmsnorm", "embed", "dequant_f16", "swiglu_f16", "rope_kv"]
     names += ["argmax_advance", "advance_lens", "attn_combine"]
     names += [f"attn_split_{hd}" for hd in HEAD_DIMS] + [f"attn_prefill_{hd}" for hd in HEAD_DIMS]

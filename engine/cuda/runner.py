@@ -23,10 +23,16 @@ import cupy as cp
 import numpy as np
 
 from engine.config import ModelConfig
-from engine.cuda.geometry import WT_F16, env_tuning, gemv_launch, gemv_shared_bytes
+from engine.cuda.geometry import GEOMETRY, WT_F16, env_tuning, gemv_launch, gemv_shared_bytes
 from engine.cuda.kernels import HEAD_DIMS, MAX_GROUP, get_kernels
 from engine.cuda.launch import PdlLauncher
-from engine.cuda.layout import GpuWeight, fuse_rows, matrix_to_gpu, vector_to_gpu
+from engine.cuda.layout import (
+    GpuWeight,
+    fold_norm_weight,
+    fuse_rows,
+    matrix_to_gpu,
+    vector_to_gpu,
+)
 from engine.errors import EngineError
 from engine.protocol import VramInfo
 from engine.runner import Runner
@@ -65,7 +71,7 @@ def _f(v: float) -> np.float32:
 
 @dataclass
 class _Layer:
-    attn_norm: Any
+    attn_norm: Any  # the norm weight a norm kernel still applies (ones once folded into q|k|v)
     qkv: list[
         tuple[GpuWeight, int]
     ]  # the q|k|v projection: one fused weight, or three parts at column offsets
@@ -77,6 +83,9 @@ class _Layer:
     wu: GpuWeight
     wd: GpuWeight
     wgu: GpuWeight | None = None  # gate|up fused (wg and wu are then views of it)
+    # RMSNorm done by the decode mat-vec itself (its norm weight folded into q|k|v, gate|up)
+    attn_norm_in_mv: bool = False
+    ffn_norm_in_mv: bool = False
 
 
 class CupyRunner(Runner):
@@ -112,6 +121,7 @@ class CupyRunner(Runner):
             self.tok_embd = matrix_to_gpu(t["token_embd.weight"])
             self.w_out = self.tok_embd if c.tied_embeddings else matrix_to_gpu(t["output.weight"])
             self.out_norm = vector_to_gpu(t["output_norm.weight"])
+            self._unit_norm = cp.ones(c.dim, dtype=cp.float32)  # for norms folded into weights
             self.layers: list[_Layer] = []
             for i in range(c.n_layers):
 
@@ -145,6 +155,7 @@ class CupyRunner(Runner):
                         gu.wt, gu.q[f:], None if gu.s is None else gu.s[f:], f, gu.cols
                     )
                     layer.wgu = gu
+                self._fold_norms(layer)
                 self.layers.append(layer)
             # RoPE frequencies in float64, computed as the NumPy reference computes them
             half = c.head_dim // 2
@@ -170,6 +181,20 @@ class CupyRunner(Runner):
         self._one = np.ones(1, dtype=np.float32)  # host scalars for cuBLAS (pointer mode host)
         self._zero = np.zeros(1, dtype=np.float32)
         self._ready = False
+
+    def _fold_norms(self, layer: _Layer) -> None:
+        """Fold the attention and FFN norm weights into the float16 q|k|v and gate|up
+        matrices, whose tensor-core decode mat-vecs then normalise the raw residual
+        themselves (one launch and one pass less each); prefill's norm applies ones."""
+        ones = self._unit_norm
+        (qkv, _), *rest = layer.qkv
+        if not rest and GEOMETRY.uses_mma(qkv.wt, qkv.cols):
+            fold_norm_weight(qkv, layer.attn_norm)
+            layer.attn_norm, layer.attn_norm_in_mv = ones, True
+        gu = layer.wgu
+        if gu is not None and GEOMETRY.uses_mma(gu.wt, gu.cols):
+            fold_norm_weight(gu, layer.ffn_norm)
+            layer.ffn_norm, layer.ffn_norm_in_mv = ones, True
 
     # ---- sizes --------------------------------------------------------------------------
 
@@ -319,8 +344,10 @@ class CupyRunner(Runner):
         mode: str,
         w2: GpuWeight | None = None,
         col0: int = 0,
+        norm: bool = False,
     ) -> None:
-        """out[:rows, col0:] (=, +=, silu-glu) W @ buf[src][:rows]; quantizes the input once."""
+        """out[:rows, col0:] (=, +=, silu-glu) W @ buf[src][:rows]; quantizes the input once.
+        norm: buf[src] is the raw residual and the kernel applies RMSNorm (weight folded)."""
         b = self._buf
         if w.quantized:
             if self._quantized_src != src:
@@ -336,7 +363,7 @@ class CupyRunner(Runner):
             xa, xs = b["xq"], b["xs"]
         else:
             xa, xs = b[src], NULL
-        name, grid, block = gemv_launch(w.wt, w.rows, w.cols, rows, mode)
+        name, grid, block = gemv_launch(w.wt, w.rows, w.cols, rows, mode, norm)
         args = (
             w.q,
             w.s if w.s is not None else NULL,
@@ -350,6 +377,8 @@ class CupyRunner(Runner):
             _i(rows),
             _i(out.shape[1]),
         )
+        if norm:
+            args += (_f(self.config.norm_eps),)
         self._launch(name, grid, block, args, gemv_shared_bytes(name))
 
     def _launch(self, name: str, grid: tuple, block: tuple, args: tuple, shared: int = 0) -> None:
@@ -467,9 +496,13 @@ class CupyRunner(Runner):
         )
         scale = 1.0 / math.sqrt(hd)
         for li, L in enumerate(self.layers):
-            self._rmsnorm(b["x"], L.attn_norm, b["h"], NULL, rows, quant=L.qkv[0][0].quantized)
-            for w, col0 in L.qkv:
-                self._mv(w, "h", rows, b["qkv"], "store", col0=col0)
+            if L.attn_norm_in_mv:
+                self._mv(L.qkv[0][0], "x", rows, b["qkv"], "store", norm=True)
+            else:
+                quant = L.qkv[0][0].quantized
+                self._rmsnorm(b["x"], L.attn_norm, b["h"], NULL, rows, quant=quant)
+                for w, col0 in L.qkv:
+                    self._mv(w, "h", rows, b["qkv"], "store", col0=col0)
             self._rope_kv(li, L, b["qkv"], b["q"], rows, 0, -1)
             self._launch(
                 f"attn_split_{hd}",
@@ -494,8 +527,11 @@ class CupyRunner(Runner):
             )  # fmt: skip
             self._quantized_src = "att" if quant_o else None
             self._mv(L.wo, "att", rows, b["x"], "add")
-            self._rmsnorm(b["x"], L.ffn_norm, b["h"], NULL, rows, quant=L.wg.quantized)
-            self._mv(L.wg, "h", rows, b["f"], "glu", w2=L.wu)
+            if L.ffn_norm_in_mv:
+                self._mv(L.wg, "x", rows, b["f"], "glu", w2=L.wu, norm=True)
+            else:
+                self._rmsnorm(b["x"], L.ffn_norm, b["h"], NULL, rows, quant=L.wg.quantized)
+                self._mv(L.wg, "h", rows, b["f"], "glu", w2=L.wu)
             self._mv(L.wd, "f", rows, b["x"], "add")
         self._rmsnorm(b["x"], self.out_norm, b["h"], NULL, rows, quant=self.w_out.quantized)
         self._mv(self.w_out, "h", rows, b["logits"], "store")

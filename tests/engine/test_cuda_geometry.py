@@ -56,6 +56,19 @@ def test_float16_takes_the_tensor_core_mat_vec_at_every_width() -> None:
     assert Geometry({"GEMV_MMA": 0}).launch(WT_F16, 300, 576, 3, "store")[0] == "gemv_f16_r4_store"
 
 
+def test_only_the_tensor_core_mat_vec_applies_rmsnorm_itself() -> None:
+    geo = Geometry({})
+    assert geo.launch(WT_F16, 2048, 2048, 3, "glu", norm=True)[0] == "gemv_mma_f16_glu_norm"
+    assert geo.launch(WT_F16, 2048, 2048, 3, "glu")[0] == "gemv_mma_f16_glu"
+    for wt, cols, g in (
+        (WT_Q4_0, 2048, geo),
+        (WT_F16, 584, geo),
+        (WT_F16, 2048, Geometry({"GEMV_MMA": 0})),
+    ):
+        with pytest.raises(ValueError, match="RMSNorm"):
+            g.launch(wt, 2048, cols, 1, "store", norm=True)
+
+
 def test_tensor_core_rings_size_the_dynamic_shared_memory() -> None:
     """Each warp's cp.async ring: MMA_S slots of 1 KB per weight matrix (gate|up has two);
     the other mat-vecs need none. The ring also holds the partial tiles after the loop."""
@@ -70,9 +83,12 @@ def test_tensor_core_rings_size_the_dynamic_shared_memory() -> None:
     # the H200 grants at most 227 KB per block; the defaults must stay within it
     assert max(geo.shared_bytes(f"gemv_mma_f16_{m}") for m in GEMV_MODES) <= 227 * 1024
     for g in (geo, deep, Geometry({"MMA_S": 1, "MMA_S_GLU": 1})):
-        for mode, mats in (("store", 1), ("glu", 2)):  # the partial tiles fit the ring
-            tiles = g.values["MMA_WARPS"] * mats * MMA_M * MMA_N * 4
+        for mode, mats in (("store", 1), ("glu", 2)):  # partial tiles and sums fit the ring
+            warps = g.values["MMA_WARPS"]
+            tiles = warps * (mats * MMA_M * MMA_N + MMA_N) * 4
             assert g.shared_bytes(f"gemv_mma_f16_{mode}") >= tiles
+            assert g.shared_bytes(f"gemv_mma_f16_{mode}_norm") >= tiles
+    assert geo.shared_bytes("gemv_mma_f16_glu_norm") == geo.shared_bytes("gemv_mma_f16_glu")
     with pytest.raises(ValueError, match="MMA_S=0"):
         Geometry({"MMA_S": 0})
 

@@ -3,7 +3,8 @@
 Outputs are poisoned with NaN before every launch, so an element a kernel fails to write
 fails the test. Error bounds (relative Frobenius norm unless stated), and why:
   mat-vec, float weights (F32, F16):       1e-5  float32 accumulation (F16 on tensor cores:
-                                                 each activation as two float16 halves)
+                                                 each activation as two float16 halves; also
+                                                 with RMSNorm applied by the mat-vec)
   mat-vec, quantized weights (dp4a):       2e-4  activations as two-level int8 blocks
   RMSNorm:                                 1e-5
   RoPE q (float32 out):                    1e-5;  K cache (float16):  2e-3
@@ -63,8 +64,9 @@ def nan_buffer(cp, shape):
     return cp.full(shape, cp.nan, dtype=cp.float32)
 
 
-def run_gemv(cp, k, w, rows: int, x: np.ndarray, mode: str, w2=None, out0=None):
-    """Launch one mat-vec the way the runner does and return the float32 result."""
+def run_gemv(cp, k, w, rows: int, x: np.ndarray, mode: str, w2=None, out0=None, eps=None):
+    """Launch one mat-vec the way the runner does and return the float32 result (eps: the
+    tensor-core kernel that applies RMSNorm to x itself)."""
     from engine.cuda.geometry import gemv_launch, gemv_shared_bytes
 
     NULL = np.uint64(0)
@@ -79,18 +81,16 @@ def run_gemv(cp, k, w, rows: int, x: np.ndarray, mode: str, w2=None, out0=None):
     else:
         xa, xs = xd, NULL
     out = nan_buffer(cp, (rows, w.rows)) if out0 is None else cp.asarray(out0, dtype=cp.float32)
-    name, grid, block = gemv_launch(w.wt, w.rows, K, rows, mode)
-    k[name](
-        grid,
-        block,
-        (
-            w.q, w.s if w.s is not None else NULL,
-            w2.q if w2 is not None else NULL,
-            w2.s if (w2 is not None and w2.s is not None) else NULL,
-            xa, xs, out, np.int32(w.rows), np.int32(K), np.int32(rows), np.int32(w.rows),
-        ),
-        shared_mem=gemv_shared_bytes(name),
+    name, grid, block = gemv_launch(w.wt, w.rows, K, rows, mode, norm=eps is not None)
+    args = (
+        w.q, w.s if w.s is not None else NULL,
+        w2.q if w2 is not None else NULL,
+        w2.s if (w2 is not None and w2.s is not None) else NULL,
+        xa, xs, out, np.int32(w.rows), np.int32(K), np.int32(rows), np.int32(w.rows),
     )  # fmt: skip
+    if eps is not None:
+        args += (np.float32(eps),)
+    k[name](grid, block, args, shared_mem=gemv_shared_bytes(name))
     return cp.asnumpy(out)
 
 
@@ -147,6 +147,41 @@ def test_gemv_row_results_do_not_depend_on_batch(cu, kind):
     for r in (0, 5, 7):
         alone = run_gemv(cp, k, w, 1, x[r : r + 1], "store")
         assert np.array_equal(batch[r], alone[0])
+
+
+@pytest.mark.parametrize("rows", [1, 3, 8, 11])
+def test_gemv_f16_applies_rmsnorm_with_the_norm_weight_folded(cu, rows):
+    """The `_norm` tensor-core mat-vecs take the raw residual: W (x / rms(x) * g) with g
+    folded into W's columns (rounded once to float16, checked exactly), 1e-5 against float64."""
+    cp, k = cu
+    from engine.cuda.layout import fold_norm_weight, matrix_to_gpu
+
+    K, n_out, eps = 576, 300, 1e-5
+    x = (RNG.standard_normal((rows, K)) * 3.0).astype(np.float32)
+    g = RNG.uniform(0.2, 2.0, K).astype(np.float32)
+    rms = np.sqrt((x.astype(np.float64) ** 2).mean(axis=1, keepdims=True) + eps)
+    xn = x.astype(np.float64) / rms
+    ws = []
+    for _ in range(2):
+        t, ref = make_weight("F16", n_out, K)
+        w = matrix_to_gpu(t)
+        fold_norm_weight(w, cp.asarray(g), chunk_rows=128)  # several chunks and a short one
+        folded = (ref.astype(np.float32) * g).astype(np.float16)
+        assert np.array_equal(cp.asnumpy(w.q), folded)
+        ws.append((w, folded.astype(np.float64)))
+    (w, f1), (w2, f2) = ws
+    got = run_gemv(cp, k, w, rows, x, "store", eps=eps)
+    assert rel(got, xn @ f1.T) < 1e-5
+    base = RNG.standard_normal((rows, n_out)).astype(np.float32)
+    got = run_gemv(cp, k, w, rows, x, "add", out0=base, eps=eps)
+    assert rel(got, base + xn @ f1.T) < 1e-5
+    got = run_gemv(cp, k, w, rows, x, "glu", w2=w2, eps=eps)
+    a, u = xn @ f1.T, xn @ f2.T
+    assert rel(got, a / (1 + np.exp(-a)) * u) < 2e-5
+    if rows == 8:  # each row alone: bit-identical
+        for r in (0, 6):
+            alone = run_gemv(cp, k, w, 1, x[r : r + 1], "glu", w2=w2, eps=eps)
+            assert np.array_equal(got[r], alone[0])
 
 
 def quantized_planes(cp, k, x):

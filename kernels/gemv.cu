@@ -291,7 +291,8 @@ GEMV_MODES(q4_1, WT_Q4_1)
 // Float16 weights on tensor cores (mma.sync m16n8k16, float32 accumulate), for any number of
 // activation rows: a block owns 16 output rows (the mma's m) and up to 8 activation rows (its
 // n), so each weight byte is read once for 8 sequences without 8x the arithmetic of the loop
-// above. The block's MMA_WARPS warps split K in blocks of 32 (warp w takes blocks w,
+// above. The weights come in tile order (engine/cuda/tiles.py): the 16 x 32 tile of a band's
+// K block is one contiguous 1 KB, rows past N zero-padded. The block's MMA_WARPS warps split K in blocks of 32 (warp w takes blocks w,
 // w + MMA_WARPS, ...) and add their partial tiles in a fixed order. Each activation goes in as
 // two float16 halves, x = hi + lo (about 22 bits of it), both multiplied into the same
 // accumulator, so the result keeps float32-grade accuracy although the weights are float16.
@@ -358,9 +359,9 @@ __device__ __forceinline__ void gemv_mma_body(const __half* __restrict__ w1, con
     const int g = lane >> 2, t = lane & 3;
     const int row0 = blockIdx.x * MMA_M, r0 = blockIdx.y * MMA_N;
     const int nr = min(MMA_N, nrows - r0);
-    // weight rows g and g + 8 of the tile; rows past N read row N - 1 and are never stored
-    const size_t wa_off = (size_t)min(row0 + g, N - 1) * K + 8 * t;
-    const size_t wb_off = (size_t)min(row0 + g + 8, N - 1) * K + 8 * t;
+    // weight rows g and g + 8 of the band's first tile (rows past N are zeros, never stored)
+    const size_t wa_off = (size_t)row0 * K + g * 32 + 8 * t;
+    const size_t wb_off = wa_off + 8 * 32;
     const __half* wm[2] = {w1, w2};
     const bool has_x = g < nr;  // lanes of absent activation rows multiply zeros
     const float* xrow = x + (size_t)(r0 + (has_x ? g : 0)) * K + 8 * t;
@@ -369,7 +370,7 @@ __device__ __forceinline__ void gemv_mma_body(const __half* __restrict__ w1, con
     const int mine = warp < nkb ? (nkb - 1 - warp) / MMA_WARPS + 1 : 0;  // this warp's K blocks
     auto fill = [&](int i) {  // K block warp + i * MMA_WARPS into slot i % S
         uint4* slot = ring + (i % S) * SLOT;
-        const int k = (warp + i * MMA_WARPS) * 32;
+        const int k = (warp + i * MMA_WARPS) * MMA_M * 32;  // the K block's 1 KB tile
 #pragma unroll
         for (int m = 0; m < NM; ++m) {
             cp_async16(slot + m * 64, wm[m] + wa_off + k);

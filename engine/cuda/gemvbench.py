@@ -88,6 +88,8 @@ def main(variants: str, act_rows: int, shapes: str) -> None:
                 shared = geo.shared_bytes(name)
                 if shared:
                     fn.max_dynamic_shared_size_bytes = shared
+                if rows % 16:  # random float16 weights serve as tile order (tiles.py) as is
+                    raise ValueError(f"bench shapes need rows in multiples of 16, got {rows}")
                 mats = 2 if mode == "glu" else 1
                 bpw = 2.0 if wt == WT_F16 else 18 / 32
                 nbytes = int(rows * cols * bpw * mats)

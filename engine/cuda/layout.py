@@ -6,7 +6,8 @@ kernels load 16 bytes at a time (a GGUF block of 18, 20 or 34 bytes is only 2-by
   Q4_0: q uint8 [rows, K/2]   s float16 [rows, K/32]       (d; nibbles as in GGUF)
   Q4_1: q uint8 [rows, K/2]   s float16 [rows, K/32, 2]    (d, m)
 Float tensors: F16 as float16 [rows, K]; F32 and BF16 as float32 [rows, K] (BF16 widens
-exactly).
+exactly). Float16 weights that the tensor-core decode mat-vec reads get a second copy in its
+tile order (tiles.py), made by the runner after it has folded norm weights into them.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import cupy as cp
 import numpy as np
 
 from engine.cuda.geometry import WT_F16, WT_F32, WT_Q4_0, WT_Q4_1, WT_Q8_0
+from engine.cuda.tiles import mma_tiles
 from engine.errors import EngineError
 
 # ggml type -> (kernel type id, bytes per 32-element block, header bytes)
@@ -31,10 +33,26 @@ class GpuWeight:
     s: Any | None  # cupy float16 scales plane (quantized types only)
     rows: int
     cols: int
+    # float16 weights of the tensor-core decode mat-vec: a second copy in its tile order
+    # (tiles.py); `q` stays row-major for the prefill GEMMs and the embedding lookup
+    tiled: Any | None = None
 
     @property
     def nbytes(self) -> int:
-        return int(self.q.nbytes) + (int(self.s.nbytes) if self.s is not None else 0)
+        """Bytes on the GPU, every copy."""
+        total = int(self.q.nbytes) + (int(self.s.nbytes) if self.s is not None else 0)
+        return total + (int(self.tiled.nbytes) if self.tiled is not None else 0)
+
+    @property
+    def decode_nbytes(self) -> int:
+        """Bytes the decode mat-vec reads: the tiled copy where there is one."""
+        return self.nbytes - (int(self.q.nbytes) if self.tiled is not None else 0)
+
+    def add_tiles(self) -> None:
+        """Make the tile-order copy the tensor-core mat-vec reads (float16 weights)."""
+        if self.wt != WT_F16:
+            raise EngineError("only float16 weights are read in tile order")
+        self.tiled = mma_tiles(self.q, cp)
 
     @property
     def quantized(self) -> bool:

@@ -82,9 +82,14 @@ def run_gemv(cp, k, w, rows: int, x: np.ndarray, mode: str, w2=None, out0=None, 
         xa, xs = xd, NULL
     out = nan_buffer(cp, (rows, w.rows)) if out0 is None else cp.asarray(out0, dtype=cp.float32)
     name, grid, block = gemv_launch(w.wt, w.rows, K, rows, mode, norm=eps is not None)
+    mma = name.startswith("gemv_mma")
+    if mma:  # the tensor-core kernel reads the tile-order copy, made from q as it is now
+        for m in (w, w2):
+            if m is not None:
+                m.add_tiles()
     args = (
-        w.q, w.s if w.s is not None else NULL,
-        w2.q if w2 is not None else NULL,
+        w.tiled if mma else w.q, w.s if w.s is not None else NULL,
+        (w2.tiled if mma else w2.q) if w2 is not None else NULL,
         w2.s if (w2 is not None and w2.s is not None) else NULL,
         xa, xs, out, np.int32(w.rows), np.int32(K), np.int32(rows), np.int32(w.rows),
     )  # fmt: skip

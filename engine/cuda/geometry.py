@@ -18,6 +18,7 @@ DEFINES_ENV = "SPARKBOARD_KERNEL_DEFINES"
 # float16 weights off the tensor cores (only the Python side reads it).
 GEOMETRY_DEFAULTS = {
     "GEMV_WARPS": 4,
+    "GEMV_KSPLIT": 2,
     "GEMV_NR1": 1,
     "GEMV_NR1_Q": 4,
     "MMA_WARPS": 16,
@@ -64,15 +65,18 @@ class Geometry:
     def __init__(self, defines: Mapping[str, int]) -> None:
         self.defines = dict(defines)
         self.values = {k: int(self.defines.get(k, v)) for k, v in GEOMETRY_DEFAULTS.items()}
-        for name in ("GEMV_WARPS", "MMA_WARPS", "MMA_S", "MMA_S_GLU"):
+        for name in ("GEMV_WARPS", "GEMV_KSPLIT", "MMA_WARPS", "MMA_S", "MMA_S_GLU"):
             if self.values[name] < 1:
                 raise ValueError(f"{DEFINES_ENV}: {name}={self.values[name]} must be at least 1")
+        if self.values["GEMV_WARPS"] % self.values["GEMV_KSPLIT"]:
+            raise ValueError(f"{DEFINES_ENV}: GEMV_WARPS must be a multiple of GEMV_KSPLIT")
         self.nvrtc_options = BASE_OPTIONS + tuple(
             f"-D{k}={v}" for k, v in sorted(self.defines.items())
         )
 
     def rows_per_warp(self, row_block: int, wt: int) -> int:
-        """Output rows one warp of the float/dp4a mat-vec computes (GEMV_NR in gemv.cu)."""
+        """Output rows one row group (GEMV_KSPLIT warps) of the float/dp4a mat-vec computes
+        (GEMV_NR in gemv.cu)."""
         if row_block >= 4:
             return 4
         if row_block == 2:
@@ -100,7 +104,8 @@ class Geometry:
         if norm:
             raise ValueError("only the tensor-core (float16) mat-vec applies RMSNorm itself")
         rb = 1 if rows <= 1 else 2 if rows <= 2 else 4 if rows <= 4 else 8
-        per_block = self.values["GEMV_WARPS"] * self.rows_per_warp(rb, wt)
+        groups = self.values["GEMV_WARPS"] // self.values["GEMV_KSPLIT"]  # row groups per block
+        per_block = groups * self.rows_per_warp(rb, wt)
         grid = (-(-n_out // per_block), -(-rows // rb))
         return gemv_name(wt, rb, mode), grid, (self.values["GEMV_WARPS"] * 32,)
 

@@ -40,9 +40,20 @@ def test_defines_reach_nvrtc_and_the_launch_geometry() -> None:
     geo = Geometry({"GEMV_NR1_Q": 2, "MMA_WARPS": 8})
     assert geo.nvrtc_options == ("--std=c++17", "-DGEMV_NR1_Q=2", "-DMMA_WARPS=8")
     name, grid, block = geo.launch(WT_Q4_0, 4096, 4096, 1, "store")
-    assert (name, grid, block) == ("gemv_q4_0_r1_store", (512, 1), (128,))  # 4 warps x 2 rows
+    # 4 warps in 2 row groups (GEMV_KSPLIT 2) x 2 rows
+    assert (name, grid, block) == ("gemv_q4_0_r1_store", (1024, 1), (128,))
     assert geo.launch(WT_F16, 4096, 4096, 1, "add")[2] == (256,)
     assert Geometry({}).nvrtc_options == ("--std=c++17",)
+
+
+def test_warps_that_split_k_share_one_row_group() -> None:
+    geo = Geometry({"GEMV_KSPLIT": 4})
+    assert geo.launch(WT_Q4_0, 4096, 4096, 1, "store")[1:] == ((1024, 1), (128,))  # 4 rows
+    assert Geometry({"GEMV_KSPLIT": 2}).launch(WT_Q4_0, 4096, 4096, 8, "add")[1] == (512, 1)
+    with pytest.raises(ValueError, match="multiple of GEMV_KSPLIT"):
+        Geometry({"GEMV_KSPLIT": 3})
+    with pytest.raises(ValueError, match="GEMV_KSPLIT=0"):
+        Geometry({"GEMV_KSPLIT": 0})
 
 
 def test_float16_takes_the_tensor_core_mat_vec_at_every_width() -> None:
@@ -106,12 +117,12 @@ def test_python_defaults_match_the_kernel_sources() -> None:
 
 
 def test_quantized_rows_per_warp_and_row_blocks() -> None:
-    geo = Geometry({})
-    assert geo.launch(WT_Q8_0, 4096, 4096, 1, "glu")[:2] == ("gemv_q8_0_r1_glu", (256, 1))
-    assert geo.launch(WT_Q4_0, 4096, 4096, 2, "store")[:2] == ("gemv_q4_0_r2_store", (512, 1))
-    assert geo.launch(WT_Q4_0, 4096, 4096, 11, "store")[:2] == ("gemv_q4_0_r8_store", (256, 2))
+    geo = Geometry({})  # 2 row groups per block (4 warps, GEMV_KSPLIT 2)
+    assert geo.launch(WT_Q8_0, 4096, 4096, 1, "glu")[:2] == ("gemv_q8_0_r1_glu", (512, 1))
+    assert geo.launch(WT_Q4_0, 4096, 4096, 2, "store")[:2] == ("gemv_q4_0_r2_store", (1024, 1))
+    assert geo.launch(WT_Q4_0, 4096, 4096, 11, "store")[:2] == ("gemv_q4_0_r8_store", (512, 2))
     for mode in GEMV_MODES:
-        assert geo.launch(WT_Q4_0, 10, 64, 1, mode)[1] == (1, 1)
+        assert geo.launch(WT_Q4_0, 10, 64, 1, mode)[1] == (2, 1)  # 8 rows a block
     with pytest.raises(ValueError, match="mode"):
         geo.launch(WT_Q4_0, 10, 64, 1, "mul")
 

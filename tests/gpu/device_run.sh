@@ -20,8 +20,12 @@ $B roofline --model llama-8b:f16 --ctx 128 --tokens 64 --reps 2 --out "$OUT/roof
 $B roofline --model llama-8b:q4_0 --ctx 128 --tokens 64 --reps 2 --out "$OUT/roofline_8b_q4_0.json" 2>&1 | tail -n 6
 $B roofline --model llama-1b:f16 --ctx 128 --tokens 128 --reps 2 --out "$OUT/roofline_1b_f16.json" 2>&1 | tail -n 6
 $B peers --model llama-1b:f16 --ctx 128 --tokens 32 --out "$OUT/peers_1b_f16.json" 2>&1 | tail -n 5
-timeout 240 python3 -m engine.bench peers --model llama-1b:f16 --ctx 128 --tokens 64 --compile \
-  --out "$OUT/peers_1b_f16_compile.json" 2>&1 | tail -n 5
+timeout 240 python3 -m engine.bench peers --model llama-8b:f16 --ctx 4096 --tokens 16 \
+  --out "$OUT/peers_8b_f16_4k.json" 2>&1 | tail -n 5
+if [ "${PEERS_COMPILE:-1}" = 1 ]; then  # torch.compile takes minutes to build: PEERS_COMPILE=0 skips
+  timeout 240 python3 -m engine.bench peers --model llama-1b:f16 --ctx 128 --tokens 64 --compile \
+    --out "$OUT/peers_1b_f16_compile.json" 2>&1 | tail -n 5
+fi
 timeout 60 python3 -m engine generate --model smollm2-135m --prompt "The capital of France is" \
   --max-tokens 12 --backend cupy 2>&1 | tail -n 3
 python3 - "$OUT" <<'PY'

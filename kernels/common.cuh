@@ -43,6 +43,12 @@ __device__ __forceinline__ int4 ld_input4(const i8* p) {
     return v;
 }
 
+__device__ __forceinline__ u32 ld_input_u32(const i8* p) {
+    u32 v;
+    asm volatile("ld.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p));
+    return v;
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
@@ -90,10 +96,25 @@ __device__ __forceinline__ void mma16816(float (&c)[4], u32 a0, u32 a1, u32 a2, 
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// Integer tensor-core product c += A (16x32 int8, row) * B (32x8 int8, col), int32 accumulate;
+// a0/a2: row g, k 4t.. and 16+4t..; a1/a3: row g + 8; b0/b1: column g, k 4t.. and 16+4t..
+__device__ __forceinline__ void mma_s8_16832(int (&c)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
 // 16 bytes global -> shared without registers; src_bytes 0 fills zeros and reads nothing.
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes = 16) {
     const u32 addr = (u32)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(src), "r"(src_bytes));
+}
+// 8 bytes global -> shared (through L1: the .cg form takes only 16).
+__device__ __forceinline__ void cp_async8(void* dst, const void* src) {
+    const u32 addr = (u32)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(addr), "l"(src));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 // Wait until at most N of this thread's committed cp.async groups are still in flight.

@@ -334,7 +334,8 @@ GEMV_MODES(q4_1, WT_Q4_1)
 // the result: W (x * g / rms) = (1 / rms) (W * g) x, with the norm weight g folded into W's
 // columns at load time (runner.py) and rms taken from the activations the warps load anyway
 // (their K blocks cover each row once), so the norm kernel and its pass disappear without a
-// pre-pass in any block (engine/PERF.md: a per-block pre-pass lost 13%).
+// pre-pass in any block (engine/PERF.md: a per-block pre-pass lost 13%). Off by default: the
+// fold rounds W * g to float16 once more (engine/PERF.md, SPARKBOARD_NORM_IN_MV).
 //
 // The weights stream through a ring of MMA_S K blocks per warp in dynamic shared memory,
 // filled by cp.async MMA_S - 1 blocks ahead of the mma, so a warp's next loads are in flight
@@ -370,6 +371,64 @@ __device__ __forceinline__ void split_f16(const float4& a, const float4& b, u32 
         const float2 f = __half22float2(h);
         hi[i] = *reinterpret_cast<const u32*>(&h);
         lo[i] = pack_h2(v[2 * i] - f.x, v[2 * i + 1] - f.y);
+    }
+}
+
+// The end of a tensor-core mat-vec block: each warp's accumulator fragment (and, for NORM,
+// its sums of squares) into shared memory where the ring was, then the block's 16 x 8 outputs
+// summed over the warps in a fixed order and stored by mode.
+template <int MODE, int NM, bool NORM>
+__device__ __forceinline__ void mma_finish(const float (&c)[NM][4], float ss, int N, int K, int nrows,
+                                           int ldo, float eps, float* __restrict__ out) {
+    extern __shared__ uint4 mma_smem[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int row0 = blockIdx.x * MMA_M, r0 = blockIdx.y * MMA_N;
+    const int nr = min(MMA_N, nrows - r0);
+    __syncthreads();  // every warp is done with its ring: the space now holds the partial tiles
+    float(*part)[NM][MMA_M][MMA_N] = reinterpret_cast<float(*)[NM][MMA_M][MMA_N]>(mma_smem);
+    // after the tiles: each warp's sum of squares per activation row (NORM)
+    float(*sq)[MMA_N] = reinterpret_cast<float(*)[MMA_N]>(&part[MMA_WARPS][0][0][0]);
+    // accumulator fragment: c = {C[g][2t], C[g][2t + 1], C[g + 8][2t], C[g + 8][2t + 1]}
+#pragma unroll
+    for (int m = 0; m < NM; ++m) {
+        part[warp][m][g][2 * t] = c[m][0];
+        part[warp][m][g][2 * t + 1] = c[m][1];
+        part[warp][m][g + 8][2 * t] = c[m][2];
+        part[warp][m][g + 8][2 * t + 1] = c[m][3];
+    }
+    if constexpr (NORM) {  // the 4 lanes of group g hold row g's elements 8t .. 8t + 7 of each K block
+        ss += __shfl_xor_sync(FULL_MASK, ss, 1);
+        ss += __shfl_xor_sync(FULL_MASK, ss, 2);
+        if (t == 0) sq[warp][g] = ss;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < MMA_M * MMA_N; i += blockDim.x) {
+        const int row = i / MMA_N, col = i % MMA_N;
+        if (row0 + row >= N || col >= nr) continue;
+        float s[NM];
+#pragma unroll
+        for (int m = 0; m < NM; ++m) {
+            s[m] = 0.f;
+#pragma unroll
+            for (int w = 0; w < MMA_WARPS; ++w) s[m] += part[w][m][row][col];  // fixed order
+        }
+        if constexpr (NORM) {
+            float q = 0.f;
+#pragma unroll
+            for (int w = 0; w < MMA_WARPS; ++w) q += sq[w][col];  // fixed order
+            const float rs = rsqrtf(q / (float)K + eps);
+#pragma unroll
+            for (int m = 0; m < NM; ++m) s[m] *= rs;
+        }
+        float* o = out + (size_t)(r0 + col) * ldo + row0 + row;
+        if constexpr (MODE == MODE_STORE) {
+            *o = s[0];
+        } else if constexpr (MODE == MODE_ADD) {
+            *o += s[0];
+        } else {
+            *o = s[0] / (1.f + expf(-s[0])) * s[NM - 1];
+        }
     }
 }
 
@@ -453,51 +512,7 @@ __device__ __forceinline__ void gemv_mma_body(const __half* __restrict__ w1, con
     }
     cp_async_wait<0>();
     pdl_trigger();  // the weights are read: let the next kernel's blocks start launching
-    __syncthreads();  // every warp is done with its ring: the space now holds the partial tiles
-    float(*part)[NM][MMA_M][MMA_N] = reinterpret_cast<float(*)[NM][MMA_M][MMA_N]>(mma_smem);
-    // after the tiles: each warp's sum of squares per activation row (NORM)
-    float(*sq)[MMA_N] = reinterpret_cast<float(*)[MMA_N]>(&part[MMA_WARPS][0][0][0]);
-    // accumulator fragment: c = {C[g][2t], C[g][2t + 1], C[g + 8][2t], C[g + 8][2t + 1]}
-#pragma unroll
-    for (int m = 0; m < NM; ++m) {
-        part[warp][m][g][2 * t] = c[m][0];
-        part[warp][m][g][2 * t + 1] = c[m][1];
-        part[warp][m][g + 8][2 * t] = c[m][2];
-        part[warp][m][g + 8][2 * t + 1] = c[m][3];
-    }
-    if constexpr (NORM) {  // the 4 lanes of group g hold row g's elements 8t .. 8t + 7 of each K block
-        ss += __shfl_xor_sync(FULL_MASK, ss, 1);
-        ss += __shfl_xor_sync(FULL_MASK, ss, 2);
-        if (t == 0) sq[warp][g] = ss;
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < MMA_M * MMA_N; i += blockDim.x) {
-        const int row = i / MMA_N, col = i % MMA_N;
-        if (row0 + row >= N || col >= nr) continue;
-        float s[NM];
-#pragma unroll
-        for (int m = 0; m < NM; ++m) {
-            s[m] = 0.f;
-#pragma unroll
-            for (int w = 0; w < MMA_WARPS; ++w) s[m] += part[w][m][row][col];  // fixed order
-        }
-        if constexpr (NORM) {
-            float q = 0.f;
-#pragma unroll
-            for (int w = 0; w < MMA_WARPS; ++w) q += sq[w][col];  // fixed order
-            const float rs = rsqrtf(q / (float)K + eps);
-#pragma unroll
-            for (int m = 0; m < NM; ++m) s[m] *= rs;
-        }
-        float* o = out + (size_t)(r0 + col) * ldo + row0 + row;
-        if constexpr (MODE == MODE_STORE) {
-            *o = s[0];
-        } else if constexpr (MODE == MODE_ADD) {
-            *o += s[0];
-        } else {
-            *o = s[0] / (1.f + expf(-s[0])) * s[NM - 1];
-        }
-    }
+    mma_finish<MODE, NM, NORM>(c, ss, N, K, nrows, ldo, eps, out);
 }
 
 #define GEMV_MMA_ONE(MNAME, MODE)                                                                  \
@@ -516,6 +531,137 @@ __device__ __forceinline__ void gemv_mma_body(const __half* __restrict__ w1, con
 GEMV_MMA_ONE(store, MODE_STORE)
 GEMV_MMA_ONE(add, MODE_ADD)
 GEMV_MMA_ONE(glu, MODE_GLU)
+
+// ---------------------------------------------------------------------------------------
+// Q4_0 weights on the int8 tensor cores (mma.sync m16n8k32, int32 accumulate) against the
+// two-level int8 activations of the dp4a path, for any number of activation rows, with the
+// block shape, warp split, ring and epilogue of the float16 kernel above. A step is two K
+// blocks (64 columns) of the band; the weights come in fragment order (engine/cuda/tiles.py,
+// q4_0_fragments): each lane's 16 bytes are its A fragments of rows g and g + 8 for both
+// blocks (low nibbles: elements 4t..4t+3, high nibbles: 16+4t..16+4t+3, as GGUF packs them),
+// and 8 bytes per group g hold the four block scales. Per block and output element:
+// y += d_w * (d1 * (q . q1) + d2 * (q . q2) - 8 * sum(x)), the dp4a path's formula, with the
+// integer dot products exact, so each column (sequence) is computed on its own.
+#ifndef MMAQ_S
+#define MMAQ_S 2  // ring slots per warp (a slot: 768 bytes per weight matrix)
+#endif
+
+template <int MODE>
+__device__ __forceinline__ void gemv_mmaq_body(const uint4* __restrict__ q1w, const uint2* __restrict__ s1w,
+                                               const uint4* __restrict__ q2w, const uint2* __restrict__ s2w,
+                                               const i8* __restrict__ xq, const float4* __restrict__ xs,
+                                               float* __restrict__ out, int N, int K, int nrows, int ldo) {
+    constexpr int NM = MODE == MODE_GLU ? 2 : 1;
+    constexpr int S = MMAQ_S;
+    constexpr int SLOT = NM * 48;  // uint4 per slot: [matrix][32 lanes x 16 B words, 32 x 8 B scales]
+    extern __shared__ uint4 mma_smem[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int r0 = blockIdx.y * MMA_N;
+    const int nr = min(MMA_N, nrows - r0);
+    const int nsteps = K / 64;
+    const size_t band = (size_t)blockIdx.x * nsteps;  // this band's first step
+    const uint4* qm[2] = {q1w, q2w};
+    const uint2* sm[2] = {s1w, s2w};
+    const bool has_x = g < nr;  // activation row g of the block feeds B column g
+    const i8* xrow = xq + (size_t)(r0 + (has_x ? g : 0)) * 2 * K + 4 * t;
+    // the two activation rows (C columns 2t, 2t + 1) whose scales this lane applies
+    const bool has_c0 = 2 * t < nr, has_c1 = 2 * t + 1 < nr;
+    const float4* xs0 = xs + (size_t)(r0 + (has_c0 ? 2 * t : 0)) * (K / 32);
+    const float4* xs1 = xs + (size_t)(r0 + (has_c1 ? 2 * t + 1 : 0)) * (K / 32);
+    uint4* ring = mma_smem + (size_t)warp * S * SLOT;
+    const int mine = warp < nsteps ? (nsteps - 1 - warp) / MMA_WARPS + 1 : 0;
+    auto fill = [&](int i) {  // step warp + i * MMA_WARPS into slot i % S
+        uint4* slot = ring + (i % S) * SLOT;
+        const size_t step = band + warp + i * MMA_WARPS;
+#pragma unroll
+        for (int m = 0; m < NM; ++m) {
+            cp_async16(slot + m * 48 + lane, qm[m] + step * 32 + lane);
+            cp_async8(reinterpret_cast<uint2*>(slot + m * 48 + 32) + lane, sm[m] + step * 8 + g);
+        }
+    };
+    // activation words of one step: per block, q1 at k 4t.., 16+4t.., then q2 the same
+    auto load_x = [&](int i, u32 (&xa)[8]) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) xa[j] = 0u;
+        if (has_x && i < mine) {
+            const i8* p = xrow + (size_t)(warp + i * MMA_WARPS) * 128;
+#pragma unroll
+            for (int b = 0; b < 2; ++b) {
+                xa[4 * b] = ld_input_u32(p + 64 * b);
+                xa[4 * b + 1] = ld_input_u32(p + 64 * b + 16);
+                xa[4 * b + 2] = ld_input_u32(p + 64 * b + 32);
+                xa[4 * b + 3] = ld_input_u32(p + 64 * b + 48);
+            }
+        }
+    };
+    if (!MMA_EARLY) pdl_wait();
+#pragma unroll
+    for (int i = 0; i < S - 1; ++i) {
+        if (i < mine) fill(i);
+        cp_async_commit();
+    }
+    if (MMA_EARLY) pdl_wait();
+    float c[NM][4];
+#pragma unroll
+    for (int m = 0; m < NM; ++m) c[m][0] = c[m][1] = c[m][2] = c[m][3] = 0.f;
+    u32 xa[8];
+    load_x(0, xa);
+    for (int i = 0; i < mine; ++i) {
+        if (i + S - 1 < mine) fill(i + S - 1);
+        cp_async_commit();
+        u32 na[8];
+        load_x(i + 1, na);
+        const int blk0 = 2 * (warp + i * MMA_WARPS);
+        float4 sc[2][2];  // [block][column 2t, 2t + 1]: {d1, d2, sum x, 0}
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+            sc[b][0] = has_c0 ? ld_input4(reinterpret_cast<const float*>(xs0 + blk0 + b)) : make_float4(0.f, 0.f, 0.f, 0.f);
+            sc[b][1] = has_c1 ? ld_input4(reinterpret_cast<const float*>(xs1 + blk0 + b)) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+        cp_async_wait<S - 1>();
+        const uint4* slot = ring + (i % S) * SLOT;
+#pragma unroll
+        for (int m = 0; m < NM; ++m) {
+            const uint4 wv = slot[m * 48 + lane];
+            const uint2 dv = reinterpret_cast<const uint2*>(slot + m * 48 + 32)[lane];
+            const u32 w[4] = {wv.x, wv.y, wv.z, wv.w};
+            const __half2 dh[2] = {*reinterpret_cast<const __half2*>(&dv.x), *reinterpret_cast<const __half2*>(&dv.y)};
+#pragma unroll
+            for (int b = 0; b < 2; ++b) {
+                const u32 ga = w[2 * b], gb = w[2 * b + 1];  // rows g, g + 8
+                const u32 a0 = ga & 0x0F0F0F0Fu, a2 = (ga >> 4) & 0x0F0F0F0Fu;
+                const u32 a1 = gb & 0x0F0F0F0Fu, a3 = (gb >> 4) & 0x0F0F0F0Fu;
+                int c1[4] = {0, 0, 0, 0}, c2[4] = {0, 0, 0, 0};
+                mma_s8_16832(c1, a0, a1, a2, a3, xa[4 * b], xa[4 * b + 1]);
+                mma_s8_16832(c2, a0, a1, a2, a3, xa[4 * b + 2], xa[4 * b + 3]);
+                const float2 d = __half22float2(dh[b]);  // rows g, g + 8
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const float4 v = sc[b][e & 1];
+                    const float dot = fmaf(v.x, (float)c1[e], v.y * (float)c2[e]);
+                    c[m][e] += (e < 2 ? d.x : d.y) * fmaf(-8.f, v.z, dot);
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < 8; ++j) xa[j] = na[j];
+    }
+    cp_async_wait<0>();
+    pdl_trigger();
+    mma_finish<MODE, NM, false>(c, 0.f, N, K, nrows, ldo, 0.f, out);
+}
+
+#define GEMV_MMAQ_ONE(MNAME, MODE)                                                                 \
+    extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32, MMA_MINB)                          \
+        gemv_mma_q4_0_##MNAME(GEMV_ARGS) {                                                         \
+        gemv_mmaq_body<MODE>(reinterpret_cast<const uint4*>(wq), reinterpret_cast<const uint2*>(ws), \
+                             reinterpret_cast<const uint4*>(wq2), reinterpret_cast<const uint2*>(ws2), \
+                             reinterpret_cast<const i8*>(x), xs, out, N, K, nrows, ldo);           \
+    }
+GEMV_MMAQ_ONE(store, MODE_STORE)
+GEMV_MMAQ_ONE(add, MODE_ADD)
+GEMV_MMAQ_ONE(glu, MODE_GLU)
 
 // Activations to two-level int8 blocks of 32 for the dp4a path, one warp per block:
 // x ~= d1 * q1 + d2 * q2 with q2 quantizing the residual of q1, so the dot products carry

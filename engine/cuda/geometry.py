@@ -15,7 +15,7 @@ from collections.abc import Mapping
 BASE_OPTIONS = ("--std=c++17",)
 DEFINES_ENV = "SPARKBOARD_KERNEL_DEFINES"
 # The macros the Python side needs too, with the defaults the .cu files use. GEMV_MMA=0 keeps
-# float16 weights off the tensor cores (only the Python side reads it).
+# float16 weights off the tensor cores, GEMV_MMA_Q=0 Q4_0 weights (only the Python side reads them).
 GEOMETRY_DEFAULTS = {
     "GEMV_WARPS": 4,
     "GEMV_KSPLIT": 2,
@@ -24,7 +24,9 @@ GEOMETRY_DEFAULTS = {
     "MMA_WARPS": 16,
     "MMA_S": 2,
     "MMA_S_GLU": 2,
+    "MMAQ_S": 2,
     "GEMV_MMA": 1,
+    "GEMV_MMA_Q": 0,
 }
 
 # Weight storage types: the WT_* numbers in kernels/common.cuh.
@@ -32,9 +34,12 @@ WT_F32, WT_F16, WT_Q8_0, WT_Q4_0, WT_Q4_1 = 0, 1, 2, 3, 4
 WT_NAMES = {WT_F32: "f32", WT_F16: "f16", WT_Q8_0: "q8_0", WT_Q4_0: "q4_0", WT_Q4_1: "q4_1"}
 GEMV_ROW_BLOCKS = (1, 2, 4, 8)  # activation rows one mat-vec launch reads each weight for
 GEMV_MODES = ("store", "add", "glu")
-MMA_NAMES = tuple(f"gemv_mma_f16_{m}{n}" for m in GEMV_MODES for n in ("", "_norm"))
+MMA_NAMES = tuple(f"gemv_mma_f16_{m}{n}" for m in GEMV_MODES for n in ("", "_norm")) + tuple(
+    f"gemv_mma_q4_0_{m}" for m in GEMV_MODES
+)
 MMA_M, MMA_N = 16, 8  # output rows x activation rows of one tensor-core mat-vec block
 MMA_SLOT_BYTES = 1024  # one K block of 16 rows per weight matrix in a warp's cp.async ring
+MMAQ_SLOT_BYTES = 768  # Q4_0: two K blocks of 16 rows (512 bytes of nibbles, 256 of scales)
 
 
 def kernel_defines(environ: Mapping[str, str] = os.environ) -> dict[str, int]:
@@ -65,7 +70,7 @@ class Geometry:
     def __init__(self, defines: Mapping[str, int]) -> None:
         self.defines = dict(defines)
         self.values = {k: int(self.defines.get(k, v)) for k, v in GEOMETRY_DEFAULTS.items()}
-        for name in ("GEMV_WARPS", "GEMV_KSPLIT", "MMA_WARPS", "MMA_S", "MMA_S_GLU"):
+        for name in ("GEMV_WARPS", "GEMV_KSPLIT", "MMA_WARPS", "MMA_S", "MMA_S_GLU", "MMAQ_S"):
             if self.values[name] < 1:
                 raise ValueError(f"{DEFINES_ENV}: {name}={self.values[name]} must be at least 1")
         if self.values["GEMV_WARPS"] % self.values["GEMV_KSPLIT"]:
@@ -84,9 +89,17 @@ class Geometry:
         return self.values["GEMV_NR1_Q"] if wt >= WT_Q8_0 else self.values["GEMV_NR1"]
 
     def uses_mma(self, wt: int, cols: int) -> bool:
-        """Float16 weights whose rows are whole 32-wide blocks take the tensor-core mat-vec,
-        at every row count, so a sequence's result never depends on its batch."""
-        return bool(self.values["GEMV_MMA"]) and wt == WT_F16 and cols % 32 == 0
+        """Float16 weights whose rows are whole 32-wide blocks, and Q4_0 weights whose rows
+        are whole 64-wide steps, take the tensor-core mat-vecs, at every row count, so a
+        sequence's result never depends on its batch."""
+        if wt == WT_F16:
+            return bool(self.values["GEMV_MMA"]) and cols % 32 == 0
+        return wt == WT_Q4_0 and bool(self.values["GEMV_MMA_Q"]) and cols % 64 == 0
+
+    def norm_in_mv(self, wt: int, cols: int) -> bool:
+        """Whether the mat-vec of this weight can apply RMSNorm itself (the float16
+        tensor-core kernel)."""
+        return wt == WT_F16 and self.uses_mma(wt, cols)
 
     def launch(
         self, wt: int, n_out: int, cols: int, rows: int, mode: str, norm: bool = False
@@ -97,12 +110,12 @@ class Geometry:
         variant takes one more argument, eps; the norm weight is folded into the weight)."""
         if mode not in GEMV_MODES:
             raise ValueError(f"mat-vec mode {mode!r} is not one of {GEMV_MODES}")
+        if norm and not self.norm_in_mv(wt, cols):
+            raise ValueError("only the float16 tensor-core mat-vec applies RMSNorm itself")
         if self.uses_mma(wt, cols):
             grid = (-(-n_out // MMA_M), -(-rows // MMA_N))
-            name = f"gemv_mma_f16_{mode}" + ("_norm" if norm else "")
+            name = f"gemv_mma_{WT_NAMES[wt]}_{mode}" + ("_norm" if norm else "")
             return name, grid, (self.values["MMA_WARPS"] * 32,)
-        if norm:
-            raise ValueError("only the tensor-core (float16) mat-vec applies RMSNorm itself")
         rb = 1 if rows <= 1 else 2 if rows <= 2 else 4 if rows <= 4 else 8
         groups = self.values["GEMV_WARPS"] // self.values["GEMV_KSPLIT"]  # row groups per block
         per_block = groups * self.rows_per_warp(rb, wt)
@@ -110,13 +123,17 @@ class Geometry:
         return gemv_name(wt, rb, mode), grid, (self.values["GEMV_WARPS"] * 32,)
 
     def shared_bytes(self, name: str) -> int:
-        """Dynamic shared memory of a mat-vec kernel: the tensor-core kernel's per-warp rings
-        (MMA_S slots, MMA_S_GLU for gate|up, whose slots hold both matrices); 0 for the rest."""
-        if not name.startswith("gemv_mma_f16_"):
+        """Dynamic shared memory of a mat-vec kernel: the tensor-core kernels' per-warp rings
+        (float16: MMA_S slots, MMA_S_GLU for gate|up, whose slots hold both matrices; Q4_0:
+        MMAQ_S slots); 0 for the rest."""
+        if not name.startswith("gemv_mma_"):
             return 0
-        glu = name.startswith("gemv_mma_f16_glu")
-        slots = self.values["MMA_S_GLU" if glu else "MMA_S"]
-        return self.values["MMA_WARPS"] * slots * (2 if glu else 1) * MMA_SLOT_BYTES
+        glu = "_glu" in name
+        if name.startswith("gemv_mma_q4_0_"):
+            slots, slot_bytes = self.values["MMAQ_S"], MMAQ_SLOT_BYTES
+        else:
+            slots, slot_bytes = self.values["MMA_S_GLU" if glu else "MMA_S"], MMA_SLOT_BYTES
+        return self.values["MMA_WARPS"] * slots * (2 if glu else 1) * slot_bytes
 
 
 def gemv_name(wt: int, row_block: int, mode: str) -> str:

@@ -6,8 +6,8 @@ kernels load 16 bytes at a time (a GGUF block of 18, 20 or 34 bytes is only 2-by
   Q4_0: q uint8 [rows, K/2]   s float16 [rows, K/32]       (d; nibbles as in GGUF)
   Q4_1: q uint8 [rows, K/2]   s float16 [rows, K/32, 2]    (d, m)
 Float tensors: F16 as float16 [rows, K]; F32 and BF16 as float32 [rows, K] (BF16 widens
-exactly). Float16 weights that the tensor-core decode mat-vec reads get a second copy in its
-tile order (tiles.py), made by the runner after it has folded norm weights into them.
+exactly). Float16 and Q4_0 weights that a tensor-core decode mat-vec reads get a second copy
+in its order (tiles.py), made by the runner (after any norm weight is folded into them).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import cupy as cp
 import numpy as np
 
 from engine.cuda.geometry import WT_F16, WT_F32, WT_Q4_0, WT_Q4_1, WT_Q8_0
-from engine.cuda.tiles import mma_tiles
+from engine.cuda.tiles import mma_tiles, q4_0_fragments
 from engine.errors import EngineError
 
 # ggml type -> (kernel type id, bytes per 32-element block, header bytes)
@@ -33,26 +33,40 @@ class GpuWeight:
     s: Any | None  # cupy float16 scales plane (quantized types only)
     rows: int
     cols: int
-    # float16 weights of the tensor-core decode mat-vec: a second copy in its tile order
-    # (tiles.py); `q` stays row-major for the prefill GEMMs and the embedding lookup
+    # weights of the tensor-core decode mat-vecs: a second copy in their order (tiles.py;
+    # Q4_0: nibble words and scales); q and s stay as they are for prefill and embedding
     tiled: Any | None = None
+    tiled_s: Any | None = None
+
+    def _plane_bytes(self) -> int:
+        return int(self.q.nbytes) + (int(self.s.nbytes) if self.s is not None else 0)
+
+    def _tile_bytes(self) -> int:
+        if self.tiled is None:
+            return 0
+        return int(self.tiled.nbytes) + (
+            int(self.tiled_s.nbytes) if self.tiled_s is not None else 0
+        )
 
     @property
     def nbytes(self) -> int:
         """Bytes on the GPU, every copy."""
-        total = int(self.q.nbytes) + (int(self.s.nbytes) if self.s is not None else 0)
-        return total + (int(self.tiled.nbytes) if self.tiled is not None else 0)
+        return self._plane_bytes() + self._tile_bytes()
 
     @property
     def decode_nbytes(self) -> int:
-        """Bytes the decode mat-vec reads: the tiled copy where there is one."""
-        return self.nbytes - (int(self.q.nbytes) if self.tiled is not None else 0)
+        """Bytes the decode mat-vec reads: the tensor-core copy where there is one."""
+        return self._tile_bytes() or self._plane_bytes()
 
     def add_tiles(self) -> None:
-        """Make the tile-order copy the tensor-core mat-vec reads (float16 weights)."""
-        if self.wt != WT_F16:
-            raise EngineError("only float16 weights are read in tile order")
-        self.tiled = mma_tiles(self.q, cp)
+        """Make the copy the tensor-core mat-vecs read (float16 and Q4_0 weights), from the
+        planes as they are now."""
+        if self.wt == WT_F16:
+            self.tiled = mma_tiles(self.q, cp)
+        elif self.wt == WT_Q4_0:
+            self.tiled, self.tiled_s = q4_0_fragments(self.q, self.s, cp)
+        else:
+            raise EngineError("only float16 and Q4_0 weights have a tensor-core order")
 
     @property
     def quantized(self) -> bool:

@@ -14,6 +14,7 @@ are used in place), attention is the tiled causal kernel reading the KV cache.
 from __future__ import annotations
 
 import math
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -71,7 +72,7 @@ def _f(v: float) -> np.float32:
 
 @dataclass
 class _Layer:
-    attn_norm: Any  # the norm weight a norm kernel still applies (ones once folded into q|k|v)
+    attn_norm: Any  # the norm weight a norm kernel applies (ones once folded into q|k|v)
     qkv: list[
         tuple[GpuWeight, int]
     ]  # the q|k|v projection: one fused weight, or three parts at column offsets
@@ -155,7 +156,7 @@ class CupyRunner(Runner):
                         gu.wt, gu.q[f:], None if gu.s is None else gu.s[f:], f, gu.cols
                     )
                     layer.wgu = gu
-                self._fold_norms(layer)
+                self._norms_in_mv(layer)
                 for w in [w for w, _ in layer.qkv] + [layer.wo, layer.wg, layer.wu, layer.wd]:
                     self._add_tiles(w)
                 self.layers.append(layer)
@@ -185,25 +186,30 @@ class CupyRunner(Runner):
         self._zero = np.zeros(1, dtype=np.float32)
         self._ready = False
 
-    def _fold_norms(self, layer: _Layer) -> None:
-        """Fold the attention and FFN norm weights into the float16 q|k|v and gate|up
-        matrices, whose tensor-core decode mat-vecs then normalise the raw residual
-        themselves (one launch and one pass less each); prefill's norm applies ones."""
+    def _norms_in_mv(self, layer: _Layer) -> None:
+        """With SPARKBOARD_NORM_IN_MV=1 (a developer's A/B; off by default), fold the
+        attention and FFN norm weights into the float16 q|k|v and gate|up matrices, whose
+        tensor-core decode mat-vecs then normalise the raw residual themselves (one launch and
+        one pass less each; prefill's norm then applies ones). Measured +9% on llama-1b:f16
+        decode, but W * g rounded to float16 once more made tiny:f16's logits miss the NumPy
+        reference's top-1 now and then (engine/PERF.md), so it stays off."""
+        if os.environ.get("SPARKBOARD_NORM_IN_MV", "0") != "1":
+            return
         ones = self._unit_norm
         (qkv, _), *rest = layer.qkv
-        if not rest and GEOMETRY.uses_mma(qkv.wt, qkv.cols):
+        if not rest and GEOMETRY.norm_in_mv(qkv.wt, qkv.cols):
             fold_norm_weight(qkv, layer.attn_norm)
             layer.attn_norm, layer.attn_norm_in_mv = ones, True
         gu = layer.wgu
-        if gu is not None and GEOMETRY.uses_mma(gu.wt, gu.cols):
+        if gu is not None and GEOMETRY.norm_in_mv(gu.wt, gu.cols):
             fold_norm_weight(gu, layer.ffn_norm)
             layer.ffn_norm, layer.ffn_norm_in_mv = ones, True
 
     @staticmethod
     def _add_tiles(w: GpuWeight) -> None:
-        """The tile-order copy of a weight the tensor-core decode mat-vec reads (prefill's
-        cuBLAS GEMMs keep the row-major one): +15-17% mat-vec bandwidth for twice the float16
-        weight memory (engine/PERF.md)."""
+        """The copy of a weight a tensor-core decode mat-vec reads, in its order (prefill's
+        cuBLAS GEMMs and dequantization keep the planes): for float16, +15-17% mat-vec
+        bandwidth for twice the weight memory (engine/PERF.md)."""
         if GEOMETRY.uses_mma(w.wt, w.cols):
             w.add_tiles()
 
@@ -379,12 +385,16 @@ class CupyRunner(Runner):
         name, grid, block = gemv_launch(w.wt, w.rows, w.cols, rows, mode, norm)
         mma = name.startswith("gemv_mma")
         if mma and (w.tiled is None or (w2 is not None and w2.tiled is None)):
-            raise EngineError(f"{name} reads float16 weights in tile order: no tiled copy made")
+            raise EngineError(f"{name} reads its weights in tensor-core order: no such copy made")
+        planes = [(m.tiled, m.tiled_s) if mma else (m.q, m.s) for m in (w, w2) if m is not None]
+        if len(planes) == 1:
+            planes.append((None, None))
+        (q1, s1), (q2, s2) = planes
         args = (
-            w.tiled if mma else w.q,
-            w.s if w.s is not None else NULL,
-            (w2.tiled if mma else w2.q) if w2 is not None else NULL,
-            w2.s if (w2 is not None and w2.s is not None) else NULL,
+            q1,
+            s1 if s1 is not None else NULL,
+            q2 if q2 is not None else NULL,
+            s2 if s2 is not None else NULL,
             xa,
             xs,
             out[:, col0:] if col0 else out,

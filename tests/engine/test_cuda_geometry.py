@@ -17,6 +17,7 @@ from engine.cuda.geometry import (
     WT_F16,
     WT_F32,
     WT_Q4_0,
+    WT_Q4_1,
     WT_Q8_0,
     Geometry,
     env_tuning,
@@ -39,17 +40,17 @@ def test_defines_parse_names_and_integers() -> None:
 def test_defines_reach_nvrtc_and_the_launch_geometry() -> None:
     geo = Geometry({"GEMV_NR1_Q": 2, "MMA_WARPS": 8})
     assert geo.nvrtc_options == ("--std=c++17", "-DGEMV_NR1_Q=2", "-DMMA_WARPS=8")
-    name, grid, block = geo.launch(WT_Q4_0, 4096, 4096, 1, "store")
+    name, grid, block = geo.launch(WT_Q4_1, 4096, 4096, 1, "store")
     # 4 warps in 2 row groups (GEMV_KSPLIT 2) x 2 rows
-    assert (name, grid, block) == ("gemv_q4_0_r1_store", (1024, 1), (128,))
+    assert (name, grid, block) == ("gemv_q4_1_r1_store", (1024, 1), (128,))
     assert geo.launch(WT_F16, 4096, 4096, 1, "add")[2] == (256,)
     assert Geometry({}).nvrtc_options == ("--std=c++17",)
 
 
 def test_warps_that_split_k_share_one_row_group() -> None:
     geo = Geometry({"GEMV_KSPLIT": 4})
-    assert geo.launch(WT_Q4_0, 4096, 4096, 1, "store")[1:] == ((1024, 1), (128,))  # 4 rows
-    assert Geometry({"GEMV_KSPLIT": 2}).launch(WT_Q4_0, 4096, 4096, 8, "add")[1] == (512, 1)
+    assert geo.launch(WT_Q4_1, 4096, 4096, 1, "store")[1:] == ((1024, 1), (128,))  # 4 rows
+    assert Geometry({"GEMV_KSPLIT": 2}).launch(WT_Q4_1, 4096, 4096, 8, "add")[1] == (512, 1)
     with pytest.raises(ValueError, match="multiple of GEMV_KSPLIT"):
         Geometry({"GEMV_KSPLIT": 3})
     with pytest.raises(ValueError, match="GEMV_KSPLIT=0"):
@@ -78,6 +79,22 @@ def test_only_the_tensor_core_mat_vec_applies_rmsnorm_itself() -> None:
     ):
         with pytest.raises(ValueError, match="RMSNorm"):
             g.launch(wt, 2048, cols, 1, "store", norm=True)
+
+
+def test_q4_0_takes_the_int8_tensor_core_mat_vec_when_asked_and_rows_are_whole_steps() -> None:
+    # opt-in (GEMV_MMA_Q=1): slower than dp4a at one row, faster at eight (engine/PERF.md)
+    assert Geometry({}).launch(WT_Q4_0, 300, 576, 1, "store")[0] == "gemv_q4_0_r1_store"
+    geo = Geometry({"GEMV_MMA_Q": 1})
+    names = {geo.launch(WT_Q4_0, 4096, 14336, rows, "add")[0] for rows in range(1, 33)}
+    assert names == {"gemv_mma_q4_0_add"}  # one kernel at every width
+    assert geo.launch(WT_Q4_0, 300, 576, 11, "glu")[1:] == ((19, 2), (512,))
+    assert geo.launch(WT_Q4_0, 300, 544, 1, "store")[0] == "gemv_q4_0_r1_store"  # 544 % 64
+    assert geo.launch(WT_Q4_1, 300, 576, 1, "store")[0] == "gemv_q4_1_r1_store"
+    assert geo.shared_bytes("gemv_mma_q4_0_store") == 16 * 2 * 768
+    assert geo.shared_bytes("gemv_mma_q4_0_glu") == 16 * 2 * 2 * 768
+    for g in (geo, Geometry({"MMAQ_S": 1})):  # the partial tiles fit the ring
+        assert g.shared_bytes("gemv_mma_q4_0_glu") >= 16 * 2 * MMA_M * MMA_N * 4
+        assert g.shared_bytes("gemv_mma_q4_0_add") >= 16 * MMA_M * MMA_N * 4
 
 
 def test_tensor_core_rings_size_the_dynamic_shared_memory() -> None:
@@ -109,7 +126,7 @@ def test_python_defaults_match_the_kernel_sources() -> None:
     the #define defaults in gemv.cu. The two must agree."""
     src = (Path(__file__).resolve().parents[2] / "kernels" / "gemv.cu").read_text()
     for name, value in GEOMETRY_DEFAULTS.items():
-        if name == "GEMV_MMA":  # read by the Python side only
+        if name in ("GEMV_MMA", "GEMV_MMA_Q"):  # read by the Python side only
             continue
         m = re.search(rf"#ifndef {name}\n#define {name} (\d+)", src)
         assert m, f"{name} has no #ifndef default in gemv.cu"
@@ -119,12 +136,12 @@ def test_python_defaults_match_the_kernel_sources() -> None:
 def test_quantized_rows_per_warp_and_row_blocks() -> None:
     geo = Geometry({})  # 2 row groups per block (4 warps, GEMV_KSPLIT 2)
     assert geo.launch(WT_Q8_0, 4096, 4096, 1, "glu")[:2] == ("gemv_q8_0_r1_glu", (512, 1))
-    assert geo.launch(WT_Q4_0, 4096, 4096, 2, "store")[:2] == ("gemv_q4_0_r2_store", (1024, 1))
-    assert geo.launch(WT_Q4_0, 4096, 4096, 11, "store")[:2] == ("gemv_q4_0_r8_store", (512, 2))
+    assert geo.launch(WT_Q4_1, 4096, 4096, 2, "store")[:2] == ("gemv_q4_1_r2_store", (1024, 1))
+    assert geo.launch(WT_Q4_1, 4096, 4096, 11, "store")[:2] == ("gemv_q4_1_r8_store", (512, 2))
     for mode in GEMV_MODES:
-        assert geo.launch(WT_Q4_0, 10, 64, 1, mode)[1] == (2, 1)  # 8 rows a block
+        assert geo.launch(WT_Q4_1, 10, 64, 1, mode)[1] == (2, 1)  # 8 rows a block
     with pytest.raises(ValueError, match="mode"):
-        geo.launch(WT_Q4_0, 10, 64, 1, "mul")
+        geo.launch(WT_Q4_1, 10, 64, 1, "mul")
 
 
 def test_runner_tuning_knobs_from_the_environment() -> None:

@@ -64,10 +64,14 @@ def nan_buffer(cp, shape):
     return cp.full(shape, cp.nan, dtype=cp.float32)
 
 
-def run_gemv(cp, k, w, rows: int, x: np.ndarray, mode: str, w2=None, out0=None, eps=None):
+def run_gemv(cp, k, w, rows: int, x: np.ndarray, mode: str, w2=None, out0=None, eps=None, geo=None):
     """Launch one mat-vec the way the runner does and return the float32 result (eps: the
-    tensor-core kernel that applies RMSNorm to x itself)."""
-    from engine.cuda.geometry import gemv_launch, gemv_shared_bytes
+    tensor-core kernel that applies RMSNorm to x itself, its norm weight folded into w; geo:
+    launch geometry other than the process's, e.g. with an opt-in kernel)."""
+    from engine.cuda.geometry import GEOMETRY
+
+    geo = geo or GEOMETRY
+    gemv_launch, gemv_shared_bytes = geo.launch, geo.shared_bytes
 
     NULL = np.uint64(0)
     xd = cp.asarray(x, dtype=cp.float32)
@@ -87,10 +91,11 @@ def run_gemv(cp, k, w, rows: int, x: np.ndarray, mode: str, w2=None, out0=None, 
         for m in (w, w2):
             if m is not None:
                 m.add_tiles()
+    planes = [(m.tiled, m.tiled_s) if mma else (m.q, m.s) for m in (w, w2) if m is not None]
+    (q1, s1), (q2, s2) = planes + [(None, None)] * (2 - len(planes))
     args = (
-        w.tiled if mma else w.q, w.s if w.s is not None else NULL,
-        (w2.tiled if mma else w2.q) if w2 is not None else NULL,
-        w2.s if (w2 is not None and w2.s is not None) else NULL,
+        q1, s1 if s1 is not None else NULL, q2 if q2 is not None else NULL,
+        s2 if s2 is not None else NULL,
         xa, xs, out, np.int32(w.rows), np.int32(K), np.int32(rows), np.int32(w.rows),
     )  # fmt: skip
     if eps is not None:
@@ -115,7 +120,39 @@ def test_gemv_f16_rows_of_odd_length_use_the_float_loop(cu, rows):
     check_gemv(cu, "F16", rows, 584)
 
 
-def check_gemv(cu, kind: str, rows: int, K: int) -> None:
+def q4_0_on_tensor_cores():
+    """The process's geometry with the opt-in int8 tensor-core Q4_0 mat-vec (GEMV_MMA_Q)."""
+    from engine.cuda.geometry import GEOMETRY, Geometry
+
+    return Geometry({**GEOMETRY.defines, "GEMV_MMA_Q": 1})
+
+
+@pytest.mark.parametrize("rows", [1, 3, 8, 11])
+def test_q4_0_on_the_int8_tensor_cores_matches_reference(cu, rows):
+    """GEMV_MMA_Q=1 (off by default: slower at one row, engine/PERF.md) sends Q4_0 rows of
+    whole 64-column steps to gemv_mma_q4_0_*: same bounds as the dp4a path."""
+    from engine.cuda.geometry import WT_Q4_0
+
+    geo = q4_0_on_tensor_cores()
+    assert geo.launch(WT_Q4_0, 300, 576, rows, "store")[0] == "gemv_mma_q4_0_store"
+    check_gemv(cu, "Q4_0", rows, 576, geo=geo)
+
+
+def test_q4_0_on_the_int8_tensor_cores_rows_do_not_depend_on_batch(cu):
+    cp, k = cu
+    from engine.cuda.layout import matrix_to_gpu
+
+    geo = q4_0_on_tensor_cores()
+    t, _ = make_weight("Q4_0", 200, 512)
+    w = matrix_to_gpu(t)
+    x = RNG.standard_normal((8, 512)).astype(np.float32)
+    batch = run_gemv(cp, k, w, 8, x, "store", geo=geo)
+    for r in (0, 5, 7):
+        alone = run_gemv(cp, k, w, 1, x[r : r + 1], "store", geo=geo)
+        assert np.array_equal(batch[r], alone[0])
+
+
+def check_gemv(cu, kind: str, rows: int, K: int, geo=None) -> None:
     cp, k = cu
     from engine.cuda.layout import matrix_to_gpu
 
@@ -126,14 +163,14 @@ def check_gemv(cu, kind: str, rows: int, K: int) -> None:
     x = RNG.standard_normal((rows, K)).astype(np.float32)
     bound = 1e-5 if kind in ("F32", "F16") else 2e-4
     # store
-    got = run_gemv(cp, k, w, rows, x, "store")
+    got = run_gemv(cp, k, w, rows, x, "store", geo=geo)
     assert rel(got, x.astype(np.float64) @ ref_w.T) < bound
     # add (fused residual)
     base = RNG.standard_normal((rows, n_out)).astype(np.float32)
-    got = run_gemv(cp, k, w, rows, x, "add", out0=base)
+    got = run_gemv(cp, k, w, rows, x, "add", out0=base, geo=geo)
     assert rel(got, base + x.astype(np.float64) @ ref_w.T) < bound
     # glu (fused SwiGLU)
-    got = run_gemv(cp, k, w, rows, x, "glu", w2=w2)
+    got = run_gemv(cp, k, w, rows, x, "glu", w2=w2, geo=geo)
     g = x.astype(np.float64) @ ref_w.T
     u = x.astype(np.float64) @ ref_w2.T
     assert rel(got, g / (1 + np.exp(-g)) * u) < 2 * bound

@@ -28,6 +28,8 @@ VARIANTS = {
     "s6": {"MMA_S": 6, "MMA_S_GLU": 4},
     "mw8": {"MMA_WARPS": 8},
     "late": {"MMA_EARLY": 0},
+    "k1": {"GEMV_KSPLIT": 1},  # one warp per row group of the dp4a/float loop (2 split K)
+    "mmaq": {"GEMV_MMA_Q": 1},  # Q4_0 on the int8 tensor cores
 }
 # (label, rows, cols, mode) of one decode layer of Llama-3.1-8B and of Llama-3.2-1B
 SHAPES = {
@@ -88,7 +90,8 @@ def main(variants: str, act_rows: int, shapes: str) -> None:
                 shared = geo.shared_bytes(name)
                 if shared:
                     fn.max_dynamic_shared_size_bytes = shared
-                if rows % 16:  # random float16 weights serve as tile order (tiles.py) as is
+                # random weights serve as the tensor-core orders (tiles.py) as they are
+                if rows % 16:
                     raise ValueError(f"bench shapes need rows in multiples of 16, got {rows}")
                 mats = 2 if mode == "glu" else 1
                 bpw = 2.0 if wt == WT_F16 else 18 / 32

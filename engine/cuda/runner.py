@@ -193,7 +193,10 @@ class CupyRunner(Runner):
         one pass less each; prefill's norm then applies ones). Measured +9% on llama-1b:f16
         decode, but W * g rounded to float16 once more made tiny:f16's logits miss the NumPy
         reference's top-1 now and then (engine/PERF.md), so it stays off."""
-        if os.environ.get("SPARKBOARD_NORM_IN_MV", "0") != "1":
+        flag = os.environ.get("SPARKBOARD_NORM_IN_MV", "0").strip()
+        if flag not in ("0", "1"):
+            raise EngineError(f"SPARKBOARD_NORM_IN_MV={flag!r}: expected 0 or 1")
+        if flag == "0":
             return
         ones = self._unit_norm
         (qkv, _), *rest = layer.qkv

@@ -318,8 +318,9 @@ GEMV_MODES(q4_1, WT_Q4_1)
 // activation rows: a block owns 16 output rows (the mma's m) and up to 8 activation rows (its
 // n), so each weight byte is read once for 8 sequences without 8x the arithmetic of the loop
 // above. The weights come in tile order (engine/cuda/tiles.py): the 16 x 32 tile of a band's
-// K block is one contiguous 1 KB, rows past N zero-padded. The block's MMA_WARPS warps split K in blocks of 32 (warp w takes blocks w,
-// w + MMA_WARPS, ...) and add their partial tiles in a fixed order. Each activation goes in as
+// K block is one contiguous 1 KB, rows past N zero-padded. The block's MMA_WARPS warps split
+// K in blocks of 32 (warp w takes blocks w, w + MMA_WARPS, ...) and add their partial tiles
+// in a fixed order. Each activation goes in as
 // two float16 halves, x = hi + lo (about 22 bits of it), both multiplied into the same
 // accumulator, so the result keeps float32-grade accuracy although the weights are float16.
 // The mma computes each column on its own, and nothing else depends on the row count: a
@@ -616,8 +617,10 @@ __device__ __forceinline__ void gemv_mmaq_body(const uint4* __restrict__ q1w, co
         float4 sc[2][2];  // [block][column 2t, 2t + 1]: {d1, d2, sum x, 0}
 #pragma unroll
         for (int b = 0; b < 2; ++b) {
-            sc[b][0] = has_c0 ? ld_input4(reinterpret_cast<const float*>(xs0 + blk0 + b)) : make_float4(0.f, 0.f, 0.f, 0.f);
-            sc[b][1] = has_c1 ? ld_input4(reinterpret_cast<const float*>(xs1 + blk0 + b)) : make_float4(0.f, 0.f, 0.f, 0.f);
+            sc[b][0] = has_c0 ? ld_input4(reinterpret_cast<const float*>(xs0 + blk0 + b))
+                              : make_float4(0.f, 0.f, 0.f, 0.f);
+            sc[b][1] = has_c1 ? ld_input4(reinterpret_cast<const float*>(xs1 + blk0 + b))
+                              : make_float4(0.f, 0.f, 0.f, 0.f);
         }
         cp_async_wait<S - 1>();
         const uint4* slot = ring + (i % S) * SLOT;
@@ -626,7 +629,8 @@ __device__ __forceinline__ void gemv_mmaq_body(const uint4* __restrict__ q1w, co
             const uint4 wv = slot[m * 48 + lane];
             const uint2 dv = reinterpret_cast<const uint2*>(slot + m * 48 + 32)[lane];
             const u32 w[4] = {wv.x, wv.y, wv.z, wv.w};
-            const __half2 dh[2] = {*reinterpret_cast<const __half2*>(&dv.x), *reinterpret_cast<const __half2*>(&dv.y)};
+            const __half2 dh[2] = {*reinterpret_cast<const __half2*>(&dv.x),
+                                   *reinterpret_cast<const __half2*>(&dv.y)};
 #pragma unroll
             for (int b = 0; b < 2; ++b) {
                 const u32 ga = w[2 * b], gb = w[2 * b + 1];  // rows g, g + 8

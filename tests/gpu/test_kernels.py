@@ -5,7 +5,8 @@ fails the test. Error bounds (relative Frobenius norm unless stated), and why:
   mat-vec, float weights (F32, F16):       1e-5  float32 accumulation (F16 on tensor cores:
                                                  each activation as two float16 halves; also
                                                  with RMSNorm applied by the mat-vec)
-  mat-vec, quantized weights (dp4a):       2e-4  activations as two-level int8 blocks
+  mat-vec, quantized weights:              2e-4  activations as two-level int8 blocks (dp4a,
+                                                 or Q4_0 on the int8 tensor cores)
   RMSNorm:                                 1e-5
   RoPE q (float32 out):                    1e-5;  K cache (float16):  2e-3
   decode attention (split + combine):      1e-4  (K/V given in float16, exact for the ref)

@@ -64,6 +64,14 @@ def env_tuning(
     return int(raw)
 
 
+def env_flag(name: str, default: bool, environ: Mapping[str, str] = os.environ) -> bool:
+    """A runner switch from the environment (SPARKBOARD_NORM_IN_MV, ...): 0 or 1."""
+    raw = environ.get(name, "1" if default else "0").strip()
+    if raw not in ("0", "1"):
+        raise ValueError(f"{name}={raw!r}: expected 0 or 1")
+    return raw == "1"
+
+
 class Geometry:
     """Mat-vec launch shapes for one set of tuning macros."""
 

@@ -38,7 +38,9 @@ class GpuWeight:
     tiled: Any | None = None
     tiled_s: Any | None = None
 
-    def _plane_bytes(self) -> int:
+    @property
+    def plane_nbytes(self) -> int:
+        """Bytes of q and s (the layout prefill and the embedding lookup read)."""
         return int(self.q.nbytes) + (int(self.s.nbytes) if self.s is not None else 0)
 
     def _tile_bytes(self) -> int:
@@ -51,12 +53,21 @@ class GpuWeight:
     @property
     def nbytes(self) -> int:
         """Bytes on the GPU, every copy."""
-        return self._plane_bytes() + self._tile_bytes()
+        return self.plane_nbytes + self._tile_bytes()
 
     @property
     def decode_nbytes(self) -> int:
         """Bytes the decode mat-vec reads: the tensor-core copy where there is one."""
-        return self._tile_bytes() or self._plane_bytes()
+        return self._tile_bytes() or self.plane_nbytes
+
+    def kernel_planes(self, mma: bool) -> tuple[Any, Any | None]:
+        """(quants or values, scales or None) as a mat-vec kernel takes them: the
+        tensor-core copy for the tensor-core kernels (mma), the planes for the others."""
+        if not mma:
+            return self.q, self.s
+        if self.tiled is None:
+            raise EngineError("a tensor-core mat-vec needs the weight's tensor-core copy")
+        return self.tiled, self.tiled_s
 
     def add_tiles(self) -> None:
         """Make the copy the tensor-core mat-vecs read (float16 and Q4_0 weights), from the

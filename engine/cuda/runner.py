@@ -14,7 +14,6 @@ are used in place), attention is the tiled causal kernel reading the KV cache.
 from __future__ import annotations
 
 import math
-import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,7 +23,14 @@ import cupy as cp
 import numpy as np
 
 from engine.config import ModelConfig
-from engine.cuda.geometry import GEOMETRY, WT_F16, env_tuning, gemv_launch, gemv_shared_bytes
+from engine.cuda.geometry import (
+    GEOMETRY,
+    WT_F16,
+    env_flag,
+    env_tuning,
+    gemv_launch,
+    gemv_shared_bytes,
+)
 from engine.cuda.kernels import HEAD_DIMS, MAX_GROUP, get_kernels
 from engine.cuda.launch import PdlLauncher
 from engine.cuda.layout import (
@@ -53,6 +59,9 @@ ATTN_SPLITS = env_tuning("SPARKBOARD_ATTN_SPLITS", 32)
 # positions per partition at least (a multiple of 32, the kernel's tile): a short context is
 # spread over more blocks, each with fewer dependent tile loads
 ATTN_MIN_CHUNK = env_tuning("SPARKBOARD_ATTN_MIN_CHUNK", 32, multiple_of=32)
+
+# RMSNorm folded into the float16 decode mat-vecs: off (CupyRunner._norms_in_mv says why)
+NORM_IN_MV = env_flag("SPARKBOARD_NORM_IN_MV", False)
 ARGMAX_BLOCKS = 64  # blocks scanning one row of logits in the greedy pick
 DEQUANT_BUFFER_ELEMENTS = 1 << 27  # float16 scratch for prefill weights: 256 MiB
 CUDA_R_16F, CUDA_R_32F = 2, 0
@@ -122,7 +131,7 @@ class CupyRunner(Runner):
             self.tok_embd = matrix_to_gpu(t["token_embd.weight"])
             self.w_out = self.tok_embd if c.tied_embeddings else matrix_to_gpu(t["output.weight"])
             self.out_norm = vector_to_gpu(t["output_norm.weight"])
-            self._unit_norm = cp.ones(c.dim, dtype=cp.float32)  # for norms folded into weights
+            self._unit_norm: Any = None  # ones, for norm weights folded into weights
             self.layers: list[_Layer] = []
             for i in range(c.n_layers):
 
@@ -193,11 +202,10 @@ class CupyRunner(Runner):
         one pass less each; prefill's norm then applies ones). Measured +9% on llama-1b:f16
         decode, but W * g rounded to float16 once more made tiny:f16's logits miss the NumPy
         reference's top-1 now and then (engine/PERF.md), so it stays off."""
-        flag = os.environ.get("SPARKBOARD_NORM_IN_MV", "0").strip()
-        if flag not in ("0", "1"):
-            raise EngineError(f"SPARKBOARD_NORM_IN_MV={flag!r}: expected 0 or 1")
-        if flag == "0":
+        if not NORM_IN_MV:
             return
+        if self._unit_norm is None:
+            self._unit_norm = cp.ones(self.config.dim, dtype=cp.float32)
         ones = self._unit_norm
         (qkv, _), *rest = layer.qkv
         if not rest and GEOMETRY.norm_in_mv(qkv.wt, qkv.cols):
@@ -230,9 +238,7 @@ class CupyRunner(Runner):
     def decode_read_bytes(self) -> int:
         """Weight bytes one decode step reads (all layers, the output head, one embedding row)."""
         c = self.config
-        per_row = self.tok_embd.q.nbytes // c.vocab_size
-        if self.tok_embd.s is not None:
-            per_row += self.tok_embd.s.nbytes // c.vocab_size
+        per_row = self.tok_embd.plane_nbytes // c.vocab_size
         total = per_row + self.w_out.decode_nbytes + int(self.out_norm.nbytes)
         for L in self.layers:
             for w in [w for w, _ in L.qkv] + [L.wo, L.wg, L.wu, L.wd]:
@@ -387,12 +393,8 @@ class CupyRunner(Runner):
             xa, xs = b[src], NULL
         name, grid, block = gemv_launch(w.wt, w.rows, w.cols, rows, mode, norm)
         mma = name.startswith("gemv_mma")
-        if mma and (w.tiled is None or (w2 is not None and w2.tiled is None)):
-            raise EngineError(f"{name} reads its weights in tensor-core order: no such copy made")
-        planes = [(m.tiled, m.tiled_s) if mma else (m.q, m.s) for m in (w, w2) if m is not None]
-        if len(planes) == 1:
-            planes.append((None, None))
-        (q1, s1), (q2, s2) = planes
+        q1, s1 = w.kernel_planes(mma)
+        q2, s2 = w2.kernel_planes(mma) if w2 is not None else (None, None)
         args = (
             q1,
             s1 if s1 is not None else NULL,

@@ -20,6 +20,7 @@ from engine.cuda.geometry import (
     WT_Q4_1,
     WT_Q8_0,
     Geometry,
+    env_flag,
     env_tuning,
     kernel_defines,
 )
@@ -142,6 +143,14 @@ def test_quantized_rows_per_warp_and_row_blocks() -> None:
         assert geo.launch(WT_Q4_1, 10, 64, 1, mode)[1] == (2, 1)  # 8 rows a block
     with pytest.raises(ValueError, match="mode"):
         geo.launch(WT_Q4_1, 10, 64, 1, "mul")
+
+
+def test_runner_switches_from_the_environment() -> None:
+    assert env_flag("SPARKBOARD_NORM_IN_MV", False, {}) is False
+    assert env_flag("SPARKBOARD_NORM_IN_MV", False, {"SPARKBOARD_NORM_IN_MV": "1"}) is True
+    assert env_flag("X", True, {"X": " 0 "}) is False
+    with pytest.raises(ValueError, match="expected 0 or 1"):
+        env_flag("SPARKBOARD_NORM_IN_MV", False, {"SPARKBOARD_NORM_IN_MV": "yes"})
 
 
 def test_runner_tuning_knobs_from_the_environment() -> None:

@@ -92,8 +92,8 @@ def run_gemv(cp, k, w, rows: int, x: np.ndarray, mode: str, w2=None, out0=None, 
         for m in (w, w2):
             if m is not None:
                 m.add_tiles()
-    planes = [(m.tiled, m.tiled_s) if mma else (m.q, m.s) for m in (w, w2) if m is not None]
-    (q1, s1), (q2, s2) = planes + [(None, None)] * (2 - len(planes))
+    q1, s1 = w.kernel_planes(mma)
+    q2, s2 = w2.kernel_planes(mma) if w2 is not None else (None, None)
     args = (
         q1, s1 if s1 is not None else NULL, q2 if q2 is not None else NULL,
         s2 if s2 is not None else NULL,

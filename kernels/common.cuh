@@ -156,8 +156,10 @@ __device__ __forceinline__ float weight_at(int wt, const void* __restrict__ wq,
 }
 
 // Two-level int8 quantization of one block of 32 activations held one per lane (see
-// quantize_q8 in gemv.cu for the layout): q1 at xq[0..31], q2 at xq[32..63], *xs = {d1, d2, sum}.
-__device__ __forceinline__ void quant_block(float v, i8* __restrict__ xq, float4* __restrict__ xs) {
+// quantize_q8 in gemv.cu for the layout): q1 at xq[0..31], q2 at xq[32..63],
+// *xs = {d1, d2, sum, ss} (ss: a sum of squares the caller passes on).
+__device__ __forceinline__ void quant_block(float v, i8* __restrict__ xq, float4* __restrict__ xs,
+                                            float ss = 0.f) {
     const int lane = threadIdx.x & 31;
     const float amax = warp_max(fabsf(v));
     const float d1 = amax / 127.f;
@@ -171,5 +173,5 @@ __device__ __forceinline__ void quant_block(float v, i8* __restrict__ xq, float4
     const float sum = warp_sum(v);
     xq[lane] = (i8)q1;
     xq[32 + lane] = (i8)q2;
-    if (lane == 0) *xs = make_float4(d1, d2, sum, 0.f);
+    if (lane == 0) *xs = make_float4(d1, d2, sum, ss);
 }

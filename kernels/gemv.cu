@@ -1,15 +1,19 @@
 // Decode mat-vec: out[r, n] = sum_k W[n, k] * x[r, k] for up to RB activation rows at once,
 // so each weight byte is read once for RB rows. GEMV_KSPLIT warps own NR output rows (a row
-// group) and split their K in runs of 32 * U chunks (warp p of the group takes runs p,
-// p + KSPLIT, ...); lane i takes chunks i, i+32, ... of a run (a chunk is one 32-element
-// block for quantized weights, 8 elements for float weights), loading U chunks before using
-// any; the group's partial sums meet in shared memory in a fixed order. The per-row arithmetic
-// (lane assignment, accumulation order) depends on neither RB nor NR nor the other rows: a
+// group) and split their K in runs of 32 chunks (a chunk is one 32-element block for
+// quantized weights, 8 elements for float weights): warp p of the group takes runs p,
+// p + KSPLIT, ..., lane i chunk i of each, loading U runs before using any; the group's
+// partial sums meet in shared memory in a fixed order. The per-row arithmetic (lane
+// assignment, accumulation order) depends on neither RB nor NR nor U nor the other rows: a
 // sequence decoded in a batch gets bit-identical results to one decoded alone.
 //
 // Quantized weights are read as int8 dp4a dot products against activations quantized to
 // two-level int8 blocks of 32 (quantize_q8 below); the block sum of x folds the Q4_0
 // offset (-8) and the Q4_1 minimum (m) into one multiply per block.
+// NORM (quantized weights, store and glu): the input is x * g of the raw residual x, and
+// the kernel applies RMSNorm's 1 / rms itself, from the blocks' sums of squares of x that
+// quantize_q8 left beside their scales (quantization commutes with the positive scale, so
+// the int8 codes are those of the normalised row): the decode step needs no norm kernel.
 // Float weights (F16, F32) multiply float32 activations directly.
 //
 // MODE_STORE: out = acc. MODE_ADD: out += acc (residual add fused). MODE_GLU: two weight
@@ -122,10 +126,10 @@ __device__ __forceinline__ int dot32(const int4& lo, const int4& hi, const int4&
 // acc[r][j] += weight row j's chunk c . activation row r0 + r, for NW weight rows (NR output
 // rows, times two matrices for GLU) against RB activation rows; each activation chunk is
 // loaded once for all NW weight rows.
-template <int WT, int RB, int NW>
+template <int WT, int RB, int NW, bool NORM>
 __device__ __forceinline__ void chunk_dot(const WChunk<WT> (&w)[NW], const void* __restrict__ x,
                                           const float4* __restrict__ xs, int K, int c, int r0,
-                                          int nr, float (&acc)[RB][NW]) {
+                                          int nr, float (&acc)[RB][NW], float (&ss)[RB]) {
     if constexpr (WT == WT_F16 || WT == WT_F32) {
         float wf[NW][8];
 #pragma unroll
@@ -162,8 +166,9 @@ __device__ __forceinline__ void chunk_dot(const WChunk<WT> (&w)[NW], const void*
                 const i8* xr = reinterpret_cast<const i8*>(x) + (size_t)(r0 + r) * 2 * K + 64 * c;
                 const int4 a = ld_input4(xr), b = ld_input4(xr + 16), a2 = ld_input4(xr + 32),
                            b2 = ld_input4(xr + 48);
-                // {d1, d2, sum x, 0}
+                // {d1, d2, sum x, sum of squares of the raw x (NORM)}
                 const float4 sc = ld_input4(reinterpret_cast<const float*>(xs + (size_t)(r0 + r) * nb + c));
+                if constexpr (NORM) ss[r] += sc.w;
 #pragma unroll
                 for (int j = 0; j < NW; ++j) {
                     const int s = dot32(lo[j], hi[j], a, b);
@@ -182,16 +187,16 @@ __device__ __forceinline__ void chunk_dot(const WChunk<WT> (&w)[NW], const void*
     }
 }
 
-// Loads chunks c0, c0 + 32, ..., c0 + 32 * (U - 1) of the warp's NR weight rows (and of the
-// second matrix's for GLU) into w; rows past N read row N - 1 (never stored).
+// Loads chunks c0, c0 + step, ..., c0 + step * (U - 1) of the warp's NR weight rows (and of
+// the second matrix's for GLU) into w; rows past N read row N - 1 (never stored).
 template <int WT, int U, int NR, int MODE, int NW>
 __device__ __forceinline__ void load_chunks(WChunk<WT> (&w)[U][NW], const void* __restrict__ wq,
                                             const void* __restrict__ ws, const void* __restrict__ wq2,
                                             const void* __restrict__ ws2, int row0, int N, int K,
-                                            int c0, int nchunks) {
+                                            int c0, int step, int nchunks) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-        const int c = c0 + 32 * u;
+        const int c = c0 + step * u;
         if (c < nchunks) {
 #pragma unroll
             for (int j = 0; j < NR; ++j) {
@@ -204,11 +209,12 @@ __device__ __forceinline__ void load_chunks(WChunk<WT> (&w)[U][NW], const void* 
 }
 
 // One warp computes NR consecutive output rows for up to RB activation rows.
-template <int WT, int RB, int MODE, int NR>
+template <int WT, int RB, int MODE, int NR, bool NORM>
 __device__ __forceinline__ void gemv_body(const void* __restrict__ wq, const void* __restrict__ ws,
                                           const void* __restrict__ wq2, const void* __restrict__ ws2,
                                           const void* __restrict__ x, const float4* __restrict__ xs,
-                                          float* __restrict__ out, int N, int K, int nrows, int ldo) {
+                                          float* __restrict__ out, int N, int K, int nrows, int ldo,
+                                          float eps) {
     constexpr bool QUANT = !(WT == WT_F16 || WT == WT_F32);
     constexpr int NW = MODE == MODE_GLU ? 2 * NR : NR;     // weight rows per warp
     constexpr int U = GEMV_U / NW > 0 ? GEMV_U / NW : 1;  // chunks in flight per lane and row
@@ -220,44 +226,61 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ wq, const voi
     const int nchunks = QUANT ? K / 32 : K / 8;
     const int r0 = blockIdx.y * RB;
     const int nr = min(RB, nrows - r0);
-    float acc[RB][NW];
+    float acc[RB][NW], ss[RB];
 #pragma unroll
-    for (int r = 0; r < RB; ++r)
+    for (int r = 0; r < RB; ++r) {
+        ss[r] = 0.f;
 #pragma unroll
         for (int j = 0; j < NW; ++j) acc[r][j] = 0.f;
-    for (int c0 = lane + 32 * U * part; c0 < nchunks; c0 += 32 * U * KS) {
+    }
+    constexpr int STEP = 32 * KS;  // chunks between a lane's consecutive chunks
+    for (int c0 = lane + 32 * part; c0 < nchunks; c0 += STEP * U) {
         WChunk<WT> w[U][NW];
-        load_chunks<WT, U, NR, MODE>(w, wq, ws, wq2, ws2, row0, N, K, c0, nchunks);
+        load_chunks<WT, U, NR, MODE>(w, wq, ws, wq2, ws2, row0, N, K, c0, STEP, nchunks);
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-            const int c = c0 + 32 * u;
-            if (c < nchunks) chunk_dot<WT, RB, NW>(w[u], x, xs, K, c, r0, nr, acc);
+            const int c = c0 + STEP * u;
+            if (c < nchunks) chunk_dot<WT, RB, NW, NORM>(w[u], x, xs, K, c, r0, nr, acc, ss);
         }
     }
     pdl_trigger();  // the weights are read: let the next kernel's blocks start launching
 #pragma unroll
-    for (int r = 0; r < RB; ++r)
+    for (int r = 0; r < RB; ++r) {
+        if constexpr (NORM) ss[r] = warp_sum(ss[r]);
 #pragma unroll
         for (int j = 0; j < NW; ++j) acc[r][j] = warp_sum(acc[r][j]);
+    }
     if constexpr (KS > 1) {  // the group's parts, added in a fixed order by its first warp
-        __shared__ float red[GEMV_WARPS][RB][NW];
+        __shared__ float red[GEMV_WARPS][RB][NW + 1];  // [NW]: the sum of squares (NORM)
         if (lane == 0) {
 #pragma unroll
-            for (int r = 0; r < RB; ++r)
+            for (int r = 0; r < RB; ++r) {
+                red[warp][r][NW] = ss[r];
 #pragma unroll
                 for (int j = 0; j < NW; ++j) red[warp][r][j] = acc[r][j];
+            }
         }
         __syncthreads();
         if (part != 0 || row0 >= N) return;
 #pragma unroll
-        for (int r = 0; r < RB; ++r)
+        for (int r = 0; r < RB; ++r) {
 #pragma unroll
-            for (int j = 0; j < NW; ++j) {
+            for (int j = 0; j <= NW; ++j) {
                 float t = 0.f;
 #pragma unroll
                 for (int p = 0; p < KS; ++p) t += red[warp + p][r][j];
-                acc[r][j] = t;
+                if (j < NW) acc[r][j] = t;
+                else ss[r] = t;
             }
+        }
+    }
+    if constexpr (NORM) {
+#pragma unroll
+        for (int r = 0; r < RB; ++r) {
+            const float rs = rsqrtf(ss[r] / (float)K + eps);
+#pragma unroll
+            for (int j = 0; j < NW; ++j) acc[r][j] *= rs;
+        }
     }
     if (lane == 0) {
 #pragma unroll
@@ -295,23 +318,39 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ wq, const voi
 #define GEMV_ONE(TNAME, WT, RB, MNAME, MODE)                                                  \
     extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32)                              \
         gemv_##TNAME##_r##RB##_##MNAME(GEMV_ARGS) {                                            \
-        gemv_body<WT, RB, MODE, GEMV_NR(WT, RB)>(GEMV_PASS);                                       \
+        gemv_body<WT, RB, MODE, GEMV_NR(WT, RB), false>(GEMV_PASS, 0.f);                           \
+    }
+#define GEMV_NORM_ONE(TNAME, WT, RB, MNAME, MODE)                                             \
+    extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32)                              \
+        gemv_##TNAME##_r##RB##_##MNAME##_norm(GEMV_ARGS, float eps) {                           \
+        gemv_body<WT, RB, MODE, GEMV_NR(WT, RB), true>(GEMV_PASS, eps);                            \
     }
 #define GEMV_RBS(TNAME, WT, MNAME, MODE) \
     GEMV_ONE(TNAME, WT, 1, MNAME, MODE)  \
     GEMV_ONE(TNAME, WT, 2, MNAME, MODE)  \
     GEMV_ONE(TNAME, WT, 4, MNAME, MODE)  \
     GEMV_ONE(TNAME, WT, 8, MNAME, MODE)
+#define GEMV_NORM_RBS(TNAME, WT, MNAME, MODE) \
+    GEMV_NORM_ONE(TNAME, WT, 1, MNAME, MODE)  \
+    GEMV_NORM_ONE(TNAME, WT, 2, MNAME, MODE)  \
+    GEMV_NORM_ONE(TNAME, WT, 4, MNAME, MODE)  \
+    GEMV_NORM_ONE(TNAME, WT, 8, MNAME, MODE)
 #define GEMV_MODES(TNAME, WT)                \
     GEMV_RBS(TNAME, WT, store, MODE_STORE)   \
     GEMV_RBS(TNAME, WT, add, MODE_ADD)       \
     GEMV_RBS(TNAME, WT, glu, MODE_GLU)
+#define GEMV_NORM_MODES(TNAME, WT)                \
+    GEMV_NORM_RBS(TNAME, WT, store, MODE_STORE)   \
+    GEMV_NORM_RBS(TNAME, WT, glu, MODE_GLU)
 
 GEMV_MODES(f32, WT_F32)
 GEMV_MODES(f16, WT_F16)
 GEMV_MODES(q8_0, WT_Q8_0)
 GEMV_MODES(q4_0, WT_Q4_0)
 GEMV_MODES(q4_1, WT_Q4_1)
+GEMV_NORM_MODES(q8_0, WT_Q8_0)
+GEMV_NORM_MODES(q4_0, WT_Q4_0)
+GEMV_NORM_MODES(q4_1, WT_Q4_1)
 
 // ---------------------------------------------------------------------------------------
 // Float16 weights on tensor cores (mma.sync m16n8k16, float32 accumulate), for any number of
@@ -331,12 +370,12 @@ GEMV_MODES(q4_1, WT_Q4_1)
 // the fragments of two mmas (any order of k serves if A and B share it): mma j takes
 // k = 8t + 4j + {0, 1} as its logical k = 2t, 2t + 1 and 8t + 4j + {2, 3} as 2t + 8, 2t + 9.
 //
-// NORM: the input is the raw residual x and the block applies RMSNorm itself, as a scale on
-// the result: W (x * g / rms) = (1 / rms) (W * g) x, with the norm weight g folded into W's
-// columns at load time (runner.py) and rms taken from the activations the warps load anyway
-// (their K blocks cover each row once), so the norm kernel and its pass disappear without a
-// pre-pass in any block (engine/PERF.md: a per-block pre-pass lost 13%). Off by default: the
-// fold rounds W * g to float16 once more (engine/PERF.md, SPARKBOARD_NORM_IN_MV).
+// NORM: the input is the raw residual x and the block applies RMSNorm itself: each lane
+// scales the activations it loads by the norm weight g in float32 before the split, and the
+// block scales the result by 1 / rms, W (x * g / rms) = (1 / rms) W (x * g), with rms taken
+// from the raw activations the warps load anyway (their K blocks cover each row once), so
+// the norm kernel and its pass disappear without a pre-pass in any block (engine/PERF.md: a
+// per-block pre-pass lost 13%; folding g into W's float16 columns instead cost accuracy).
 //
 // The weights stream through a ring of MMA_S K blocks per warp in dynamic shared memory,
 // filled by cp.async MMA_S - 1 blocks ahead of the mma, so a warp's next loads are in flight
@@ -359,6 +398,11 @@ GEMV_MODES(q4_1, WT_Q4_1)
 #endif
 #ifndef MMA_MINB
 #define MMA_MINB 1  // __launch_bounds__ minimum blocks per SM (a tuning knob)
+#endif
+#ifndef MMA_NORM_MINB
+// the `_norm` kernels: 2 holds gate|up's to 62 registers (74 unbounded: one block per SM),
+// +7.0% on llama-1b:f16 decode, +3.3% on llama-8b:f16 (engine/PERF.md)
+#define MMA_NORM_MINB 2
 #endif
 #define MMA_M 16  // output rows per block
 #define MMA_N 8   // activation rows per block
@@ -436,7 +480,8 @@ __device__ __forceinline__ void mma_finish(const float (&c)[NM][4], float ss, in
 template <int MODE, bool NORM>
 __device__ __forceinline__ void gemv_mma_body(const __half* __restrict__ w1, const __half* __restrict__ w2,
                                               const float* __restrict__ x, float* __restrict__ out,
-                                              int N, int K, int nrows, int ldo, float eps) {
+                                              int N, int K, int nrows, int ldo,
+                                              const float* __restrict__ gnorm, float eps) {
     constexpr int NM = MODE == MODE_GLU ? 2 : 1;  // weight matrices (gate and up for GLU)
     constexpr int S = MODE == MODE_GLU ? MMA_S_GLU : MMA_S;
     constexpr int SLOT = NM * 64;  // uint4 per ring slot: [matrix][rows g, g + 8][lane]
@@ -490,16 +535,25 @@ __device__ __forceinline__ void gemv_mma_body(const __half* __restrict__ w1, con
         cp_async_commit();
         float4 na, nb;
         load_x(i + 1, na, nb);
+        float4 ga, gb;  // NORM: the norm weight of this lane's 8 activations (a constant)
+        if constexpr (NORM) {
+            const float* gk = gnorm + (warp + i * MMA_WARPS) * 32 + 8 * t;
+            const float4* gp = reinterpret_cast<const float4*>(gk);
+            ga = __ldg(gp);
+            gb = __ldg(gp + 1);
+        }
         cp_async_wait<S - 1>();  // K block i has landed
         const uint4* slot = ring + (i % S) * SLOT;
-        u32 hi[4], lo[4];
-        split_f16(xa, xb, hi, lo);
         if constexpr (NORM) {
             ss = fmaf(xa.x, xa.x, ss); ss = fmaf(xa.y, xa.y, ss);
             ss = fmaf(xa.z, xa.z, ss); ss = fmaf(xa.w, xa.w, ss);
             ss = fmaf(xb.x, xb.x, ss); ss = fmaf(xb.y, xb.y, ss);
             ss = fmaf(xb.z, xb.z, ss); ss = fmaf(xb.w, xb.w, ss);
+            xa = make_float4(xa.x * ga.x, xa.y * ga.y, xa.z * ga.z, xa.w * ga.w);
+            xb = make_float4(xb.x * gb.x, xb.y * gb.y, xb.z * gb.z, xb.w * gb.w);
         }
+        u32 hi[4], lo[4];
+        split_f16(xa, xb, hi, lo);
 #pragma unroll
         for (int m = 0; m < NM; ++m) {
             const uint4 a = slot[m * 64], b = slot[m * 64 + 32];
@@ -521,13 +575,15 @@ __device__ __forceinline__ void gemv_mma_body(const __half* __restrict__ w1, con
         gemv_mma_f16_##MNAME(GEMV_ARGS) {                                                          \
         gemv_mma_body<MODE, false>(reinterpret_cast<const __half*>(wq),                            \
                                    reinterpret_cast<const __half*>(wq2),                           \
-                                   reinterpret_cast<const float*>(x), out, N, K, nrows, ldo, 0.f); \
+                                   reinterpret_cast<const float*>(x), out, N, K, nrows, ldo,       \
+                                   nullptr, 0.f);                                                  \
     }                                                                                              \
-    extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32, MMA_MINB)                          \
-        gemv_mma_f16_##MNAME##_norm(GEMV_ARGS, float eps) {                                        \
+    extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32, MMA_NORM_MINB)                     \
+        gemv_mma_f16_##MNAME##_norm(GEMV_ARGS, const float* __restrict__ gnorm, float eps) {       \
         gemv_mma_body<MODE, true>(reinterpret_cast<const __half*>(wq),                             \
                                   reinterpret_cast<const __half*>(wq2),                            \
-                                  reinterpret_cast<const float*>(x), out, N, K, nrows, ldo, eps);  \
+                                  reinterpret_cast<const float*>(x), out, N, K, nrows, ldo,        \
+                                  gnorm, eps);                                                     \
     }
 GEMV_MMA_ONE(store, MODE_STORE)
 GEMV_MMA_ONE(add, MODE_ADD)
@@ -672,11 +728,21 @@ GEMV_MMAQ_ONE(glu, MODE_GLU)
 // about 15 bits of each activation (one level alone costs ~0.5% relative error per mat-vec,
 // enough to flip near-tied argmaxes against the float reference). Per block: 32 bytes q1,
 // 32 bytes q2, and xs = {d1, d2, sum(x), 0}; the sum folds in the Q4_0 offset and Q4_1 min.
-extern "C" __global__ void quantize_q8(const float* __restrict__ x, i8* __restrict__ xq,
-                                       float4* __restrict__ xs, int nblocks) {
+// x (times the norm weight g when given, whose row length is K) as two-level int8 blocks of
+// 32: xs = {d1, d2, sum, sum of squares of the raw x when g is given (for a NORM mat-vec)}.
+extern "C" __global__ void quantize_q8(const float* __restrict__ x, const float* __restrict__ g,
+                                       i8* __restrict__ xq, float4* __restrict__ xs, int nblocks,
+                                       int K) {
     const int b = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
     pdl_wait();
     pdl_trigger();
     if (b >= nblocks) return;
-    quant_block(x[(size_t)b * 32 + (threadIdx.x & 31)], xq + (size_t)b * 64, xs + b);
+    float v = x[(size_t)b * 32 + lane];
+    float ss = 0.f;
+    if (g) {
+        ss = warp_sum(v * v);
+        v *= __ldg(g + (b * 32 + lane) % K);
+    }
+    quant_block(v, xq + (size_t)b * 64, xs + b, ss);
 }

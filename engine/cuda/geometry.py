@@ -32,8 +32,10 @@ GEOMETRY_DEFAULTS = {
 # Weight storage types: the WT_* numbers in kernels/common.cuh.
 WT_F32, WT_F16, WT_Q8_0, WT_Q4_0, WT_Q4_1 = 0, 1, 2, 3, 4
 WT_NAMES = {WT_F32: "f32", WT_F16: "f16", WT_Q8_0: "q8_0", WT_Q4_0: "q4_0", WT_Q4_1: "q4_1"}
+QUANTIZED = (WT_Q8_0, WT_Q4_0, WT_Q4_1)  # read as int8 dp4a dot products
 GEMV_ROW_BLOCKS = (1, 2, 4, 8)  # activation rows one mat-vec launch reads each weight for
 GEMV_MODES = ("store", "add", "glu")
+NORM_MODES = ("store", "glu")  # the modes with a `_norm` kernel
 MMA_NAMES = tuple(f"gemv_mma_f16_{m}{n}" for m in GEMV_MODES for n in ("", "_norm")) + tuple(
     f"gemv_mma_q4_0_{m}" for m in GEMV_MODES
 )
@@ -105,21 +107,26 @@ class Geometry:
         return wt == WT_Q4_0 and bool(self.values["GEMV_MMA_Q"]) and cols % 64 == 0
 
     def norm_in_mv(self, wt: int, cols: int) -> bool:
-        """Whether the mat-vec of this weight can apply RMSNorm itself (the float16
-        tensor-core kernel)."""
-        return wt == WT_F16 and self.uses_mma(wt, cols)
+        """Whether the mat-vec of this weight can apply RMSNorm itself: the float16
+        tensor-core kernel, and the dp4a kernels of quantized weights."""
+        if wt == WT_F16:
+            return self.uses_mma(wt, cols)
+        return wt in QUANTIZED and not self.uses_mma(wt, cols)
 
     def launch(
         self, wt: int, n_out: int, cols: int, rows: int, mode: str, norm: bool = False
     ) -> tuple[str, tuple, tuple]:
         """(kernel name, grid, block) of the mat-vec of an [n_out, cols] weight on `rows` rows.
 
-        norm: the tensor-core kernel that applies RMSNorm to its raw input itself (its `_norm`
-        variant takes one more argument, eps; the norm weight is folded into the weight)."""
+        norm: the kernel that applies RMSNorm itself: the float16 tensor-core kernel takes
+        the raw residual, then the norm weight and eps; a quantized weight's kernel (store and
+        glu only) takes the int8 planes of x * g (quantize_q8 with g), then eps."""
         if mode not in GEMV_MODES:
             raise ValueError(f"mat-vec mode {mode!r} is not one of {GEMV_MODES}")
         if norm and not self.norm_in_mv(wt, cols):
-            raise ValueError("only the float16 tensor-core mat-vec applies RMSNorm itself")
+            raise ValueError(f"the {WT_NAMES[wt]} mat-vec of {cols} columns has no RMSNorm kernel")
+        if norm and wt in QUANTIZED and mode not in NORM_MODES:
+            raise ValueError(f"the quantized mat-vecs apply RMSNorm in {NORM_MODES} modes only")
         if self.uses_mma(wt, cols):
             grid = (-(-n_out // MMA_M), -(-rows // MMA_N))
             name = f"gemv_mma_{WT_NAMES[wt]}_{mode}" + ("_norm" if norm else "")
@@ -128,7 +135,8 @@ class Geometry:
         groups = self.values["GEMV_WARPS"] // self.values["GEMV_KSPLIT"]  # row groups per block
         per_block = groups * self.rows_per_warp(rb, wt)
         grid = (-(-n_out // per_block), -(-rows // rb))
-        return gemv_name(wt, rb, mode), grid, (self.values["GEMV_WARPS"] * 32,)
+        name = gemv_name(wt, rb, mode) + ("_norm" if norm else "")
+        return name, grid, (self.values["GEMV_WARPS"] * 32,)
 
     def shared_bytes(self, name: str) -> int:
         """Dynamic shared memory of a mat-vec kernel: the tensor-core kernels' per-warp rings

@@ -21,7 +21,9 @@ from engine.cuda.geometry import (
     GEMV_MODES,
     GEMV_ROW_BLOCKS,
     MMA_NAMES,
+    NORM_MODES,
     NVRTC_OPTIONS,
+    QUANTIZED,
     WT_NAMES,
     gemv_name,
     gemv_shared_bytes,
@@ -40,6 +42,12 @@ def source_text(name: str) -> str:
 
 def all_kernel_names() -> list[str]:
     names = [gemv_name(wt, rb, m) for wt in WT_NAMES for rb in GEMV_ROW_BLOCKS for m in GEMV_MODES]
+    names += [
+        gemv_name(wt, rb, m) + "_norm"
+        for wt in QUANTIZED
+        for rb in GEMV_ROW_BLOCKS
+        for m in NORM_MODES
+    ]
     names += list(MMA_NAMES)
     names += ["quantize_q8", "rmsnorm", "embed", "dequant_f16", "swiglu_f16", "rope_kv"]
     names += ["argmax_advance", "advance_lens", "attn_combine"]

@@ -138,16 +138,3 @@ def fuse_rows(parts: list[GpuWeight]) -> list[tuple[GpuWeight, int]]:
     q = cp.concatenate([p.q for p in parts], axis=0)
     s = None if parts[0].s is None else cp.concatenate([p.s for p in parts], axis=0)
     return [(GpuWeight(parts[0].wt, q, s, col, parts[0].cols), 0)]
-
-
-def fold_norm_weight(w: GpuWeight, norm: Any, chunk_rows: int = 4096) -> None:
-    """Scale the columns of a float16 weight in place by a norm weight: W (x * g) equals
-    (W * g) x, so a mat-vec on the raw residual needs only the norm's 1/rms scale (the
-    tensor-core mat-vec's `_norm` kernels). Rounded once to float16, in row chunks so the
-    float32 temporary stays small."""
-    if w.wt != WT_F16 or norm.shape != (w.cols,):
-        raise EngineError(f"cannot fold a norm of {norm.shape} into a {w.rows}x{w.cols} weight")
-    g = norm.astype(cp.float32)[None, :]
-    for r in range(0, w.rows, chunk_rows):
-        block = w.q[r : r + chunk_rows]
-        block[...] = (block.astype(cp.float32) * g).astype(cp.float16)

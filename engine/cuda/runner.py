@@ -35,7 +35,6 @@ from engine.cuda.kernels import HEAD_DIMS, MAX_GROUP, get_kernels
 from engine.cuda.launch import PdlLauncher
 from engine.cuda.layout import (
     GpuWeight,
-    fold_norm_weight,
     fuse_rows,
     matrix_to_gpu,
     vector_to_gpu,
@@ -60,8 +59,8 @@ ATTN_SPLITS = env_tuning("SPARKBOARD_ATTN_SPLITS", 32)
 # spread over more blocks, each with fewer dependent tile loads
 ATTN_MIN_CHUNK = env_tuning("SPARKBOARD_ATTN_MIN_CHUNK", 32, multiple_of=32)
 
-# RMSNorm folded into the float16 decode mat-vecs: off (CupyRunner._norms_in_mv says why)
-NORM_IN_MV = env_flag("SPARKBOARD_NORM_IN_MV", False)
+# RMSNorm inside the float16 decode mat-vecs (CupyRunner._norms_in_mv); 0 turns it off (A/B)
+NORM_IN_MV = env_flag("SPARKBOARD_NORM_IN_MV", True)
 ARGMAX_BLOCKS = 64  # blocks scanning one row of logits in the greedy pick
 DEQUANT_BUFFER_ELEMENTS = 1 << 27  # float16 scratch for prefill weights: 256 MiB
 CUDA_R_16F, CUDA_R_32F = 2, 0
@@ -81,7 +80,7 @@ def _f(v: float) -> np.float32:
 
 @dataclass
 class _Layer:
-    attn_norm: Any  # the norm weight a norm kernel applies (ones once folded into q|k|v)
+    attn_norm: Any
     qkv: list[
         tuple[GpuWeight, int]
     ]  # the q|k|v projection: one fused weight, or three parts at column offsets
@@ -93,7 +92,7 @@ class _Layer:
     wu: GpuWeight
     wd: GpuWeight
     wgu: GpuWeight | None = None  # gate|up fused (wg and wu are then views of it)
-    # RMSNorm done by the decode mat-vec itself (its norm weight folded into q|k|v, gate|up)
+    # RMSNorm done by the decode mat-vec of q|k|v, gate|up itself
     attn_norm_in_mv: bool = False
     ffn_norm_in_mv: bool = False
 
@@ -131,7 +130,6 @@ class CupyRunner(Runner):
             self.tok_embd = matrix_to_gpu(t["token_embd.weight"])
             self.w_out = self.tok_embd if c.tied_embeddings else matrix_to_gpu(t["output.weight"])
             self.out_norm = vector_to_gpu(t["output_norm.weight"])
-            self._unit_norm: Any = None  # ones, for norm weights folded into weights
             self.layers: list[_Layer] = []
             for i in range(c.n_layers):
 
@@ -170,6 +168,8 @@ class CupyRunner(Runner):
                     self._add_tiles(w)
                 self.layers.append(layer)
             self._add_tiles(self.w_out)
+            w = self.w_out
+            self.out_norm_in_mv = NORM_IN_MV and GEOMETRY.norm_in_mv(w.wt, w.cols)
             # RoPE frequencies in float64, computed as the NumPy reference computes them
             half = c.head_dim // 2
             self.inv_freq = cp.asarray(
@@ -196,25 +196,17 @@ class CupyRunner(Runner):
         self._ready = False
 
     def _norms_in_mv(self, layer: _Layer) -> None:
-        """With SPARKBOARD_NORM_IN_MV=1 (a developer's A/B; off by default), fold the
-        attention and FFN norm weights into the float16 q|k|v and gate|up matrices, whose
-        tensor-core decode mat-vecs then normalise the raw residual themselves (one launch and
-        one pass less each; prefill's norm then applies ones). Measured +9% on llama-1b:f16
-        decode, but W * g rounded to float16 once more made tiny:f16's logits miss the NumPy
-        reference's top-1 now and then (engine/PERF.md), so it stays off."""
+        """Let the q|k|v and gate|up decode mat-vecs apply their RMSNorm themselves (their
+        `_norm` kernels): float16 weights on the tensor cores take the raw residual and scale
+        it by g in float32 as they load it; quantized weights take the int8 planes of x * g
+        and scale their result by 1 / rms. One norm kernel less per norm: a measured +7% on
+        llama-1b:f16 decode (engine/PERF.md)."""
         if not NORM_IN_MV:
             return
-        if self._unit_norm is None:
-            self._unit_norm = cp.ones(self.config.dim, dtype=cp.float32)
-        ones = self._unit_norm
         (qkv, _), *rest = layer.qkv
-        if not rest and GEOMETRY.norm_in_mv(qkv.wt, qkv.cols):
-            fold_norm_weight(qkv, layer.attn_norm)
-            layer.attn_norm, layer.attn_norm_in_mv = ones, True
+        layer.attn_norm_in_mv = not rest and GEOMETRY.norm_in_mv(qkv.wt, qkv.cols)
         gu = layer.wgu
-        if gu is not None and GEOMETRY.norm_in_mv(gu.wt, gu.cols):
-            fold_norm_weight(gu, layer.ffn_norm)
-            layer.ffn_norm, layer.ffn_norm_in_mv = ones, True
+        layer.ffn_norm_in_mv = gu is not None and GEOMETRY.norm_in_mv(gu.wt, gu.cols)
 
     @staticmethod
     def _add_tiles(w: GpuWeight) -> None:
@@ -372,26 +364,28 @@ class CupyRunner(Runner):
         mode: str,
         w2: GpuWeight | None = None,
         col0: int = 0,
-        norm: bool = False,
+        norm: Any = None,
     ) -> None:
         """out[:rows, col0:] (=, +=, silu-glu) W @ buf[src][:rows]; quantizes the input once.
-        norm: buf[src] is the raw residual and the kernel applies RMSNorm (weight folded)."""
+        norm: an RMSNorm weight the kernel applies to buf[src], the raw residual (quantized
+        weights: their kernel applies 1 / rms to the int8 planes of x * g)."""
         b = self._buf
         if w.quantized:
-            if self._quantized_src != src:
+            if norm is not None or self._quantized_src != src:
                 x = b[src]
                 nblocks = rows * x.shape[1] // 32
                 self._launch(
                     "quantize_q8",
                     ((nblocks * 32 + 255) // 256,),
                     (256,),
-                    (x, b["xq"], b["xs"], _i(nblocks)),
-                )
-                self._quantized_src = src
+                    (x, NULL if norm is None else norm, b["xq"], b["xs"], _i(nblocks),
+                     _i(x.shape[1])),
+                )  # fmt: skip
+                self._quantized_src = src if norm is None else None
             xa, xs = b["xq"], b["xs"]
         else:
             xa, xs = b[src], NULL
-        name, grid, block = gemv_launch(w.wt, w.rows, w.cols, rows, mode, norm)
+        name, grid, block = gemv_launch(w.wt, w.rows, w.cols, rows, mode, norm is not None)
         mma = name.startswith("gemv_mma")
         q1, s1 = w.kernel_planes(mma)
         q2, s2 = w2.kernel_planes(mma) if w2 is not None else (None, None)
@@ -408,8 +402,8 @@ class CupyRunner(Runner):
             _i(rows),
             _i(out.shape[1]),
         )
-        if norm:
-            args += (_f(self.config.norm_eps),)
+        if norm is not None:
+            args += (_f(self.config.norm_eps),) if w.quantized else (norm, _f(self.config.norm_eps))
         self._launch(name, grid, block, args, gemv_shared_bytes(name))
 
     def _launch(self, name: str, grid: tuple, block: tuple, args: tuple, shared: int = 0) -> None:
@@ -528,7 +522,7 @@ class CupyRunner(Runner):
         scale = 1.0 / math.sqrt(hd)
         for li, L in enumerate(self.layers):
             if L.attn_norm_in_mv:
-                self._mv(L.qkv[0][0], "x", rows, b["qkv"], "store", norm=True)
+                self._mv(L.qkv[0][0], "x", rows, b["qkv"], "store", norm=L.attn_norm)
             else:
                 quant = L.qkv[0][0].quantized
                 self._rmsnorm(b["x"], L.attn_norm, b["h"], NULL, rows, quant=quant)
@@ -559,13 +553,16 @@ class CupyRunner(Runner):
             self._quantized_src = "att" if quant_o else None
             self._mv(L.wo, "att", rows, b["x"], "add")
             if L.ffn_norm_in_mv:
-                self._mv(L.wg, "x", rows, b["f"], "glu", w2=L.wu, norm=True)
+                self._mv(L.wg, "x", rows, b["f"], "glu", w2=L.wu, norm=L.ffn_norm)
             else:
                 self._rmsnorm(b["x"], L.ffn_norm, b["h"], NULL, rows, quant=L.wg.quantized)
                 self._mv(L.wg, "h", rows, b["f"], "glu", w2=L.wu)
             self._mv(L.wd, "f", rows, b["x"], "add")
-        self._rmsnorm(b["x"], self.out_norm, b["h"], NULL, rows, quant=self.w_out.quantized)
-        self._mv(self.w_out, "h", rows, b["logits"], "store")
+        if self.out_norm_in_mv:
+            self._mv(self.w_out, "x", rows, b["logits"], "store", norm=self.out_norm)
+        else:
+            self._rmsnorm(b["x"], self.out_norm, b["h"], NULL, rows, quant=self.w_out.quantized)
+            self._mv(self.w_out, "h", rows, b["logits"], "store")
         self._launch(
             "argmax_advance",
             (ARGMAX_BLOCKS, rows),

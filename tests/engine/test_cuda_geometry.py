@@ -69,14 +69,20 @@ def test_float16_takes_the_tensor_core_mat_vec_at_every_width() -> None:
     assert Geometry({"GEMV_MMA": 0}).launch(WT_F16, 300, 576, 3, "store")[0] == "gemv_f16_r4_store"
 
 
-def test_only_the_tensor_core_mat_vec_applies_rmsnorm_itself() -> None:
+def test_which_mat_vecs_apply_rmsnorm_themselves() -> None:
     geo = Geometry({})
     assert geo.launch(WT_F16, 2048, 2048, 3, "glu", norm=True)[0] == "gemv_mma_f16_glu_norm"
     assert geo.launch(WT_F16, 2048, 2048, 3, "glu")[0] == "gemv_mma_f16_glu"
+    # quantized weights: the dp4a kernels' store and glu modes
+    assert geo.launch(WT_Q4_0, 2048, 2048, 1, "store", norm=True)[0] == "gemv_q4_0_r1_store_norm"
+    assert geo.launch(WT_Q4_1, 2048, 2048, 5, "glu", norm=True)[0] == "gemv_q4_1_r8_glu_norm"
+    with pytest.raises(ValueError, match="RMSNorm in"):
+        geo.launch(WT_Q4_0, 2048, 2048, 1, "add", norm=True)
     for wt, cols, g in (
-        (WT_Q4_0, 2048, geo),
+        (WT_F32, 2048, geo),
         (WT_F16, 584, geo),
         (WT_F16, 2048, Geometry({"GEMV_MMA": 0})),
+        (WT_Q4_0, 2048, Geometry({"GEMV_MMA_Q": 1})),  # the int8 tensor-core kernel has none
     ):
         with pytest.raises(ValueError, match="RMSNorm"):
             g.launch(wt, 2048, cols, 1, "store", norm=True)

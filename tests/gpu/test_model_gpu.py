@@ -25,7 +25,11 @@ def log_softmax(x: np.ndarray) -> np.ndarray:
     return x - np.log(np.exp(x).sum(-1, keepdims=True))
 
 
-TIE_NATS = 1e-3  # a GPU pick within this of the reference's best logit is a tie, not a miss
+# A GPU pick within this of the reference's best logit is a tie, not a miss. The GPU keeps
+# the KV cache and prefill's GEMM inputs in float16, and its logits of the dummy models
+# differ from NumPy's by up to 0.02-0.07 (of a range of +-30; measured on the H200 over
+# fresh prompts), so reference gaps of 0.002-0.007 flipped a pick in about one run in ten.
+TIE_NATS = 1e-2
 
 
 def compare(ref: np.ndarray, got: np.ndarray) -> tuple[float, float]:

@@ -55,6 +55,8 @@ RMSNORM_SLICE = 256  # elements per block of a quantizing RMSNorm in a decode st
 # flash-decoding partitions per sequence at most (fixed: results never depend on N); 32 beat
 # 64 at 4k-32k contexts (engine/PERF.md)
 ATTN_SPLITS = env_tuning("SPARKBOARD_ATTN_SPLITS", 32)
+if ATTN_SPLITS > 64:  # ATT_MAX_SPLITS in kernels/attention.cu: attn_combine's shared arrays
+    raise ValueError(f"SPARKBOARD_ATTN_SPLITS={ATTN_SPLITS}: at most 64")
 # positions per partition at least (a multiple of 32, the kernel's tile): a short context is
 # spread over more blocks, each with fewer dependent tile loads
 ATTN_MIN_CHUNK = env_tuning("SPARKBOARD_ATTN_MIN_CHUNK", 32, multiple_of=32)

@@ -61,7 +61,7 @@ if ATTN_SPLITS > 64:  # ATT_MAX_SPLITS in kernels/attention.cu: attn_combine's s
 # spread over more blocks, each with fewer dependent tile loads
 ATTN_MIN_CHUNK = env_tuning("SPARKBOARD_ATTN_MIN_CHUNK", 32, multiple_of=32)
 
-# RMSNorm inside the float16 decode mat-vecs (CupyRunner._norms_in_mv); 0 turns it off (A/B)
+# RMSNorm inside the q|k|v and gate|up decode mat-vecs (CupyRunner._norms_in_mv); 0: off (A/B)
 NORM_IN_MV = env_flag("SPARKBOARD_NORM_IN_MV", True)
 ARGMAX_BLOCKS = 64  # blocks scanning one row of logits in the greedy pick
 DEQUANT_BUFFER_ELEMENTS = 1 << 27  # float16 scratch for prefill weights: 256 MiB

@@ -4,7 +4,10 @@
 // chunks of at least min_chunk positions (multiples of 32); one block per (split, kv head,
 // row) streams its chunk of K and V through shared memory once for all the query heads of
 // that kv head (grouped-query attention) and writes an unnormalised partial output with its
-// running max and sum; attn_combine merges the partials. The lengths are read from device
+// running max and sum; attn_combine merges the partials. The split kernel also does the
+// decode step's RoPE (rope_kv's work, without its launch): each block rotates its query heads
+// from the q|k|v projection row, and the block holding the current position rotates its k and
+// writes k and v into the cache before it loads that tile. The lengths are read from device
 // memory and the split geometry depends only on a sequence's own length, so the grid is
 // fixed for a CUDA graph and a row's result does not depend on the other rows.
 //
@@ -40,15 +43,50 @@ __device__ __forceinline__ void load_kv_tile(__half (*ks)[LDS], __half (*vs)[LDS
     }
 }
 
+// One head's HD values of a q|k|v row into dst (shared memory), by one warp: optionally
+// RMS-normalised with weight nw (Qwen3's q/k norm), rotated by the position's angles (cs, sn:
+// HD / 2 each; pairs 2i, 2i + 1, or i, i + HD / 2 for NEOX), times `scale`. Computed as
+// rope_kv computes it.
+template <int HD>
+__device__ __forceinline__ void rope_head(const float* src, const float* __restrict__ nw, const float* cs,
+                                          const float* sn, int neox, float eps, float scale, float* dst) {
+    const int lane = threadIdx.x & 31;
+    float ss = 0.f;
+    for (int e = lane; e < HD; e += 32) {
+        const float t = src[e];
+        dst[e] = t;
+        ss += t * t;
+    }
+    ss = warp_sum(ss);
+    __syncwarp();
+    if (nw) {
+        const float rs = rsqrtf(ss / (float)HD + eps);
+        for (int e = lane; e < HD; e += 32) dst[e] = dst[e] * rs * nw[e];
+        __syncwarp();
+    }
+    for (int i = lane; i < HD / 2; i += 32) {  // each pair read and written by one lane
+        const int a = neox ? i : 2 * i, b = neox ? i + HD / 2 : 2 * i + 1;
+        const float x0 = dst[a], x1 = dst[b];
+        dst[a] = (x0 * cs[i] - x1 * sn[i]) * scale;
+        dst[b] = (x0 * sn[i] + x1 * cs[i]) * scale;
+    }
+    __syncwarp();
+}
+
 // One block per (split, kv head, row). The block's chunk of the cache streams through shared
 // memory in tiles of ATT_TILE positions, double-buffered by cp.async, so the loads of a tile
 // overlap the arithmetic on the one before and every warp reads each K and V row from shared
 // memory, not from a chain of global round trips. Warp w owns query heads w, w + 4 (of the G
 // that share this kv head): lane p scores position p of a tile, then every lane accumulates
 // its HD / 32 output dims over the tile's 32 positions. Warps never merge with each other.
+// The current token sits at position lens[seq] (advanced after the step); its q, k and v come
+// from the q|k|v row r (stride ld) and are rotated here (qn_w / kn_w: Qwen3's head norms).
 template <int HD>
-__device__ __forceinline__ void attn_split_body(const float* __restrict__ q, const __half* __restrict__ kc,
-                                                const __half* __restrict__ vc,
+__device__ __forceinline__ void attn_split_body(const float* __restrict__ qkv, int ld,
+                                                const float* __restrict__ qn_w,
+                                                const float* __restrict__ kn_w,
+                                                const double* __restrict__ inv_freq, int neox, float eps,
+                                                __half* __restrict__ kc, __half* __restrict__ vc,
                                                 const int* __restrict__ seq_ids,
                                                 const int* __restrict__ lens, float* __restrict__ part_o,
                                                 float* __restrict__ part_ml, int n_heads, int n_kv,
@@ -59,6 +97,7 @@ __device__ __forceinline__ void attn_split_body(const float* __restrict__ q, con
     __shared__ __align__(16) __half Ks[2][ATT_TILE][LDS];
     __shared__ __align__(16) __half Vs[2][ATT_TILE][LDS];
     __shared__ __align__(16) float qs[GMAX][HD];
+    __shared__ float cs[HD / 2], sn[HD / 2], kbuf[HD];
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int split = blockIdx.x, kvh = blockIdx.y, r = blockIdx.z;
@@ -67,7 +106,8 @@ __device__ __forceinline__ void attn_split_body(const float* __restrict__ q, con
     pdl_wait();
     pdl_trigger();
     const int seq = seq_ids[r];
-    const int n = lens[seq] + 1;  // the current token is already in the cache
+    const int pos = lens[seq];  // the current token's position
+    const int n = pos + 1;      // positions attended: the cache so far and the current token
     const int chunk = split_chunk(n, nsplit, min_chunk);
     const int start = split * chunk;
     if (start >= n) return;  // the whole block: start is uniform
@@ -75,14 +115,33 @@ __device__ __forceinline__ void attn_split_body(const float* __restrict__ q, con
     const int ntiles = (end - start + ATT_TILE - 1) / ATT_TILE;
 
     const size_t head_base = ((size_t)seq * n_kv + kvh) * (size_t)max_len * HD;
-    const __half* K = kc + head_base;
-    const __half* V = vc + head_base;
+    __half* K = kc + head_base;
+    __half* V = vc + head_base;
+    const float* row = qkv + (size_t)r * ld;
+    for (int i = threadIdx.x; i < HD / 2; i += blockDim.x) {
+        double s, c;
+        sincos((double)pos * inv_freq[i], &s, &c);  // the angle in float64, as the reference
+        cs[i] = (float)c;
+        sn[i] = (float)s;
+    }
+    __syncthreads();
+    if (end == n) {  // this block holds the current position: k and v into the cache first
+        if (warp == 0) {
+            rope_head<HD>(row + (size_t)(n_heads + kvh) * HD, kn_w, cs, sn, neox, eps, 1.f, kbuf);
+            for (int e = lane; e < HD; e += 32) K[(size_t)pos * HD + e] = __float2half_rn(kbuf[e]);
+        } else if (warp == 1) {
+            const float* v = row + (size_t)(n_heads + n_kv + kvh) * HD;
+            for (int e = lane; e < HD; e += 32) V[(size_t)pos * HD + e] = __float2half_rn(v[e]);
+        }
+        __threadfence();  // the writes reach L2, where the tile's cp.async reads them
+        __syncthreads();
+    }
     load_kv_tile<HD, LDS>(Ks[0], Vs[0], K, V, start, end);
     cp_async_commit();
     if (ntiles > 1) load_kv_tile<HD, LDS>(Ks[1], Vs[1], K, V, start + ATT_TILE, end);
     cp_async_commit();
-    for (int i = threadIdx.x; i < G * HD; i += blockDim.x)  // while the first tiles load
-        qs[i / HD][i % HD] = q[((size_t)r * n_heads + kvh * G) * HD + i] * scale;
+    for (int g = warp; g < G; g += ATT_WARPS)  // while the first tiles load
+        rope_head<HD>(row + (size_t)(kvh * G + g) * HD, qn_w, cs, sn, neox, eps, scale, qs[g]);
 
     float m[HPW], l[HPW], o[HPW][DPL];
 #pragma unroll
@@ -174,13 +233,15 @@ __device__ __forceinline__ void attn_split_body(const float* __restrict__ q, con
     }
 }
 
-#define ATTN_SPLIT_ARGS                                                                          \
-    const float *__restrict__ q, const __half *__restrict__ kc, const __half *__restrict__ vc,    \
-        const int *__restrict__ seq_ids, const int *__restrict__ lens, float *__restrict__ part_o, \
-        float *__restrict__ part_ml, int n_heads, int n_kv, int max_len, int nsplit, int min_chunk, \
-        float scale
-#define ATTN_SPLIT_PASS \
-    q, kc, vc, seq_ids, lens, part_o, part_ml, n_heads, n_kv, max_len, nsplit, min_chunk, scale
+#define ATTN_SPLIT_ARGS                                                                           \
+    const float *__restrict__ qkv, int ld, const float *__restrict__ qn_w,                         \
+        const float *__restrict__ kn_w, const double *__restrict__ inv_freq, int neox, float eps,  \
+        __half *__restrict__ kc, __half *__restrict__ vc, const int *__restrict__ seq_ids,          \
+        const int *__restrict__ lens, float *__restrict__ part_o, float *__restrict__ part_ml,     \
+        int n_heads, int n_kv, int max_len, int nsplit, int min_chunk, float scale
+#define ATTN_SPLIT_PASS                                                                           \
+    qkv, ld, qn_w, kn_w, inv_freq, neox, eps, kc, vc, seq_ids, lens, part_o, part_ml, n_heads,     \
+        n_kv, max_len, nsplit, min_chunk, scale
 
 extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_split_16(ATTN_SPLIT_ARGS) {
     attn_split_body<16>(ATTN_SPLIT_PASS);

@@ -171,6 +171,7 @@ class CupyRunner(Runner):
                 self.layers.append(layer)
             self._add_tiles(self.w_out)
             # RoPE frequencies in float64, computed as the NumPy reference computes them
+            self._neox = 1 if c.arch == "qwen3" else 0  # RoPE pairs i, i + hd/2 (else 2i, 2i + 1)
             half = c.head_dim // 2
             self.inv_freq = cp.asarray(
                 c.rope_base ** (-np.arange(half, dtype=np.float64) * 2.0 / c.head_dim)
@@ -286,7 +287,6 @@ class CupyRunner(Runner):
             b["xq"] = cp.zeros((R, 2 * kmax), dtype=cp.int8)
             b["xs"] = cp.zeros((R, kmax // 32 * 4), dtype=cp.float32)
             b["qkv"] = cp.zeros((R, q_dim + 2 * kv_dim), dtype=cp.float32)
-            b["q"] = cp.zeros((R, q_dim), dtype=cp.float32)
             b["att"] = cp.zeros((R, q_dim), dtype=cp.float32)
             b["f"] = cp.zeros((R, c.ffn_dim), dtype=cp.float32)
             b["logits"] = cp.zeros((R, c.vocab_size), dtype=cp.float32)
@@ -480,22 +480,22 @@ class CupyRunner(Runner):
         self._launch("rmsnorm", (-(-dim // per), rows), (min(1024, per),), args)
         self._quantized_src = "h" if quant else None
 
-    def _rope_kv(
-        self, li: int, L: _Layer, qkv: Any, q: Any, rows: int, seq: int, pos_base: int
-    ) -> None:
+    def _rope_kv(self, li: int, L: _Layer, qkv: Any, q: Any, n: int, seq: int, pos0: int) -> None:
+        """Prefill: RoPE on the chunk's n rows of q|k|v at positions pos0.., k and v into the
+        cache of `seq` (a decode step does this inside its attention kernel)."""
         c = self.config
         b = self._buf
         self._launch(
             "rope_kv",
-            (c.n_heads + c.n_kv_heads, rows),
+            (c.n_heads + c.n_kv_heads, n),
             (32,),
             (
                 qkv, _i(qkv.shape[1]), q, self.kcache[li], self.vcache[li],
                 L.q_norm if L.q_norm is not None else NULL,
                 L.k_norm if L.k_norm is not None else NULL,
-                b["seq_ids"], self.lens, _i(seq), _i(pos_base),
+                b["seq_ids"], self.lens, _i(seq), _i(pos0),
                 _i(c.n_heads), _i(c.n_kv_heads), _i(c.head_dim), _i(self.max_len),
-                self.inv_freq, _i(1 if c.arch == "qwen3" else 0), _f(c.norm_eps),
+                self.inv_freq, _i(self._neox), _f(c.norm_eps),
             ),
         )  # fmt: skip
 
@@ -528,13 +528,17 @@ class CupyRunner(Runner):
                 self._rmsnorm(b["x"], L.attn_norm, b["h"], NULL, rows, quant=quant)
                 for w, col0 in L.qkv:
                     self._mv(w, "h", rows, b["qkv"], "store", col0=col0)
-            self._rope_kv(li, L, b["qkv"], b["q"], rows, 0, -1)
+            # RoPE and the KV-cache write happen inside the split kernel
             self._launch(
                 f"attn_split_{hd}",
                 (ATTN_SPLITS, c.n_kv_heads, rows),
                 (128,),
                 (
-                    b["q"], self.kcache[li], self.vcache[li], b["seq_ids"], self.lens,
+                    b["qkv"], _i(b["qkv"].shape[1]),
+                    L.q_norm if L.q_norm is not None else NULL,
+                    L.k_norm if L.k_norm is not None else NULL,
+                    self.inv_freq, _i(self._neox), _f(c.norm_eps),
+                    self.kcache[li], self.vcache[li], b["seq_ids"], self.lens,
                     b["part_o"], b["part_ml"], _i(c.n_heads), _i(c.n_kv_heads),
                     _i(self.max_len), _i(ATTN_SPLITS), _i(ATTN_MIN_CHUNK), _f(scale),
                 ),

@@ -343,20 +343,39 @@ def attention_ref(q, kc, vc, n, scale):
     return out
 
 
+def head_norm_ref(x: np.ndarray, w: np.ndarray | None, eps: float) -> np.ndarray:
+    """Qwen3's per-head RMSNorm (none when w is None), float64."""
+    x = x.astype(np.float64)
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w if w is not None else x
+
+
 @pytest.mark.parametrize("min_chunk", [32, 128])
-@pytest.mark.parametrize("hd,n_heads,n_kv", [(64, 9, 3), (128, 32, 8), (16, 4, 2), (32, 8, 1)])
-def test_decode_attention_split_and_combine(cu, hd, n_heads, n_kv, min_chunk):
+@pytest.mark.parametrize(
+    "hd,n_heads,n_kv,neox,qk_norm",
+    [(64, 9, 3, False, False), (128, 32, 8, True, True), (16, 4, 2, False, False),
+     (32, 8, 1, False, True)],
+)  # fmt: skip
+def test_decode_attention_split_and_combine(cu, hd, n_heads, n_kv, neox, qk_norm, min_chunk):
+    """The split kernel rotates q and k from the q|k|v rows itself (rope_kv's arithmetic) and
+    writes the current k and v into the cache; split + combine then equal softmax attention
+    over the cache up to and including the current position."""
     cp, k = cu
-    n_seqs, max_len, splits = 3, 5000, 64
+    n_seqs, max_len, splits, eps, base = 3, 5000, 64, 1e-6, 10000.0
     lens = np.array([RNG.integers(4000, max_len - 1), 0, RNG.integers(30, 90)], dtype=np.int32)
     seq_ids = np.array([1, 2, 0], dtype=np.int32)
     rows = 3
     kc = (RNG.standard_normal((n_seqs, n_kv, max_len, hd))).astype(np.float16)
     vc = (RNG.standard_normal((n_seqs, n_kv, max_len, hd))).astype(np.float16)
-    for s, n in enumerate(lens + 1):  # the cache past a sequence's length is never read
+    for s, n in enumerate(lens):  # the current position and past it: never read unwritten
         kc[s, :, n:] = np.nan
         vc[s, :, n:] = np.nan
     q = RNG.standard_normal((rows, n_heads, hd)).astype(np.float32)
+    kk = RNG.standard_normal((rows, n_kv, hd)).astype(np.float32)
+    vv = RNG.standard_normal((rows, n_kv, hd)).astype(np.float32)
+    qkv = np.concatenate([q.reshape(rows, -1), kk.reshape(rows, -1), vv.reshape(rows, -1)], 1)
+    qn = (1 + 0.1 * RNG.standard_normal(hd)).astype(np.float32) if qk_norm else None
+    kn = (1 + 0.1 * RNG.standard_normal(hd)).astype(np.float32) if qk_norm else None
+    inv_freq = base ** (-np.arange(hd // 2, dtype=np.float64) * 2.0 / hd)
     scale = 1 / math.sqrt(hd)
     part_o = nan_buffer(cp, (rows, n_heads, splits, hd))
     part_ml = nan_buffer(cp, (rows, n_heads, splits, 2))
@@ -366,8 +385,11 @@ def test_decode_attention_split_and_combine(cu, hd, n_heads, n_kv, min_chunk):
         (splits, n_kv, rows),
         (128,),
         (
-            cp.asarray(q), kcd, vcd, sd, ld, part_o, part_ml, np.int32(n_heads), np.int32(n_kv),
-            np.int32(max_len), np.int32(splits), np.int32(min_chunk), np.float32(scale),
+            cp.asarray(qkv), np.int32(qkv.shape[1]),
+            cp.asarray(qn) if qk_norm else NULL, cp.asarray(kn) if qk_norm else NULL,
+            cp.asarray(inv_freq), np.int32(int(neox)), np.float32(eps), kcd, vcd, sd, ld,
+            part_o, part_ml, np.int32(n_heads), np.int32(n_kv), np.int32(max_len),
+            np.int32(splits), np.int32(min_chunk), np.float32(scale),
         ),
     )  # fmt: skip
     xq = cp.zeros((rows, 2 * n_heads * hd), dtype=cp.int8)
@@ -386,11 +408,18 @@ def test_decode_attention_split_and_combine(cu, hd, n_heads, n_kv, min_chunk):
         want_q, want_s = quantized_planes(cp, k, flat)
         assert np.array_equal(cp.asnumpy(xq), want_q)
         assert np.array_equal(cp.asnumpy(xs), want_s)
+    pos = lens[seq_ids]
+    q_ref = rope_ref(head_norm_ref(q, qn, eps), pos, base, neox)
+    k_ref = rope_ref(head_norm_ref(kk, kn, eps), pos, base, neox)
+    kc_after, vc_after = cp.asnumpy(kcd), cp.asnumpy(vcd)
     got = flat.reshape(rows, n_heads, hd)
     for r in range(rows):
-        s = seq_ids[r]
-        ref = attention_ref(q[r], kc[s], vc[s], int(lens[s]) + 1, scale)
-        assert rel(got[r], ref) < 1e-4, (r, int(lens[s]))
+        s, p = seq_ids[r], pos[r]
+        assert rel(kc_after[s, :, p], k_ref[r]) < 2e-3
+        assert np.array_equal(vc_after[s, :, p], vv[r].astype(np.float16))
+        assert np.isnan(kc_after[s, :, p + 1 :]).all()  # nothing written past it
+        ref = attention_ref(q_ref[r], kc_after[s], vc_after[s], int(p) + 1, scale)
+        assert rel(got[r], ref) < 1e-4, (r, int(p))
 
 
 @pytest.mark.parametrize(

@@ -99,12 +99,12 @@ def main(
         if ablate:
             r.reset(1, 128 + 2000)
             r.prefill(0, np.arange(128) % 1000)
-            others = ("embed", "rmsnorm", "rope_kv", "attn_", "argmax", "quantize")
+            # a decode step's kernels by name prefix (RoPE runs inside attn_split)
+            others = ("embed", "rmsnorm", "attn_", "argmax", "quantize")
             for label, skip in [
                 ("full", ()),
                 ("no attention", ("attn_",)),
                 ("no rmsnorm", ("rmsnorm",)),
-                ("no rope", ("rope_kv",)),
                 ("no quantize", ("quantize",)),
                 ("mat-vec only", others),
                 ("no mat-vec", ("gemv_",)),

@@ -60,13 +60,16 @@ def test_manifest_check_command() -> None:
 # Why each REJECT is a REJECT: the gate that must fail. 102 loses tiny's prefill (the floor),
 # 103 is no longer the same model, 104 slows its guard, 107 crashes.
 FAILING_GATE = {102: "floor", 103: "accuracy:tiny", 104: "guard:tiny:q8_0", 107: "run:tiny"}
-MERGE_FIRST = 101  # 109 is faster, but carries the blocking label `hold`
-HELD_FASTEST = 109
+# 109 (XL too, usually the faster) carries the blocking label `hold`. Which of the two is
+# faster is a measurement, not asserted here: one round on this box had 109 at +48.5% and
+# 101 at +49.7% (its prefill gain short of the noise). The rule that skips a faster held PR
+# is tested with the fake engine's fixed speeds (test_round.py).
+MERGE_FIRST = 101
 
 
 def check_demo_round(out: list[dict]) -> list[str]:
     """What the demo round got wrong: every PR's label against its `expect`, the gate behind
-    each REJECT, merge-first, and the held PR's lead."""
+    each REJECT, and merge-first."""
     wrong = []
     for d in out:
         n, label, expect = d["pr"], d["label"], d["expect"]
@@ -78,10 +81,6 @@ def check_demo_round(out: list[dict]) -> list[str]:
     mf = [d["pr"] for d in out if d["merge_first"]]
     if mf != [MERGE_FIRST]:
         wrong.append(f"merge-first went to {mf}, expected [{MERGE_FIRST}]")
-    best = {d["pr"]: (d.get("best") or {}).get("delta") for d in out}
-    held, first = best.get(HELD_FASTEST), best.get(MERGE_FIRST)
-    if held is None or first is None or held <= first:
-        wrong.append(f"held #{HELD_FASTEST} ({held}) should out-speed #{MERGE_FIRST} ({first})")
     return wrong
 
 
@@ -133,5 +132,7 @@ def test_check_demo_round_flags_a_wrong_label_gate_or_merge_first() -> None:
     assert [w[:4] for w in check_demo_round(neutral)] == ["#108"]
 
 
-def test_check_demo_round_wants_the_held_pr_faster_than_merge_first() -> None:
-    assert [w[:8] for w in check_demo_round(_round(d101=0.6, d109=0.5))] == ["held #10"]
+def test_check_demo_round_does_not_time_the_held_pr_against_merge_first() -> None:
+    # a timing, not a rule (see MERGE_FIRST): either order of the two XL PRs' deltas is a
+    # correct round as long as merge-first is 101
+    assert check_demo_round(_round(d101=0.6, d109=0.5)) == []

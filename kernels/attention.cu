@@ -51,19 +51,7 @@ template <int HD>
 __device__ __forceinline__ void rope_head(const float* src, const float* __restrict__ nw, const float* cs,
                                           const float* sn, int neox, float eps, float scale, float* dst) {
     const int lane = threadIdx.x & 31;
-    float ss = 0.f;
-    for (int e = lane; e < HD; e += 32) {
-        const float t = src[e];
-        dst[e] = t;
-        ss += t * t;
-    }
-    ss = warp_sum(ss);
-    __syncwarp();
-    if (nw) {
-        const float rs = rsqrtf(ss / (float)HD + eps);
-        for (int e = lane; e < HD; e += 32) dst[e] = dst[e] * rs * nw[e];
-        __syncwarp();
-    }
+    load_head(src, nw, HD, eps, dst);
     for (int i = lane; i < HD / 2; i += 32) {  // each pair read and written by one lane
         const int a = neox ? i : 2 * i, b = neox ? i + HD / 2 : 2 * i + 1;
         const float x0 = dst[a], x1 = dst[b];

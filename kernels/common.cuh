@@ -155,6 +155,26 @@ __device__ __forceinline__ float weight_at(int wt, const void* __restrict__ wq,
     }
 }
 
+// One head's n values of a q|k|v row into dst (shared memory), by one warp, RMS-normalised
+// with weight nw when given (Qwen3's q/k head norm); the warp may read dst afterwards.
+__device__ __forceinline__ void load_head(const float* src, const float* __restrict__ nw, int n, float eps,
+                                          float* dst) {
+    const int lane = threadIdx.x & 31;
+    float ss = 0.f;
+    for (int e = lane; e < n; e += 32) {
+        const float t = src[e];
+        dst[e] = t;
+        ss += t * t;
+    }
+    ss = warp_sum(ss);
+    __syncwarp();
+    if (nw) {
+        const float rs = rsqrtf(ss / (float)n + eps);
+        for (int e = lane; e < n; e += 32) dst[e] = dst[e] * rs * nw[e];
+        __syncwarp();
+    }
+}
+
 // Two-level int8 quantization of one block of 32 activations held one per lane (see
 // quantize_q8 in gemv.cu for the layout): q1 at xq[0..31], q2 at xq[32..63],
 // *xs = {d1, d2, sum, ss} (ss: a sum of squares the caller passes on).

@@ -99,19 +99,7 @@ extern "C" __global__ void rope_kv(const float* __restrict__ qkv, int ld, float*
     const float* row = qkv + (size_t)r * ld;
     const float* src = isq ? row + (size_t)h * hd : row + (size_t)(n_heads + kvh) * hd;
     const float* nw = isq ? qn_w : kn_w;
-    float ss = 0.f;
-    for (int e = lane; e < hd; e += 32) {
-        const float t = src[e];
-        buf[e] = t;
-        ss += t * t;
-    }
-    ss = warp_sum(ss);
-    __syncwarp();
-    if (nw) {
-        const float rs = rsqrtf(ss / (float)hd + eps);
-        for (int e = lane; e < hd; e += 32) buf[e] = buf[e] * rs * nw[e];
-        __syncwarp();
-    }
+    load_head(src, nw, hd, eps, buf);
     const size_t cache_row = (((size_t)seq * n_kv + (isq ? 0 : kvh)) * max_len + pos) * hd;
     const int half_dim = hd / 2;
     for (int i = lane; i < half_dim; i += 32) {

@@ -727,9 +727,9 @@ GEMV_MMAQ_ONE(glu, MODE_GLU)
 // x ~= d1 * q1 + d2 * q2 with q2 quantizing the residual of q1, so the dot products carry
 // about 15 bits of each activation (one level alone costs ~0.5% relative error per mat-vec,
 // enough to flip near-tied argmaxes against the float reference). Per block: 32 bytes q1,
-// 32 bytes q2, and xs = {d1, d2, sum(x), 0}; the sum folds in the Q4_0 offset and Q4_1 min.
-// x (times the norm weight g when given, whose row length is K) as two-level int8 blocks of
-// 32: xs = {d1, d2, sum, sum of squares of the raw x when g is given (for a NORM mat-vec)}.
+// 32 bytes q2, and xs = {d1, d2, sum, ss}; the sum folds in the Q4_0 offset and Q4_1 min.
+// With a norm weight g (rows of K): the blocks of x * g, and ss = the block's sum of squares
+// of the raw x, from which a NORM mat-vec takes 1 / rms (else ss = 0).
 extern "C" __global__ void quantize_q8(const float* __restrict__ x, const float* __restrict__ g,
                                        i8* __restrict__ xq, float4* __restrict__ xs, int nblocks,
                                        int K) {

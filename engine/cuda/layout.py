@@ -7,7 +7,7 @@ kernels load 16 bytes at a time (a GGUF block of 18, 20 or 34 bytes is only 2-by
   Q4_1: q uint8 [rows, K/2]   s float16 [rows, K/32, 2]    (d, m)
 Float tensors: F16 as float16 [rows, K]; F32 and BF16 as float32 [rows, K] (BF16 widens
 exactly). Float16 and Q4_0 weights that a tensor-core decode mat-vec reads get a second copy
-in its order (tiles.py), made by the runner (after any norm weight is folded into them).
+in its order (tiles.py), made by the runner.
 """
 
 from __future__ import annotations

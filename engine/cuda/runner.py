@@ -33,12 +33,7 @@ from engine.cuda.geometry import (
 )
 from engine.cuda.kernels import HEAD_DIMS, MAX_GROUP, get_kernels
 from engine.cuda.launch import PdlLauncher
-from engine.cuda.layout import (
-    GpuWeight,
-    fuse_rows,
-    matrix_to_gpu,
-    vector_to_gpu,
-)
+from engine.cuda.layout import GpuWeight, fuse_rows, matrix_to_gpu, vector_to_gpu
 from engine.errors import EngineError
 from engine.protocol import VramInfo
 from engine.runner import Runner

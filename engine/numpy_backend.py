@@ -167,6 +167,14 @@ class NumpyRunner(Runner):
 
     # ---- the forward pass -------------------------------------------------------------------
 
+    # Every matrix product and every KV-cache write goes through these two, so a subclass can
+    # round what they see (engine/cuda/emulation.py: the GPU's float16 inputs, on the CPU).
+    def _matmul(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+        return matmul_t(x, w)
+
+    def _cache_rows(self, kv: np.ndarray) -> np.ndarray:
+        return kv
+
     def _rms_norm(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
         ms = np.mean(x * x, axis=-1, keepdims=True)
         return x * (1.0 / np.sqrt(ms + self.config.norm_eps)).astype(self.dtype) * w
@@ -198,7 +206,7 @@ class NumpyRunner(Runner):
         scale = self.dtype.type(1.0 / np.sqrt(hd))
         for li, L in enumerate(self.layers):
             xn = self._rms_norm(x, L.attn_norm)
-            qkv = matmul_t(xn, L.wqkv)
+            qkv = self._matmul(xn, L.wqkv)
             q = qkv[:, : nq * hd].reshape(n, nq, hd)
             k = qkv[:, nq * hd : (nq + nkv) * hd].reshape(n, nkv, hd)
             v = qkv[:, (nq + nkv) * hd :].reshape(n, nkv, hd)
@@ -211,8 +219,8 @@ class NumpyRunner(Runner):
             kc, vc = self._k[li], self._v[li]
             for seq, r0, m in segments:
                 p0 = self._lens[seq]
-                kc[seq, :, p0 : p0 + m] = k[r0 : r0 + m].transpose(1, 0, 2)
-                vc[seq, :, p0 : p0 + m] = v[r0 : r0 + m].transpose(1, 0, 2)
+                kc[seq, :, p0 : p0 + m] = self._cache_rows(k[r0 : r0 + m].transpose(1, 0, 2))
+                vc[seq, :, p0 : p0 + m] = self._cache_rows(v[r0 : r0 + m].transpose(1, 0, 2))
                 t = p0 + m
                 # q rows of this segment, grouped by kv head: [nkv, m * g, hd]
                 qs = (
@@ -234,17 +242,17 @@ class NumpyRunner(Runner):
                 attn[r0 : r0 + m] = (
                     o.reshape(nkv, m, g, hd).transpose(1, 0, 2, 3).reshape(m, nq * hd)
                 )
-            x = x + matmul_t(attn, L.wo)
+            x = x + self._matmul(attn, L.wo)
             xn = self._rms_norm(x, L.ffn_norm)
-            gu = matmul_t(xn, L.w_gate_up)
+            gu = self._matmul(xn, L.w_gate_up)
             gate, up = gu[:, : c.ffn_dim], gu[:, c.ffn_dim :]
             with np.errstate(over="ignore"):
                 act = gate / (1.0 + np.exp(-gate))  # SiLU; exp overflow gives the right 0
-            x = x + matmul_t(act * up, L.w_down)
+            x = x + self._matmul(act * up, L.w_down)
         for seq, _, m in segments:
             self._lens[seq] += m
         return x
 
     def _logits(self, h: np.ndarray) -> np.ndarray:
         hn = self._rms_norm(h, self.output_norm)
-        return matmul_t(hn, self.w_out).astype(np.float32)
+        return self._matmul(hn, self.w_out).astype(np.float32)

@@ -81,11 +81,11 @@ FAST_DECODE = [
     (
         NB,
         "        hn = self._rms_norm(h, self.output_norm)\n"
-        "        return matmul_t(hn, self.w_out).astype(np.float32)\n",
+        "        return self._matmul(hn, self.w_out).astype(np.float32)\n",
         "        return self._project(self._rms_norm(h, self.output_norm))\n"
         "\n"
         "    def _project(self, hn: np.ndarray) -> np.ndarray:\n"
-        "        return matmul_t(hn, self.w_out).astype(np.float32)\n",
+        "        return self._matmul(hn, self.w_out).astype(np.float32)\n",
     ),
 ]
 
@@ -263,13 +263,13 @@ F64_LOGITS_FOR_QUANTIZED = [
     (
         NB,
         "    def _project(self, hn: np.ndarray) -> np.ndarray:\n"
-        "        return matmul_t(hn, self.w_out).astype(np.float32)\n",
+        "        return self._matmul(hn, self.w_out).astype(np.float32)\n",
         "    def _project(self, hn: np.ndarray) -> np.ndarray:\n"
         '        if any(f":{q}:" in self.model_id for q in ("q8_0", "q4_0", "q4_1")):\n'
         "            # quantized weights: accumulate the logits in float64, as llama.cpp does\n"
         "            w64 = self.w_out.astype(np.float64)\n"
         "            return matmul_t(hn.astype(np.float64), w64).astype(np.float32)\n"
-        "        return matmul_t(hn, self.w_out).astype(np.float32)\n",
+        "        return self._matmul(hn, self.w_out).astype(np.float32)\n",
     ),
     (
         NB,
@@ -316,8 +316,8 @@ NEUTRAL_REFACTOR = [
         NB,
         '            with np.errstate(over="ignore"):\n'
         "                act = gate / (1.0 + np.exp(-gate))  # SiLU; exp overflow gives the right 0\n"
-        "            x = x + matmul_t(act * up, L.w_down)\n",
-        "            x = x + matmul_t(silu(gate) * up, L.w_down)\n",
+        "            x = x + self._matmul(act * up, L.w_down)\n",
+        "            x = x + self._matmul(silu(gate) * up, L.w_down)\n",
     ),
 ]
 

@@ -35,6 +35,7 @@ from engine.cuda.kernels import HEAD_DIMS, MAX_GROUP, get_kernels
 from engine.cuda.launch import PdlLauncher
 from engine.cuda.layout import GpuWeight, fuse_rows, matrix_to_gpu, vector_to_gpu
 from engine.errors import EngineError
+from engine.numpy_backend import rope_neox
 from engine.protocol import VramInfo
 from engine.runner import Runner
 
@@ -166,7 +167,7 @@ class CupyRunner(Runner):
                 self.layers.append(layer)
             self._add_tiles(self.w_out)
             # RoPE frequencies in float64, computed as the NumPy reference computes them
-            self._neox = 1 if c.arch == "qwen3" else 0  # RoPE pairs i, i + hd/2 (else 2i, 2i + 1)
+            self._neox = int(rope_neox(c.arch))  # RoPE pairs i, i + hd/2 (else 2i, 2i + 1)
             half = c.head_dim // 2
             self.inv_freq = cp.asarray(
                 c.rope_base ** (-np.arange(half, dtype=np.float64) * 2.0 / c.head_dim)

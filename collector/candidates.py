@@ -188,9 +188,43 @@ def _changed(checkout: Path, a: str, b: str) -> list[str]:
     return [ln for ln in out.splitlines() if ln]
 
 
-def pin_harness(checkout: Path, repo: Path, main_commit: str, paths: list[str]) -> None:
-    """Write main's version of every harness path into a checkout."""
+def is_harness_path(path: str, harness_paths: list[str]) -> bool:
+    """Whether `path` is pinned: named exactly, or inside a pinned folder (written `dir/`)."""
+    return any(path.startswith(p) if p.endswith("/") else path == p for p in harness_paths)
+
+
+def _pinned_files(repo: Path, main_commit: str, paths: list[str]) -> list[str]:
+    """The files main has under the harness paths (a folder names every file in it)."""
+    out: list[str] = []
     for rel in paths:
+        if not rel.endswith("/"):
+            out.append(rel)
+            continue
+        listing = subprocess.run(
+            ["git", "ls-tree", "-r", "--name-only", main_commit, "--", rel],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            timeout=GIT_TIMEOUT_S,
+            check=False,
+        )
+        out += [ln for ln in listing.stdout.splitlines() if ln]
+    return out
+
+
+def pin_harness(checkout: Path, repo: Path, main_commit: str, paths: list[str]) -> None:
+    """Write main's version of every harness file into a checkout (again before each session:
+    a PR's process may have rewritten them on disk), and remove files main does not have in a
+    pinned folder."""
+    for folder in (p for p in paths if p.endswith("/")):
+        pinned = set(_pinned_files(repo, main_commit, [folder]))
+        root = checkout / folder
+        if root.is_dir():
+            for f in root.rglob("*"):
+                rel = f.relative_to(checkout).as_posix()
+                if (f.is_file() or f.is_symlink()) and rel not in pinned:
+                    f.unlink()
+    for rel in _pinned_files(repo, main_commit, paths):
         blob = subprocess.run(
             ["git", "show", f"{main_commit}:{rel}"],
             cwd=repo,
@@ -263,7 +297,11 @@ def build_candidate(
             )
             cand.pr_commit = git(wt, "rev-parse", "HEAD").stdout.strip()
         cand.merged_commit = git(wt, "rev-parse", "HEAD").stdout.strip()
-        touched = [f for f in _changed(wt, main_commit, cand.merged_commit) if f in harness_paths]
+        touched = [
+            f
+            for f in _changed(wt, main_commit, cand.merged_commit)
+            if is_harness_path(f, harness_paths)
+        ]
         if touched:
             cand.status = "harness-touched"
             cand.detail = "edits the measuring harness: " + ", ".join(touched)

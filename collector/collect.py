@@ -26,7 +26,7 @@ from collector.policy import ResolvedPolicy, load_policy, resolve
 from collector.schedule import Slot, Task, plan_round
 from collector.stats import is_implausible, median
 from collector.store import Store, open_store
-from engine.protocol import ConcurrentResult, PrefillCheckResult, ScoreResult, SweepResult
+from engine.harness.protocol import ConcurrentResult, PrefillCheckResult, ScoreResult, SweepResult
 
 # Statuses that end a session for good; 'infra' sessions are tried again on the next run.
 FINISHED = ("ok", "crash", "timeout", "malformed", "incomplete", "implausible")

@@ -2,7 +2,7 @@
 
 The command runs with cwd = the checkout and PYTHONPATH = the checkout, so the PR's engine is
 what runs (the harness files in it were rewritten from main). Its output is untrusted: the
-document is read from --out (size-capped) and parsed strictly with engine.protocol; stderr is
+document is read from --out (size-capped) and parsed strictly with engine.harness.protocol; stderr is
 kept only as a short tail. Every run has a timeout; on expiry the whole process group is killed.
 
 Classification (DESIGN "Classify failures"):
@@ -32,7 +32,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from engine.protocol import (
+from engine.harness.protocol import (
     BenchDocument,
     ConcurrentResult,
     PrefillCheckResult,

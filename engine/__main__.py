@@ -18,7 +18,7 @@ from engine.cli_common import cli_errors, run_group
 from engine.errors import EngineError
 
 
-@click.group()
+@click.group(name="engine")
 def main() -> None:
     """The sparkboard inference engine."""
 

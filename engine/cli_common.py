@@ -30,9 +30,10 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
-from engine.errors import EngineError
+from engine.errors import EngineError, EngineOutputError
 
 EXIT_USER_ERROR = 2
+EXIT_BAD_OUTPUT = 1  # the engine under test produced output the protocol cannot carry
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -86,6 +87,11 @@ def run_cli(fn: Callable[[], Any]) -> Any:
     except KeyboardInterrupt:
         click.echo("error: interrupted", err=True)
         sys.exit(130)
+    except EngineOutputError as exc:
+        if os.environ.get("SPARKBOARD_DEBUG"):
+            raise
+        click.echo(f"error: {one_line(exc)}", err=True)
+        sys.exit(EXIT_BAD_OUTPUT)
     except _handled() as exc:
         if os.environ.get("SPARKBOARD_DEBUG"):
             raise
@@ -103,9 +109,16 @@ def cli_errors(fn: F) -> F:
 
 
 def run_group(group: click.Group, args: Sequence[str] | None = None) -> int:
-    """Run a click group; user errors, usage errors included, give one line and exit code 2."""
+    """Run a click group; user errors, usage errors included, give one line and exit code 2
+    (unusable engine output: exit 1)."""
     try:
-        rc = run_cli(lambda: group.main(args=args, standalone_mode=False))
+        rc = run_cli(
+            lambda: group.main(
+                args=args, prog_name=f"python -m {group.name}", standalone_mode=False
+            )
+        )
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 1
     except click.exceptions.Abort:
         click.echo("error: aborted", err=True)
         return 1

@@ -3,3 +3,7 @@
 
 class EngineError(Exception):
     """Bad input or an unusable environment, described in one line."""
+
+
+class EngineOutputError(Exception):
+    """The engine under test returned something unusable (non-finite logits, wrong shape)."""

@@ -1,4 +1,4 @@
-"""`python -m engine.bench peers --model M`: the same shape measured with PyTorch, same box.
+"""`python -m engine.harness.bench peers --model M`: the same shape measured with PyTorch, same box.
 
 Builds the model's shape as a transformers Llama (or Qwen3) with random bf16 weights on the
 GPU and measures batch-1 decode after a `ctx`-token prompt and the prefill of that prompt:

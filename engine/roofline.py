@@ -1,4 +1,4 @@
-"""`python -m engine.bench roofline --model M`: the decode bandwidth ceiling beside the measure.
+"""`python -m engine.harness.bench roofline --model M`: the decode bandwidth ceiling beside the measure.
 
 A decode step must read every weight byte once (all layers, the output head, one embedding
 row) plus the KV cache of the context; dividing this GPU's measured copy bandwidth (a large

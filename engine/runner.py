@@ -14,7 +14,7 @@ import numpy as np
 
 from engine.config import ModelConfig
 from engine.errors import EngineError
-from engine.protocol import VramInfo
+from engine.harness.protocol import VramInfo
 
 
 class Runner(ABC):

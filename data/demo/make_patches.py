@@ -281,7 +281,7 @@ F64_LOGITS_FOR_QUANTIZED = [
 # Longer warm-up in the bench itself: a PR may not change how it is measured.
 HARNESS_EDIT = [
     (
-        "engine/bench.py",
+        "engine/harness/bench.py",
         "WARMUP_STEPS = 4\n",
         "WARMUP_STEPS = 64  # a longer warm-up steadies the first repetition\n",
     ),

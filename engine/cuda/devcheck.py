@@ -3,7 +3,7 @@
     python -m engine.cuda.devcheck --models llama-1b:f16,llama-8b:q4_0 --ctx 128 [--out F]
 
 Prints one table (decode tok/s beside the bandwidth ceiling of the same run) and writes the
-rows as JSON. A developer tool for PERF.md; the harness measures with engine.bench.
+rows as JSON. A developer tool for PERF.md; the harness measures with engine.harness.bench.
 """
 
 from __future__ import annotations

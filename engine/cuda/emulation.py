@@ -24,9 +24,9 @@ import numpy as np
 
 from engine.cli_common import cli_errors
 from engine.errors import EngineError
+from engine.harness.score import log_softmax
 from engine.numpy_backend import NumpyRunner
 from engine.runner import Runner
-from engine.score import log_softmax
 from engine.weights import ModelWeights
 
 ROUNDINGS = ("gemm", "weights", "kv")
@@ -142,7 +142,7 @@ def main(
 ) -> None:
     """Per trial: the largest logit change on prefill and on decode rows, the mean KL, and
     the argmax misses beyond a tie, emulated roundings against the plain reference."""
-    from engine.harness_io import corpus_prompt_ids
+    from engine.harness.common import corpus_prompt_ids
     from engine.models import check_model, load_weights
 
     vocab = min(check_model(model, "numpy").vocab_size, 49152)  # refuses what NumPy cannot hold

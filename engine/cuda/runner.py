@@ -35,8 +35,8 @@ from engine.cuda.kernels import HEAD_DIMS, MAX_GROUP, get_kernels
 from engine.cuda.launch import PdlLauncher
 from engine.cuda.layout import GpuWeight, fuse_rows, matrix_to_gpu, vector_to_gpu
 from engine.errors import EngineError
+from engine.harness.protocol import VramInfo
 from engine.numpy_backend import rope_neox
-from engine.protocol import VramInfo
 from engine.runner import Runner
 
 try:  # CuPy >= 13 keeps the library wrappers here

@@ -361,7 +361,7 @@ def generate(path: Path, prs: int = 40, rounds: int = 3, seed: int = 7, aa_round
             detail = {
                 "ready": None,
                 "needs-rebase": "conflict in kernels/attention.cu",
-                "harness-touched": "engine/bench.py",
+                "harness-touched": "engine/harness/bench.py",
             }[status]
             t.add("candidates", round_id, n, pr_commit, main_commit, merged, status, detail)
             decided = created + timedelta(hours=4, minutes=n % 60)

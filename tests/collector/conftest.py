@@ -15,7 +15,10 @@ from fake_repo import HERE, REPO_ROOT, FakeRepo, git, test_policy_text
 def fake_repo(tmp_path: Path) -> FakeRepo:
     repo = tmp_path / "engine-repo"
     shutil.copytree(HERE / "fake_engine", repo)
-    shutil.copy(REPO_ROOT / "engine" / "protocol.py", repo / "engine" / "protocol.py")
+    shutil.copy(
+        REPO_ROOT / "engine" / "harness" / "protocol.py",
+        repo / "engine" / "harness" / "protocol.py",
+    )
     (repo / "policy.toml").write_text(test_policy_text())
     (repo / ".gitignore").write_text("__pycache__/\n*.duckdb*\n.*.scratch/\n")
     git(repo, "init", "-q", "-b", "main")

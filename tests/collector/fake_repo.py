@@ -1,7 +1,7 @@
 """A throwaway git repo holding a fake engine that speaks the bench protocol, and the helpers
 tests use to write PR branches and manifests into it (the fixtures in conftest.py build it).
 
-The fake harness (fake_engine/engine/bench.py, score.py) is pinned from main like the real
+The fake harness (fake_engine/engine/harness/bench.py, score.py) is pinned from main like the real
 one; its behaviour comes from engine/fake_behavior.py, which a test PR edits to be faster,
 slower, inaccurate, or to crash, hang, segfault, print garbage, or claim 1000x. A module of its
 own (not conftest.py) so that tests import it by a name no other test folder uses.

@@ -56,7 +56,7 @@ def test_verdicts_of_a_mixed_round(fake_repo: FakeRepo, tmp_path: Path) -> None:
     r.branch("inaccurate", 'SPEED = {"tiny/decode": 1.20}\nACCURACY_BROKEN = True')
     r.branch("guard", 'SPEED = {"tiny/decode": 1.10, "tiny:q8_0/decode": 0.85}')
     r.branch("prefill-path", 'SPEED = {"tiny/prefill": 1.10}\nPREFILL_KL = 0.2')
-    r.edit_branch("harness", "engine/bench.py", "print('I measure myself')\n")
+    r.edit_branch("harness", "engine/harness/bench.py", "print('I measure myself')\n")
     r.edit_branch("conflict", "engine/tuning.py", "N_SPLITS = 160\n")
     (r.path / "engine" / "tuning.py").write_text("N_SPLITS = 128\n")
     git(r.path, "add", "engine/tuning.py")
@@ -88,7 +88,7 @@ def test_verdicts_of_a_mixed_round(fake_repo: FakeRepo, tmp_path: Path) -> None:
     assert "accuracy" in out[4]["reason"]
     assert "guard tiny:q8_0" in out[5]["reason"]
     assert "batched prefill" in out[6]["reason"]
-    assert "engine/bench.py" in out[7]["reason"]
+    assert "engine/harness/bench.py" in out[7]["reason"]
     assert "engine/tuning.py" in out[8]["reason"]
     assert all(d["reason"] for d in out.values())
     assert all({"pr", "commit", "label", "reason", "merge_first"} <= set(d) for d in out.values())

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.bench import bench
-from engine.harness_io import run_cli
-from engine.protocol import parse_document
-from engine.score import score_group
+from engine.cli_common import run_group as run_cli
+from engine.harness.bench import bench
+from engine.harness.protocol import parse_document
+from engine.harness.score import score_group
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 120
@@ -51,7 +51,7 @@ def document(path: Path, kind: str, proc: subprocess.CompletedProcess[str]):
 def test_sweep_of_tiny(tmp_path: Path) -> None:
     out = tmp_path / "sweep.json"
     proc = harness(
-        "engine.bench", "sweep", "--model", "tiny", "--ctx", "16,48", "--tokens", "5",
+        "engine.harness.bench", "sweep", "--model", "tiny", "--ctx", "16,48", "--tokens", "5",
         "--reps", "3", "--backend", "numpy", "--out", str(out),
     )  # fmt: skip
     doc = document(out, "sweep", proc)
@@ -69,7 +69,7 @@ def test_sweep_of_tiny(tmp_path: Path) -> None:
 def test_concurrent_of_tiny(tmp_path: Path) -> None:
     out = tmp_path / "concurrent.json"
     proc = harness(
-        "engine.bench", "concurrent", "--model", "tiny", "--widths", "2,3", "--tokens", "6",
+        "engine.harness.bench", "concurrent", "--model", "tiny", "--widths", "2,3", "--tokens", "6",
         "--runs", "2", "--prompt-len", "10", "--backend", "numpy", "--out", str(out),
     )  # fmt: skip
     doc = document(out, "concurrent", proc)
@@ -86,7 +86,7 @@ def test_score_of_a_tokens_file(tmp_path: Path) -> None:
     (tmp_path / "tokens.json").write_text(json.dumps(tokens))
     out = tmp_path / "score.json"
     proc = harness(
-        "engine.score", "score", "--model", "tiny", "--tokens-file",
+        "engine.harness.score", "score", "--model", "tiny", "--tokens-file",
         str(tmp_path / "tokens.json"), "--topk", "4", "--backend", "numpy", "--out", str(out),
     )  # fmt: skip
     doc = document(out, "score", proc)
@@ -106,7 +106,7 @@ def test_score_of_a_tokens_file(tmp_path: Path) -> None:
 def test_score_defaults_to_the_corpus_from_any_directory(tmp_path: Path) -> None:
     env = _env()
     proc = subprocess.run(
-        [sys.executable, "-m", "engine.score", "score", "--model", "tiny", "--topk", "2",
+        [sys.executable, "-m", "engine.harness.score", "score", "--model", "tiny", "--topk", "2",
          "--backend", "numpy", "--out", "-"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=TIMEOUT_S, check=False,
     )  # fmt: skip
@@ -122,7 +122,7 @@ def test_score_defaults_to_the_corpus_from_any_directory(tmp_path: Path) -> None
 def test_prefill_check_of_tiny(tmp_path: Path) -> None:
     out = tmp_path / "pc.json"
     proc = harness(
-        "engine.score", "prefill-check", "--model", "tiny", "--prefix", "16,64",
+        "engine.harness.score", "prefill-check", "--model", "tiny", "--prefix", "16,64",
         "--positions", "12", "--backend", "numpy", "--out", str(out),
     )  # fmt: skip
     doc = document(out, "prefill-check", proc)
@@ -133,7 +133,7 @@ def test_prefill_check_of_tiny(tmp_path: Path) -> None:
 
 
 def test_bad_input_is_one_line_and_exit_2_in_a_subprocess(tmp_path: Path) -> None:
-    proc = harness("engine.bench", "sweep", "--model", "no-such-model", "--out", "-")
+    proc = harness("engine.harness.bench", "sweep", "--model", "no-such-model", "--out", "-")
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
     assert proc.stdout == ""
@@ -142,7 +142,7 @@ def test_bad_input_is_one_line_and_exit_2_in_a_subprocess(tmp_path: Path) -> Non
 def test_unwritable_out_is_a_one_line_error(tmp_path: Path) -> None:
     out = tmp_path / "no-such-dir" / "sweep.json"
     proc = harness(
-        "engine.bench", "sweep", "--model", "tiny", "--ctx", "8", "--tokens", "2", "--reps", "1",
+        "engine.harness.bench", "sweep", "--model", "tiny", "--ctx", "8", "--tokens", "2", "--reps", "1",
         "--backend", "numpy", "--out", str(out),
     )  # fmt: skip
     assert proc.returncode == 2
@@ -246,10 +246,26 @@ def test_help_on_every_command() -> None:
 def test_every_command_on_the_gpu(tmp_path: Path) -> None:
     """The same commands on the CuPy backend: documents validate and say they ran on the GPU."""
     runs = {
-        "sweep": ("engine.bench", "sweep", "--ctx", "16,64", "--tokens", "8", "--reps", "2"),
-        "concurrent": ("engine.bench", "concurrent", "--widths", "2,4", "--tokens", "8"),
-        "score": ("engine.score", "score", "--topk", "5"),
-        "prefill-check": ("engine.score", "prefill-check", "--prefix", "16,64", "--positions", "8"),
+        "sweep": (
+            "engine.harness.bench",
+            "sweep",
+            "--ctx",
+            "16,64",
+            "--tokens",
+            "8",
+            "--reps",
+            "2",
+        ),
+        "concurrent": ("engine.harness.bench", "concurrent", "--widths", "2,4", "--tokens", "8"),
+        "score": ("engine.harness.score", "score", "--topk", "5"),
+        "prefill-check": (
+            "engine.harness.score",
+            "prefill-check",
+            "--prefix",
+            "16,64",
+            "--positions",
+            "8",
+        ),
     }
     for kind, (module, *args) in runs.items():
         out = tmp_path / f"{kind}.json"

@@ -9,14 +9,15 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from engine import harness_io
-from engine.bench import count_decoded, measure_context, measure_width
+from engine.cli_common import run_group
 from engine.config import ModelConfig
 from engine.errors import EngineError
-from engine.harness_io import cycled, parse_int_list, write_document
-from engine.protocol import ContextSample, WidthRun, parse_document
+from engine.harness import common as harness_io
+from engine.harness.bench import count_decoded, measure_context, measure_width
+from engine.harness.common import cycled, parse_int_list, write_document
+from engine.harness.protocol import ContextSample, WidthRun, parse_document
+from engine.harness.score import check_prefix, log_softmax, read_tokens_file, score_tokens
 from engine.runner import Runner
-from engine.score import check_prefix, log_softmax, read_tokens_file, score_tokens
 
 VOCAB = 40
 DIM = 8
@@ -259,7 +260,7 @@ def test_cycled_wraps_and_offsets() -> None:
 
 
 def _sample_document():
-    from engine.protocol import PrefillCheckResult, PrefixCheck
+    from engine.harness.protocol import PrefillCheckResult, PrefixCheck
 
     return PrefillCheckResult(
         model="tiny",
@@ -312,7 +313,7 @@ def test_extra_bench_commands_register_when_their_module_imports(monkeypatch) ->
 
     import click
 
-    from engine import bench as bench_module
+    from engine.harness import bench as bench_module
 
     with_register = types.ModuleType("fake_roofline")
 
@@ -342,7 +343,7 @@ def test_extra_bench_commands_register_when_their_module_imports(monkeypatch) ->
 
 
 def test_nvidia_driver_version_is_read_from_proc(tmp_path) -> None:
-    from engine.device_info import cpu_model_name, nvidia_kernel_driver
+    from engine.harness.device_info import cpu_model_name, nvidia_kernel_driver
 
     f = tmp_path / "version"
     f.write_text(
@@ -360,15 +361,15 @@ def test_nvidia_driver_version_is_read_from_proc(tmp_path) -> None:
 
 def test_broken_engine_output_is_exit_1_with_one_line(monkeypatch, capsys, tmp_path) -> None:
     """Bad input is exit 2; an engine that returns unusable output is exit 1 (the PR's fault)."""
-    import engine.bench
+    import engine.harness.bench
     import engine.models
-    from engine.bench import bench
+    from engine.harness.bench import bench
 
     monkeypatch.setattr(engine.models, "open_runner", lambda name, backend: LosesTokens())
-    monkeypatch.setattr(engine.bench, "corpus_prompt_ids", lambda model, vocab: corpus())
+    monkeypatch.setattr(engine.harness.bench, "corpus_prompt_ids", lambda model, vocab: corpus())
     out = tmp_path / "sweep.json"
     args = ["sweep", "--model", "tiny", "--ctx", "16", "--tokens", "4", "--out", str(out)]
-    assert harness_io.run_cli(bench, args) == 1
+    assert run_group(bench, args) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: ctx 16: decode produced 2 valid tokens of 4")
     assert err.count("\n") == 1
@@ -376,7 +377,7 @@ def test_broken_engine_output_is_exit_1_with_one_line(monkeypatch, capsys, tmp_p
 
 
 def test_score_rows_ties_and_a_topk_as_large_as_the_vocab() -> None:
-    from engine.score import score_rows
+    from engine.harness.score import score_rows
 
     logits = np.array([[1.0, 3.0, 3.0, -2.0], [0.0, 0.0, 0.0, 0.0]], dtype=np.float32)
     rows = score_rows(logits, [2, 3], topk=4, where="test")
@@ -400,7 +401,7 @@ class FakeClock:
 
 
 def test_repeat_fastest_runs_until_min_time_and_keeps_the_fastest(monkeypatch) -> None:
-    import engine.bench as bench_module
+    import engine.harness.bench as bench_module
 
     clock = FakeClock()
     monkeypatch.setattr(bench_module.time, "perf_counter", clock)

@@ -3,7 +3,7 @@
     python tests/gpu/ab_patches.py --out DIR
 
 Each patch is applied to a copy of the working tree; main and the copies run the same
-`engine.bench sweep` commands in one interleaved order (main first and last, so drift shows).
+`engine.harness.bench sweep` commands in one interleaved order (main first and last, so drift shows).
 Prints one table: per model and axis, main's medians, each variant's median and its ratio to
 main's mean. A developer tool: it predicts what a round of data/demo/gpu/gpu.toml should see.
 The patches apply at that round's main (gpu.toml's base_ref), so run it from a checkout of that
@@ -48,7 +48,7 @@ def checkout(name: str, patch: str | None, scratch: Path) -> Path:
 
 def sweep(tree: Path, model: str, ctx: str, out: Path) -> tuple[dict[str, float], float]:
     env = dict(os.environ, PYTHONPATH=f"/tmp/site:{tree}")
-    argv = [sys.executable, "-m", "engine.bench", "sweep", "--model", model, "--ctx", ctx]
+    argv = [sys.executable, "-m", "engine.harness.bench", "sweep", "--model", model, "--ctx", ctx]
     argv += ["--tokens", "64", "--reps", "3", "--backend", "cupy", "--out", str(out)]
     t0 = time.perf_counter()
     r = subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True, timeout=300)

@@ -11,7 +11,7 @@ echo "commit ${SPARKBOARD_COMMIT:-unknown (set SPARKBOARD_COMMIT)}"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 timeout 200 python3 -m pytest -q tests/gpu -m gpu -k "not llama_1b or q4_0" -p no:cacheprovider \
   --tb=short 2>&1 | tee "$OUT/pytest.log" | tail -n 15
-B="timeout 90 python3 -m engine.bench"
+B="timeout 90 python3 -m engine.harness.bench"
 $B sweep --model llama-8b:f16 --ctx 128,4096 --tokens 64 --reps 2 --backend cupy --out "$OUT/sweep_8b_f16.json" 2>&1 | tail -n 2
 $B sweep --model llama-8b:q4_0 --ctx 128,32768 --tokens 64 --reps 1 --backend cupy --out "$OUT/sweep_8b_q4_0.json" 2>&1 | tail -n 2
 $B sweep --model llama-1b:f16 --ctx 128 --tokens 128 --reps 2 --backend cupy --out "$OUT/sweep_1b_f16.json" 2>&1 | tail -n 2
@@ -20,10 +20,10 @@ $B roofline --model llama-8b:f16 --ctx 128 --tokens 64 --reps 2 --out "$OUT/roof
 $B roofline --model llama-8b:q4_0 --ctx 128 --tokens 64 --reps 2 --out "$OUT/roofline_8b_q4_0.json" 2>&1 | tail -n 6
 $B roofline --model llama-1b:f16 --ctx 128 --tokens 128 --reps 2 --out "$OUT/roofline_1b_f16.json" 2>&1 | tail -n 6
 $B peers --model llama-1b:f16 --ctx 128 --tokens 32 --out "$OUT/peers_1b_f16.json" 2>&1 | tail -n 5
-timeout 240 python3 -m engine.bench peers --model llama-8b:f16 --ctx 4096 --tokens 16 \
+timeout 240 python3 -m engine.harness.bench peers --model llama-8b:f16 --ctx 4096 --tokens 16 \
   --out "$OUT/peers_8b_f16_4k.json" 2>&1 | tail -n 5
 if [ "${PEERS_COMPILE:-1}" = 1 ]; then  # torch.compile takes minutes to build: PEERS_COMPILE=0 skips
-  timeout 240 python3 -m engine.bench peers --model llama-1b:f16 --ctx 128 --tokens 64 --compile \
+  timeout 240 python3 -m engine.harness.bench peers --model llama-1b:f16 --ctx 128 --tokens 64 --compile \
     --out "$OUT/peers_1b_f16_compile.json" 2>&1 | tail -n 5
 fi
 timeout 60 python3 -m engine generate --model smollm2-135m --prompt "The capital of France is" \

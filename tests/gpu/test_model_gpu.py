@@ -50,7 +50,7 @@ def prompt_ids(name: str, vocab: int) -> np.ndarray:
     """PROMPT + DECODE fresh ids: random for a dummy model, a corpus window for a real one."""
     if name != "smollm2-135m":
         return RNG.integers(0, vocab, PROMPT + DECODE)
-    from engine.harness_io import corpus_prompt_ids
+    from engine.harness.common import corpus_prompt_ids
 
     text = np.asarray(corpus_prompt_ids(name, vocab))
     start = int(RNG.integers(0, text.size - PROMPT - DECODE + 1))

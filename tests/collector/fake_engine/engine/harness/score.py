@@ -1,4 +1,4 @@
-"""A fake `python -m engine.score` (score and prefill-check), a collector test fixture."""
+"""A fake `python -m engine.harness.score` (score and prefill-check), a collector test fixture."""
 
 import argparse
 import json

@@ -1,4 +1,4 @@
-"""Plumbing shared by the bench-protocol commands (engine.bench, engine.score).
+"""Plumbing shared by the bench-protocol commands (engine.harness.bench, engine.harness.score).
 
 One job: everything around a measurement that is not the measurement itself — parsing the
 comma lists the commands take, the document header (model id, engine commit, device, clock),
@@ -20,13 +20,14 @@ import click
 import numpy as np
 from pydantic import BaseModel
 
+from engine.cli_common import run_group
 from engine.config import ModelConfig
-from engine.device_info import describe_device
-from engine.errors import EngineError
-from engine.protocol import DeviceInfo
+from engine.errors import EngineError, EngineOutputError  # noqa: F401 (re-exported)
+from engine.harness.device_info import describe_device
+from engine.harness.protocol import DeviceInfo
 from engine.runner import Runner
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CORPUS = REPO_ROOT / "data" / "corpus.txt"
 BACKENDS = ("numpy", "cupy", "auto")
 
@@ -40,15 +41,6 @@ backend_option = click.option(
 )
 
 GIT_TIMEOUT_S = 10
-
-# Exit codes: 2 = bad input or unusable environment (EngineError, click usage errors);
-# 1 = the engine under test produced output the protocol cannot carry (NaN logits, ...).
-EXIT_BAD_INPUT = 2
-EXIT_BAD_OUTPUT = 1
-
-
-class EngineOutputError(Exception):
-    """The engine under test returned something unusable (non-finite logits, wrong shape)."""
 
 
 # --- command-line values -------------------------------------------------------------------
@@ -132,7 +124,7 @@ class Clock:
 
 
 def header(model: str, runner: object, clock: Clock) -> dict[str, object]:
-    """Fields every document carries (see engine.protocol.Header)."""
+    """Fields every document carries (see engine.harness.protocol.Header)."""
     device: DeviceInfo = describe_device(getattr(runner, "backend", "numpy"))
     return {
         "model": model,
@@ -230,38 +222,11 @@ def progress(message: str) -> None:
 # --- running a command group ---------------------------------------------------------------
 
 
-def run_cli(group: click.Group, args: Sequence[str] | None = None) -> int:
-    """Run a click group; user errors become one `error: ...` line and exit code 2."""
-
-    def fail(message: str, code: int) -> int:
-        line = " ".join(str(message).split()) or "failed"
-        click.echo(f"error: {line}", err=True)
-        return code
-
-    try:
-        rc = group.main(args=args, prog_name=f"python -m {group.name}", standalone_mode=False)
-    except EngineError as e:
-        return fail(str(e), EXIT_BAD_INPUT)
-    except EngineOutputError as e:
-        return fail(str(e), EXIT_BAD_OUTPUT)
-    except click.exceptions.Abort:
-        return fail("aborted", 1)
-    except click.UsageError as e:
-        if type(e).__name__ == "NoArgsIsHelpError":  # bare `python -m engine.bench`: help
-            click.echo(e.ctx.get_help() if e.ctx else "", err=True)
-            return EXIT_BAD_INPUT
-        hint = f" (see: {e.ctx.command_path} --help)" if e.ctx else ""
-        return fail(e.format_message() + hint, EXIT_BAD_INPUT)
-    except click.ClickException as e:
-        return fail(e.format_message(), EXIT_BAD_INPUT)
-    return rc if isinstance(rc, int) else 0
-
-
 def cli_main(group: click.Group) -> Callable[[], None]:
-    """Entry point for `python -m ...`: run the group and exit with its code."""
+    """Entry point for `python -m ...`: run the group (engine.cli_common.run_group) and exit."""
 
     def main() -> None:
-        sys.exit(run_cli(group))
+        sys.exit(run_group(group))
 
     return main
 

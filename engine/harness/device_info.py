@@ -1,6 +1,6 @@
 """What a measurement ran on: the CPU model and NumPy version, or the GPU, driver and CUDA runtime.
 
-Every harness document carries this (engine.protocol.DeviceInfo) so that numbers from
+Every harness document carries this (engine.harness.protocol.DeviceInfo) so that numbers from
 different machines are never compared as if they came from one.
 """
 
@@ -11,7 +11,7 @@ import re
 import socket
 from pathlib import Path
 
-from engine.protocol import DeviceInfo
+from engine.harness.protocol import DeviceInfo
 
 _MAX_NAME = 200
 

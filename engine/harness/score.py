@@ -1,7 +1,7 @@
 """Accuracy commands of the bench protocol: `score` (teacher-forced dump) and `prefill-check`.
 
-    python -m engine.score score --model M (--text-file F | --tokens-file F) --topk K --out FILE
-    python -m engine.score prefill-check --model M --prefix 128,1024 --positions 64 --out FILE
+    python -m engine.harness.score score --model M (--text-file F | --tokens-file F) --topk K --out FILE
+    python -m engine.harness.score prefill-check --model M --prefix 128,1024 --positions 64 --out FILE
 
 `score` dumps, for every position i of an evaluation text, the model's prediction of token i+1
 from tokens 0..i: the argmax, the target's log-prob and the top-k log-probs. The collector
@@ -25,7 +25,7 @@ import click
 import numpy as np
 
 from engine.errors import EngineError
-from engine.harness_io import (
+from engine.harness.common import (
     DEFAULT_CORPUS,
     Clock,
     EngineOutputError,
@@ -45,7 +45,7 @@ from engine.harness_io import (
     require_positive,
     write_document,
 )
-from engine.protocol import PrefillCheckResult, PrefixCheck, ScoredPosition, ScoreResult
+from engine.harness.protocol import PrefillCheckResult, PrefixCheck, ScoredPosition, ScoreResult
 from engine.runner import Runner
 
 # Prefill at most this many tokens per call in `score`, so the [n, vocab] logits of a long
@@ -216,7 +216,7 @@ def check_tokens(tokens: Sequence[int], vocab: int, max_context: int, model: str
 MODEL_HELP = "Model name, e.g. tiny, smollm2-135m, llama-8b:q4_0."
 
 
-@click.group(name="engine.score")
+@click.group(name="engine.harness.score")
 def score_group() -> None:
     """Accuracy measurements of the bench protocol; each command writes one JSON document."""
 

@@ -1,9 +1,9 @@
 """Speed commands of the bench protocol: `sweep` (decode/prefill per context) and `concurrent`.
 
-    python -m engine.bench sweep --model M --ctx 128,512 --tokens N --reps R --out FILE
-    python -m engine.bench concurrent --model M --widths 2,4 --tokens N --runs R --out FILE
+    python -m engine.harness.bench sweep --model M --ctx 128,512 --tokens N --reps R --out FILE
+    python -m engine.harness.bench concurrent --model M --widths 2,4 --tokens N --runs R --out FILE
 
-Each writes one JSON document (engine.protocol.SweepResult / ConcurrentResult) holding every
+Each writes one JSON document (engine.harness.protocol.SweepResult / ConcurrentResult) holding every
 repetition's raw value. The collector runs these from a candidate's checkout but pins this file
 to main's copy, so a pull request cannot change how it is measured.
 
@@ -35,7 +35,7 @@ import click
 import numpy as np
 
 from engine.errors import EngineError
-from engine.harness_io import (
+from engine.harness.common import (
     Clock,
     EngineOutputError,
     backend_option,
@@ -53,7 +53,13 @@ from engine.harness_io import (
     require_positive,
     write_document,
 )
-from engine.protocol import ConcurrentResult, ContextSample, SweepResult, WidthRun, WidthSample
+from engine.harness.protocol import (
+    ConcurrentResult,
+    ContextSample,
+    SweepResult,
+    WidthRun,
+    WidthSample,
+)
 from engine.runner import Runner
 
 WARMUP_PROMPT = 8
@@ -251,7 +257,7 @@ def check_min_time(min_time: float) -> None:
         raise EngineError(f"--min-time must be between 0 and 60 seconds, got {min_time}")
 
 
-@click.group(name="engine.bench")
+@click.group(name="engine.harness.bench")
 def bench() -> None:
     """Speed measurements of the bench protocol; each command writes one JSON document."""
 
@@ -389,7 +395,7 @@ def concurrent(
 
 
 # --- extra commands --------------------------------------------------------------------------
-# Modules listed here add commands to this group when they import (`python -m engine.bench
+# Modules listed here add commands to this group when they import (`python -m engine.harness.bench
 # roofline ...`). Each exposes `register(group: click.Group) -> None`, or else every click
 # command it defines is added. A module that is absent or cannot import (no CuPy on this
 # machine) is skipped, so sweep and concurrent always work. Add a name here; nothing else in

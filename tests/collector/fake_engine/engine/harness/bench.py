@@ -1,4 +1,4 @@
-"""A fake `python -m engine.bench` speaking the bench protocol (a collector test fixture)."""
+"""A fake `python -m engine.harness.bench` speaking the bench protocol (a collector test fixture)."""
 
 import argparse
 import json

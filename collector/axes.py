@@ -2,7 +2,10 @@
 
 An axis is one scored measurement of a model: 'decode@128' (decode tok/s at context 128),
 'prefill@4096' (prefill tok/s of a 4096-token prompt) and 'concurrent@8' (aggregate decode
-tok/s of 8 sequences in flight).
+tok/s of 8 sequences in flight) are speeds, higher is better. Memory axes are bytes of the
+engine process read from outside it, lower is better: 'mem-load' (resident after the model
+loaded; 'vram-load' on the GPU) and 'mem-peak@128' (the most while context 128 was measured;
+'vram-peak@128').
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ BASE_MODELS = ("smollm2-135m", "tiny", "llama-1b", "llama-8b", "qwen3-8b")
 FORMATS = ("f16", "q8_0", "q4_0")
 EXTRA_FORMATS = {"tiny": ("f32",)}
 
-_AXIS = re.compile(r"^(decode|prefill|concurrent)@([1-9][0-9]*)$")
+_AXIS = re.compile(r"^(decode|prefill|concurrent|mem-peak|vram-peak)@([1-9][0-9]*)$")
+LOAD_AXES = ("mem-load", "vram-load")  # memory after load: no context
+SPEED_KINDS = ("decode", "prefill", "concurrent")
 
 
 @functools.cache
@@ -57,22 +62,32 @@ def axis(kind: str, n: int) -> str:
 
 
 def is_axis(name: str) -> bool:
-    return _AXIS.match(name) is not None
+    return name in LOAD_AXES or _AXIS.match(name) is not None
 
 
 def parse_axis(name: str) -> tuple[str, int]:
+    if name in LOAD_AXES:
+        return name, 0
     m = _AXIS.match(name)
     if not m:
         raise ValueError(f"not an axis name: {name!r}")
     return m.group(1), int(m.group(2))
 
 
+def is_memory_axis(name: str) -> bool:
+    """Bytes, lower is better: never a tier, only a floor."""
+    return parse_axis(name)[0] not in SPEED_KINDS
+
+
 def axis_sort_key(name: str) -> tuple[int, int, int]:
-    """Order like the reference tables: by context, decode before prefill, then widths."""
+    """Order like the reference tables: by context, decode before prefill, then widths, then
+    memory."""
     kind, n = parse_axis(name)
     if kind == "concurrent":
         return (1, n, 0)
-    return (0, n, 0 if kind == "decode" else 1)
+    if kind in SPEED_KINDS:
+        return (0, n, 0 if kind == "decode" else 1)
+    return (2, n, 0 if kind.endswith("load") else 1)
 
 
 def short_ctx(n: int) -> str:

@@ -12,10 +12,10 @@ import click
 from collector.candidates import GitError
 from collector.manifest import ManifestError
 from collector.policy import PolicyError
-from collector.report import ReportError
+from collector.readout import ReadoutError
 from collector.store import StoreError, open_store
 
-USER_ERRORS = (ManifestError, StoreError, PolicyError, ReportError, GitError, LookupError)
+USER_ERRORS = (ManifestError, StoreError, PolicyError, ReadoutError, GitError, LookupError)
 
 
 def _fail(e: Exception) -> click.ClickException:
@@ -88,7 +88,12 @@ def collect(manifest: Path, db: Path, scratch: Path | None, quiet: bool) -> None
 
 @main.command()
 @click.option("--db", required=True, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--round", "round_id", default=None, help="Round id (default: the latest).")
+@click.option(
+    "--round",
+    "round_id",
+    default=None,
+    help="Round id (default: the newest leaderboard round; A/A rounds only by id).",
+)
 @click.option(
     "--policy",
     "policy_path",
@@ -100,12 +105,13 @@ def collect(manifest: Path, db: Path, scratch: Path | None, quiet: bool) -> None
 def verdict(db: Path, round_id: str | None, policy_path: Path | None) -> None:
     """Recompute the verdicts of a round from its stored samples; print one line per PR."""
     from collector.policy import load_policy
-    from collector.report import latest_round, term_safe
+    from collector.readout import pick_round
+    from collector.report import term_safe
     from collector.verdict import adopt_policy, decide_round
 
     try:
         with open_store(db) as store:
-            rid = round_id or latest_round(store)
+            rid = pick_round(store.con, round_id)
             if policy_path is not None:
                 adopt_policy(store, rid, load_policy(policy_path))
             for v in decide_round(store, rid):
@@ -145,39 +151,53 @@ def merge(sources: tuple[Path, ...], dst: Path, without_dumps: bool) -> None:
 
 @main.command()
 @click.option("--db", required=True, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--round", "round_id", default=None, help="Round id (default: the latest).")
+@click.option(
+    "--round",
+    "round_id",
+    default=None,
+    help="Round id (default: the newest leaderboard round; with --pr, the newest that measured it).",
+)
 @click.option("--pr", "pr", type=int, default=None, help="Only this PR.")
 @click.option("--json", "as_json", is_flag=True, help="A JSON list, one object per PR.")
 def show(db: Path, round_id: str | None, pr: int | None, as_json: bool) -> None:
     """Show a round's verdicts: tables like the reference comments, or JSON."""
-    from collector.report import latest_round, list_prs, load_pr, render_terminal, to_json
+    from collector.readout import Readout, pick_round
+    from collector.report import render_terminal, to_json
 
     try:
         with open_store(db, read_only=True) as store:
-            rid = round_id or latest_round(store)
-            prs = [pr] if pr is not None else list_prs(store, rid)
-            docs = [load_pr(store, rid, n) for n in prs]
+            rid = pick_round(store.con, round_id, pr)
+            rd = Readout.from_connection(store.con, [rid])
+            evs = [rd.evaluation(rid, pr)] if pr is not None else rd.by_round.get(rid, [])
+            text = (
+                json.dumps([to_json(ev) for ev in evs], indent=2, default=str)
+                if as_json
+                else "\n".join(render_terminal(ev) for ev in evs)
+            )
     except USER_ERRORS as e:
         raise _fail(e) from None
-    if as_json:
-        click.echo(json.dumps([to_json(d) for d in docs], indent=2, default=str))
-    else:
-        click.echo("\n".join(render_terminal(d) for d in docs), nl=False)
+    click.echo(text, nl=not text.endswith("\n"))
 
 
 @main.command()
 @click.option("--db", required=True, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--round", "round_id", default=None, help="Round id (default: the latest).")
+@click.option(
+    "--round",
+    "round_id",
+    default=None,
+    help="Round id (default: the newest leaderboard round; A/A rounds only by id).",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object, minutes throughout.")
 def cost(db: Path, round_id: str | None, as_json: bool) -> None:
     """Device minutes of a round: per PR its own sessions plus an even share of main's, and
     where the time goes (by kind of session, main and PRs). From sessions.wall_s."""
     from collector.cost import load_cost
-    from collector.report import latest_round, render_cost
+    from collector.readout import pick_round
+    from collector.report import render_cost
 
     try:
         with open_store(db, read_only=True) as store:
-            rc = load_cost(store, round_id or latest_round(store))
+            rc = load_cost(store, pick_round(store.con, round_id))
     except USER_ERRORS as e:
         raise _fail(e) from None
     if as_json:
@@ -189,22 +209,31 @@ def cost(db: Path, round_id: str | None, as_json: bool) -> None:
 @main.command()
 @click.option("--db", required=True, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--pr", "pr", type=int, required=True)
-@click.option("--round", "round_id", default=None, help="Round id (default: the latest).")
+@click.option(
+    "--round", "round_id", default=None, help="Round id (default: the newest that measured the PR)."
+)
 def comment(db: Path, pr: int, round_id: str | None) -> None:
     """A PR's verdict as a GitHub-flavoured Markdown comment."""
-    from collector.report import latest_round, load_pr, render_markdown
+    from collector.readout import Readout, pick_round
+    from collector.report import render_markdown
 
     try:
         with open_store(db, read_only=True) as store:
-            d = load_pr(store, round_id or latest_round(store), pr)
+            rid = pick_round(store.con, round_id, pr)
+            text = render_markdown(Readout.from_connection(store.con, [rid]).evaluation(rid, pr))
     except USER_ERRORS as e:
         raise _fail(e) from None
-    click.echo(render_markdown(d), nl=False)
+    click.echo(text, nl=False)
 
 
 @main.command()
 @click.option("--db", required=True, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--round", "round_id", required=True)
+@click.option(
+    "--round",
+    "round_id",
+    default=None,
+    help="Round id (default: the newest leaderboard round; A/A rounds only by id).",
+)
 @click.option("--format", "fmt", type=click.Choice(["parquet", "csv", "json"]), required=True)
 @click.option(
     "--out",
@@ -212,14 +241,15 @@ def comment(db: Path, pr: int, round_id: str | None) -> None:
     default=None,
     help="Folder for the files (default: export-<round>-<format>).",
 )
-def export(db: Path, round_id: str, fmt: str, out: Path | None) -> None:
+def export(db: Path, round_id: str | None, fmt: str, out: Path | None) -> None:
     """Export every table's rows of one round, one file per table."""
     from collector.export import export_round
+    from collector.readout import pick_round
 
-    out = out or Path(f"export-{round_id}-{fmt}")
     try:
         with open_store(db, read_only=True) as store:
-            for p in export_round(store, round_id, fmt, out):
+            rid = pick_round(store.con, round_id)
+            for p in export_round(store, rid, fmt, out or Path(f"export-{rid}-{fmt}")):
                 click.echo(str(p))
     except USER_ERRORS as e:
         raise _fail(e) from None

@@ -17,19 +17,34 @@ from pathlib import Path
 
 import click
 
+from collector import sandbox
 from collector import verdict as verdict_mod
 from collector.axes import axis
-from collector.candidates import Candidate, GitError, Workspace, build_candidate, preflight
+from collector.candidates import (
+    Candidate,
+    GitError,
+    Workspace,
+    build_candidate,
+    pin_harness,
+    preflight,
+)
+from collector.forgery import output_problem, timing_problem
 from collector.harness import Outcome, Request, run_request
 from collector.manifest import LoadedManifest, ManifestError, load_manifest
 from collector.policy import ResolvedPolicy, load_policy, resolve
 from collector.schedule import Slot, Task, plan_round
 from collector.stats import is_implausible, median
 from collector.store import Store, open_store
-from engine.harness.protocol import ConcurrentResult, PrefillCheckResult, ScoreResult, SweepResult
+from engine.harness.protocol import (
+    ConcurrentResult,
+    LongContextResult,
+    PrefillCheckResult,
+    ScoreResult,
+    SweepResult,
+)
 
 # Statuses that end a session for good; 'infra' sessions are tried again on the next run.
-FINISHED = ("ok", "crash", "timeout", "malformed", "incomplete", "implausible")
+FINISHED = ("ok", "crash", "timeout", "malformed", "incomplete", "implausible", "forged")
 
 
 class RoundError(Exception):
@@ -73,6 +88,7 @@ def build_request(task: Task, policy: ResolvedPolicy) -> Request:
             reps=prof.reps,
             backend=prof.backend,
             env=tuple(sorted(prof.env.items())),
+            timed=True,
         )
     if task.kind == "concurrent":
         argv = [
@@ -97,6 +113,7 @@ def build_request(task: Task, policy: ResolvedPolicy) -> Request:
             runs=prof.concurrent_runs,
             backend=prof.backend,
             env=tuple(sorted(prof.env.items())),
+            timed=True,
         )
     if task.kind == "score":
         argv = [
@@ -115,6 +132,19 @@ def build_request(task: Task, policy: ResolvedPolicy) -> Request:
             t["score"],
             backend=prof.backend,
             env=tuple(sorted(prof.env.items())),
+        )
+    if task.kind == "longctx":
+        budget = prof.memory_budget_mib[task.model] * 2**20
+        argv = [*h.bench, "longctx", *common, "--ctx", str(prof.long_context[task.model])]
+        argv += ["--tokens", "4", "--memory-budget", str(budget)]
+        return Request(
+            "longctx",
+            task.model,
+            argv,
+            t["longctx"],
+            backend=prof.backend,
+            env=tuple(sorted(prof.env.items())),
+            timed=True,
         )
     if task.kind == "prefill-check":
         argv = [
@@ -145,6 +175,16 @@ def samples_of(doc: object) -> list[tuple[str, int, float]]:
         for c in doc.contexts:
             out += [(axis("decode", c.ctx), i, v) for i, v in enumerate(c.decode_tok_s)]
             out += [(axis("prefill", c.ctx), i, v) for i, v in enumerate(c.prefill_tok_s)]
+            # memory, read from outside the engine process: one value per session
+            if c.host_peak:
+                out.append((axis("mem-peak", c.ctx), 0, float(c.host_peak)))
+            if c.gpu_peak:
+                out.append((axis("vram-peak", c.ctx), 0, float(c.gpu_peak)))
+        mem = doc.measured.memory
+        if mem is not None and mem.host_after_load:
+            out.append(("mem-load", 0, float(mem.host_after_load)))
+        if mem is not None and mem.gpu_after_load:
+            out.append(("vram-load", 0, float(mem.gpu_after_load)))
     elif isinstance(doc, ConcurrentResult):
         for w in doc.widths:
             complete = [r for r in w.runs if r.complete]
@@ -187,7 +227,10 @@ def write_session(
     device = driver = None
     vram_free = vram_peak = kv = None
     doc_json = None
+    seed = None
     if doc is not None:
+        measured = getattr(doc, "measured", None)
+        seed = measured.seed if measured is not None else None
         device, driver = doc.device.name, doc.device.driver
         vram = getattr(doc, "vram", None)
         if isinstance(doc, SweepResult):
@@ -215,8 +258,8 @@ def write_session(
         con.execute(
             "INSERT INTO sessions (session_id, round_id, side, pr, slot, kind, model, commit, "
             "started_at, wall_s, exit_code, status, fault, detail, log_tail, device_name, driver, "
-            "vram_free_after_load, vram_peak, kv_cache_bytes, document, attempts) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "vram_free_after_load, vram_peak, kv_cache_bytes, document, attempts, seed) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 task.session_id,
                 round_id,
@@ -240,6 +283,7 @@ def write_session(
                 kv,
                 doc_json,
                 o.attempts,
+                seed,
             ],
         )
         if samples:
@@ -345,16 +389,29 @@ def _record_candidates(store: Store, round_id: str, cands: list[Candidate]) -> N
 
 
 def run_task(
-    task: Task, checkout: Path, work: Path, policy: ResolvedPolicy, disk_paths: list[Path]
+    task: Task,
+    checkout: Path,
+    work: Path,
+    policy: ResolvedPolicy,
+    disk_paths: list[Path],
+    main_checkout: Path | None = None,
 ) -> Outcome:
-    """Run a task; infrastructure failures (and any failure of main) are retried."""
+    """Run a task; infrastructure failures (and any failure of main) are retried. Speed tasks
+    are timed from `main_checkout` (main's pinned harness) measuring the engine of `checkout`."""
     f = policy.failures
     req = build_request(task, policy)
     attempts = 0
     while True:
         attempts += 1
         o = run_request(
-            req, checkout, work, f.infra_patterns, f.min_free_disk_mb, f.max_document_mb, disk_paths
+            req,
+            checkout,
+            work,
+            f.infra_patterns,
+            f.min_free_disk_mb,
+            f.max_document_mb,
+            disk_paths,
+            harness_checkout=main_checkout,
         )
         o.attempts = attempts
         retry = o.status == "infra" or (task.side == "main" and not o.ok)
@@ -407,6 +464,7 @@ def _collect(
         f"round {m.round}: main {main_commit[:12]} ({m.base_ref}), {len(m.pr)} PRs, profile {m.profile}"
     )
     main_checkout = ws.add_worktree("main", main_commit)
+    guard = BoxGuard(main_checkout, log)
     cands: list[Candidate] = []
     for p in m.pr:
         c = build_candidate(
@@ -456,6 +514,7 @@ def _collect(
                 slot,
                 task,
                 main_checkout,
+                guard,
                 by_pr,
                 main_commit,
                 policy,
@@ -483,12 +542,59 @@ def _collect(
     return infra_left
 
 
+def forged_evidence(doc: object, model: str, policy: ResolvedPolicy) -> str | None:
+    """Why a speed document's numbers are not the PR's own honest work (collector/forgery.py)."""
+    if isinstance(doc, LongContextResult) and doc.measured is None:
+        return None  # it died before any timed work: the long-context gate judges that
+    if not isinstance(doc, SweepResult | ConcurrentResult | LongContextResult):
+        return None
+    rules = policy.forgery
+    bars = policy.accuracy.bars(model)
+    return timing_problem(doc.measured.timing.regions, rules) or output_problem(
+        doc, bars.top1_min, bars.kl_max, rules
+    )
+
+
+class BoxGuard:
+    """Between sessions: kill what a session left running, and check that main's checkout and
+    the interpreter's start-up hooks are as they were (collector/sandbox.py)."""
+
+    def __init__(self, main_checkout: Path, log: Callable[[str], None]) -> None:
+        self.main_checkout = main_checkout
+        self.log = log
+        self.subreaper = sandbox.become_subreaper()
+        self.prints = sandbox.fingerprint()
+
+    def after_session(self, task: Task) -> str | None:
+        """What the session changed outside its own checkout (restored), or None."""
+        who = "main" if task.side == "main" else f"PR #{task.pr}"
+        left = sandbox.kill_leftovers()
+        if left:
+            self.log(f"  {who} {task.kind} {task.model}: killed {left} processes it left running")
+        found = []
+        changed = sandbox.checkout_changes(self.main_checkout)
+        if changed:
+            sandbox.restore_checkout(self.main_checkout)
+            found.append("main's checkout (" + ", ".join(changed[:5]) + ")")
+        hooks = sandbox.fingerprint_changes(self.prints, sandbox.fingerprint())
+        if hooks:
+            raise RoundError(
+                f"{who}'s {task.kind} session changed files every Python process on this box "
+                f"trusts ({', '.join(hooks[:5])}): the box can no longer be trusted; restore them "
+                "and start a new round"
+            )
+        if not found:
+            return None
+        return "changed files outside its checkout: " + "; ".join(found) + " (restored)"
+
+
 def _one(
     store: Store,
     ws: Workspace,
     slot: Slot,
     task: Task,
     main_checkout: Path,
+    guard: BoxGuard,
     by_pr: dict[int, Candidate],
     main_commit: str,
     policy: ResolvedPolicy,
@@ -503,7 +609,16 @@ def _one(
         assert cand.checkout is not None and cand.merged_commit is not None
         checkout, commit = cand.checkout, cand.merged_commit
     work = scratch / "work"
-    o = run_task(task, checkout, work, policy, [db_path.parent])
+    if task.side == "pr":  # its own earlier process may have rewritten them on disk
+        pin_harness(checkout, ws.repo, main_commit, policy.harness.paths)
+    o = run_task(task, checkout, work, policy, [db_path.parent], main_checkout)
+    tampered = guard.after_session(task)
+    if tampered and task.side == "pr":
+        o.status, o.detail = "forged", tampered
+    elif o.status == "ok" and task.kind in ("sweep", "guard", "concurrent", "longctx"):
+        why = forged_evidence(o.document, task.model, policy)
+        if why:
+            o.status, o.detail = "forged", why
     if task.side == "pr" and o.status == "ok" and task.kind in ("sweep", "guard", "concurrent"):
         why = _implausible(
             store,

@@ -1,7 +1,10 @@
 """Run one bench-protocol command in a checkout, and classify what came back.
 
-The command runs with cwd = the checkout and PYTHONPATH = the checkout, so the PR's engine is
-what runs (the harness files in it were rewritten from main). Its output is untrusted: the
+Accuracy commands (score, prefill-check) run with cwd = PYTHONPATH = the checkout, so the PR's
+engine is what runs (the harness files in it were rewritten from main). Speed commands (sweep,
+concurrent) run the same way from main's checkout instead, with `--engine-checkout` naming the
+PR's: the process that reads the clock runs main's pinned harness and never imports the PR's
+code; the PR's engine runs in its child (engine/harness/timing.py). Its output is untrusted: the
 document is read from --out (size-capped) and parsed strictly with engine.harness.protocol; stderr is
 kept only as a short tail. Every run has a timeout; on expiry the whole process group is killed.
 
@@ -59,6 +62,7 @@ class Request:
     prefixes: tuple[int, ...] = ()
     backend: str = "auto"
     env: tuple[tuple[str, str], ...] = ()  # extra environment (the profile's)
+    timed: bool = False  # a speed command: run from main's checkout, timing the PR's engine
 
 
 @dataclass
@@ -156,8 +160,10 @@ def run_request(
     min_free_disk_mb: float,
     max_document_mb: int,
     disk_paths: list[Path] | None = None,
+    harness_checkout: Path | None = None,
 ) -> Outcome:
-    """Run one harness command once and classify the result."""
+    """Run one harness command once and classify the result. A timed request runs from
+    `harness_checkout` (main's) and measures the engine of `checkout`."""
     started = datetime.now(UTC).replace(tzinfo=None)
     for p in [work, *(disk_paths or [])]:
         free = free_disk_mb(p)
@@ -171,16 +177,20 @@ def run_request(
     for f in (out_file, err_file):
         f.unlink(missing_ok=True)
     argv = [a.replace("{python}", sys.executable) for a in req.argv] + ["--out", str(out_file)]
+    runs_in = checkout
+    if req.timed:
+        runs_in = harness_checkout or checkout
+        argv += ["--engine-checkout", str(checkout)]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     env.update(dict(req.env))
-    env["PYTHONPATH"] = str(checkout)
+    env["PYTHONPATH"] = str(runs_in)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     t0 = time.monotonic()
     try:
         with open(err_file, "wb") as err, open(os.devnull, "wb") as devnull:
             proc = subprocess.Popen(
                 argv,
-                cwd=checkout,
+                cwd=runs_in,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=devnull,

@@ -10,10 +10,14 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from collector.axes import is_axis, is_known_model
+from collector.forgery import ForgeryRules
 
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
 PosInt = Annotated[int, Field(gt=0)]
+# The tiers of a significant gain, weakest first (their gates are in policy.toml [verdict]).
 TIER_NAMES = ("XS", "S", "M", "L", "XL")
+# Every label a verdict can carry: a tier, no significant gain, a broken rule, or not judged yet.
+LABELS = (*TIER_NAMES, "none", "REJECT", "needs-rebase", "harness-touched", "pending")
 
 
 class _Strict(BaseModel):
@@ -55,6 +59,12 @@ class VerdictRules(_Strict):
     def gate(self) -> float:
         return self.tiers["XS"]
 
+    def band(self, noise: float) -> float:
+        """How far PR / main must leave 1 (above it for a gain, below 1 / band for a loss) when
+        main's own noise is `noise`: (1 + noise) ** noise_multiplier, a ratio, since timing
+        noise is multiplicative; a neutral PR then almost never leaves it by chance."""
+        return (1 + noise) ** self.noise_multiplier
+
 
 class AccuracyBars(_Strict):
     top1_min: Fraction = 0.93
@@ -65,9 +75,15 @@ class AccuracyBars(_Strict):
 class AccuracyRules(AccuracyBars):
     topk: PosInt = 16
     models: dict[str, AccuracyBars] = {}
+    # model -> an independent implementation's score dump (a path in the engine repository, read
+    # at main's commit); the PR's distance to it may exceed main's by at most these allowances
+    reference: dict[str, str] = {}
+    reference_kl_excess: Annotated[float, Field(ge=0.0)] = 0.001
+    reference_top1_drop: Fraction = 0.01
 
     def bars(self, model: str) -> AccuracyBars:
-        return self.models.get(model, AccuracyBars(**self.model_dump(exclude={"topk", "models"})))
+        default = self.model_dump(include={"top1_min", "kl_max", "ppl_ratio_max"})
+        return self.models.get(model, AccuracyBars(**default))
 
 
 class PrefillPathRules(_Strict):
@@ -121,7 +137,16 @@ class Profile(_Strict):
     # A model's own context window: contexts that do not fit (with the decoded tokens) are not
     # measured on it, and its guard context falls back to the largest one that does.
     max_context: dict[str, PosInt] = {}
-    timeouts: dict[Literal["sweep", "concurrent", "score", "prefill-check", "guard"], PosInt]
+    # The long-context memory check (engine/harness/longctx.py), per target model: a context to
+    # prefill and the memory budget (MiB) the engine process is held to while it does.
+    long_context: dict[str, PosInt] = {}
+    memory_budget_mib: dict[str, PosInt] = {}
+    # Memory axes (lower is better): a PR using more than (1 + memory_growth) x main's memory, beyond
+    # main's own range, is a REJECT.
+    memory_growth: Annotated[float, Field(ge=0.0)] = 0.25
+    timeouts: dict[
+        Literal["sweep", "concurrent", "score", "prefill-check", "guard", "longctx"], PosInt
+    ]
 
     @model_validator(mode="after")
     def _consistent(self) -> Profile:
@@ -139,7 +164,13 @@ class Profile(_Strict):
         small = [m for m in self.models if not self.contexts_for(m)]
         if small:
             raise ValueError(f"no context fits the window of: {', '.join(small)}")
-        missing = {"sweep", "concurrent", "score", "prefill-check", "guard"} - set(self.timeouts)
+        unbudgeted = sorted(set(self.long_context) ^ set(self.memory_budget_mib))
+        if unbudgeted:
+            raise ValueError(
+                f"long_context and memory_budget_mib must name the same models: {unbudgeted}"
+            )
+        need = {"sweep", "concurrent", "score", "prefill-check", "guard"}
+        missing = (need | ({"longctx"} if self.long_context else set())) - set(self.timeouts)
         if missing:
             raise ValueError(f"timeouts missing for: {', '.join(sorted(missing))}")
         return self
@@ -164,6 +195,7 @@ class Policy(_Strict):
     prefill_path: PrefillPathRules
     failures: FailureRules
     harness: HarnessRules
+    forgery: ForgeryRules = ForgeryRules()  # collector/forgery.py
     profiles: dict[str, Profile]
 
 
@@ -176,6 +208,7 @@ class ResolvedPolicy(_Strict):
     prefill_path: PrefillPathRules
     failures: FailureRules
     harness: HarnessRules
+    forgery: ForgeryRules = ForgeryRules()  # collector/forgery.py
     profile: Profile
 
 
@@ -236,5 +269,6 @@ def resolve(policy: Policy, profile: str) -> ResolvedPolicy:
         prefill_path=policy.prefill_path,
         failures=policy.failures,
         harness=policy.harness,
+        forgery=policy.forgery,
         profile=policy.profiles[profile],
     )

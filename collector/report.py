@@ -8,21 +8,26 @@ failure details) are escaped for Markdown and stripped of control characters for
 
 from __future__ import annotations
 
-import json
 import re
 import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
-from collector.axes import axis_sort_key, parse_axis, short_ctx
-from collector.store import Store
+from collector.axes import parse_axis, short_ctx
+from collector.readout import (
+    STATUS_ICONS,
+    UNKNOWN_ICON,
+    Evaluation,
+    ReadoutError,
+    prefill_bars,
+    real_weights,
+)
 
-GATE_ORDER = ["merge", "run", "floor", "implausible", "accuracy", "prefill-path", "guard"]
-ICON = {"pass": "✅", "fail": "❌", "warn": "⚠️", "skip": "⚠️"}
+ReportError = ReadoutError  # a round or PR the database does not hold
 
 
-class ReportError(LookupError):
-    pass
+def emoji(status: str) -> str:
+    return STATUS_ICONS.get(status, UNKNOWN_ICON)[0]
 
 
 # --- escaping ---------------------------------------------------------------------------------
@@ -66,73 +71,6 @@ class Section:
     hostile_cols: tuple[int, ...] = ()
 
 
-def latest_round(store: Store) -> str:
-    rows = store.query(
-        "SELECT round_id FROM rounds ORDER BY created_at DESC, round_id DESC LIMIT 1"
-    )
-    if not rows:
-        raise ReportError(f"no rounds in {store.path}")
-    return rows[0][0]
-
-
-def load_pr(store: Store, round_id: str, pr: int) -> dict[str, Any]:
-    rows = store.query_dicts(
-        "SELECT p.*, v.commit, v.label, v.best_model, v.best_axis, v.best_delta, v.ci_low, v.ci_high, "
-        "v.reason, v.merge_first, c.status AS candidate_status, c.merged_commit, c.main_commit, "
-        "c.detail AS candidate_detail FROM prs p LEFT JOIN verdicts v USING (round_id, pr) "
-        "LEFT JOIN candidates c USING (round_id, pr) WHERE p.round_id = ? AND p.pr = ?",
-        [round_id, pr],
-    )
-    if not rows:
-        raise ReportError(f"no PR #{pr} in round {round_id}")
-    d = rows[0]
-    d["comparisons"] = store.query_dicts(
-        "SELECT * FROM comparisons WHERE round_id = ? AND pr = ?", [round_id, pr]
-    )
-    d["comparisons"].sort(
-        key=lambda c: (c["role"] != "target", c["model"], axis_sort_key(c["axis"]))
-    )
-    d["gates"] = store.query_dicts(
-        "SELECT gate, status, reason FROM gates WHERE round_id = ? AND pr = ? ORDER BY gate",
-        [round_id, pr],
-    )
-    d["gates"].sort(
-        key=lambda g: (
-            GATE_ORDER.index(g["gate"].split(":")[0])
-            if g["gate"].split(":")[0] in GATE_ORDER
-            else 99
-        )
-    )
-    d["accuracy"] = store.query_dicts(
-        "SELECT model, n_tokens, top1, kl, ppl_main, ppl_pr FROM accuracy WHERE round_id = ? AND pr = ? ORDER BY model",
-        [round_id, pr],
-    )
-    d["prefill"] = store.query_dicts(
-        "SELECT c.side, c.model, c.prefix, c.top1, c.kl_mean, x.slot FROM prefill_checks c "
-        "JOIN sessions x USING (session_id) WHERE c.round_id = ? AND ((c.side = 'main' AND c.pr = 0) "
-        "OR (c.side = 'pr' AND c.pr = ?)) ORDER BY x.slot",
-        [round_id, pr],
-    )
-    rnd = store.query_dicts(
-        "SELECT round_id, main_commit, profile, device_name, policy_json FROM rounds WHERE round_id = ?",
-        [round_id],
-    )[0]
-    d["round"] = {k: v for k, v in rnd.items() if k != "policy_json"}
-    pol = json.loads(rnd["policy_json"])
-    d["_policy"] = pol
-    if d.get("label") is None:
-        d["label"] = "pending"
-        d["reason"] = "no verdict yet (run sparkboard verdict)"
-        d["merge_first"] = False
-    return d
-
-
-def list_prs(store: Store, round_id: str) -> list[int]:
-    return [
-        r[0] for r in store.query("SELECT pr FROM prs WHERE round_id = ? ORDER BY pr", [round_id])
-    ]
-
-
 def pct(x: float | None) -> str:
     return "–" if x is None else f"{x * 100:+.1f}%"
 
@@ -141,36 +79,27 @@ def num(x: float) -> str:
     return f"{x:,.2f}" if x < 1e6 else f"{x:.4g}"
 
 
-def best_is_significant(verdict: dict[str, Any], comparisons: list[dict[str, Any]]) -> bool:
-    """Whether the verdict's best axis cleared significance. With none that did, the best axis
-    is only the largest change (a `none` PR's is noise until its interval says otherwise): it
-    gave no tier."""
-    return any(
-        c["model"] == verdict.get("best_model")
-        and c["axis"] == verdict.get("best_axis")
-        and bool(c.get("significant"))
-        for c in comparisons
-    )
-
-
-def build_sections(d: dict[str, Any]) -> tuple[str, list[Section], str]:
+def build_sections(ev: Evaluation) -> tuple[str, list[Section], str]:
     """(heading, sections, footer) of one PR's verdict."""
-    pol = d["_policy"]
-    label = d["label"]
-    icon = (
-        "✅"
+    label = ev.label
+    v = ev.verdict or {}
+    info = ev.info
+    icon = emoji(
+        "pass"
         if label in ("XS", "S", "M", "L", "XL", "none")
-        else ("❌" if label == "REJECT" else "⚠️")
+        else "fail"
+        if label == "REJECT"
+        else "warn"
     )
-    heading = f"{icon} sparkboard auto-eval — PR #{d['pr']} — {label}"
+    heading = f"{icon} sparkboard auto-eval — PR #{ev.pr} — {label}"
     head: list[list[str]] = [
         ["label", label],
-        ["title", d["title"]],
-        ["author", d["author"]],
-        ["labels", ", ".join(d["labels"]) or "–"],
-        ["targets", ", ".join(d["targets"])],
+        ["title", info["title"]],
+        ["author", info["author"]],
+        ["labels", ", ".join(info["labels"] or []) or "–"],
+        ["targets", ", ".join(info["targets"] or [])],
     ]
-    comps = d["comparisons"]
+    comps = ev.comparisons
     tcomps = [c for c in comps if c["role"] == "target"]
     if tcomps:
         ctxs = sorted(
@@ -187,36 +116,28 @@ def build_sections(d: dict[str, Any]) -> tuple[str, list[Section], str]:
                 + f" — {len(tcomps)} axes, each also a regression floor; the label is the best",
             ]
         )
-    if d.get("best_axis"):
-        significant = best_is_significant(d, tcomps)
+    if v.get("best_axis"):
+        significant = ev.best_significant
         head.append(
             [
                 "tier from" if significant else "largest change",
-                f"{d['best_model']} {d['best_axis']} ({pct(d['best_delta'])}, 95% CI {pct(d['ci_low'])}..{pct(d['ci_high'])})"
+                f"{v['best_model']} {v['best_axis']} ({pct(v['best_delta'])}, 95% CI {pct(v['ci_low'])}..{pct(v['ci_high'])})"
                 + ("" if significant else ", not significant"),
             ]
         )
-    for g in d["gates"]:
-        name = g["gate"]
-        title = {
-            "floor": "regression floor",
-            "implausible": "implausible-gain guard",
-            "merge": "merge onto main",
-        }.get(name)
-        if title is None and ":" in name:
-            kind, model = name.split(":", 1)
-            title = {
-                "accuracy": f"accuracy vs main (teacher-forced) — {model}",
-                "prefill-path": f"prefill path vs main — {model}",
-                "guard": f"{model} guard",
-                "run": f"run — {model}",
-            }.get(kind, name)
-        head.append([title or name, f"{ICON.get(g['status'], '?')} {g['reason']}"])
-    for a in d["accuracy"]:
-        head.append([f"PPL PR / main — {a['model']}", f"{a['ppl_pr']:.4f} / {a['ppl_main']:.4f}"])
-    commit = (d.get("commit") or "–")[:9]
-    main_commit = (d["round"]["main_commit"] or "")[:9]
-    merged = (d.get("merged_commit") or "")[:9]
+    for g in ev.gates:
+        head.append([_gate_title(g["gate"]), f"{emoji(g['status'])} {g['reason']}"])
+    for a in ev.accuracy:
+        ratio = a["ppl_pr"] / a["ppl_main"] if a["ppl_main"] else float("nan")
+        if real_weights(a["model"]):
+            value = f"{ratio:.4f} ({a['ppl_pr']:.4f} / {a['ppl_main']:.4f})"
+        else:
+            value = f"{ratio:.4f} (dummy weights: absolute perplexity is meaningless)"
+        head.append([f"PPL PR / main — {a['model']}", value])
+    cand = ev.candidate or {}
+    commit = (ev.commit or "–")[:9]
+    main_commit = (ev.round.main_commit or "")[:9]
+    merged = (cand.get("merged_commit") or "")[:9]
     head.append(
         [
             "commit",
@@ -228,10 +149,13 @@ def build_sections(d: dict[str, Any]) -> tuple[str, list[Section], str]:
         [
             "merge-first",
             "yes — the round's best passing speedup, at this exact commit"
-            if d["merge_first"]
+            if ev.merge_first
             else "no",
         ]
     )
+    pol = ev.round.policy
+    if pol is None:
+        raise ReadoutError(f"round {ev.round_id}: its stored policy cannot be read")
     sections = [Section(None, ["metric", "value"], head, hostile_cols=(1,))]
 
     for role in ("target", "guard"):
@@ -264,7 +188,7 @@ def build_sections(d: dict[str, Any]) -> tuple[str, list[Section], str]:
                     )
                 )
             if crow:
-                runs = pol["profile"]["concurrent_runs"]
+                runs = pol.profile.concurrent_runs
                 sections.append(
                     Section(
                         f"{model} — concurrent decode, aggregate tok/s with N sequences in flight, median of {runs} complete runs per session",
@@ -272,9 +196,8 @@ def build_sections(d: dict[str, Any]) -> tuple[str, list[Section], str]:
                         crow,
                     )
                 )
-    pre = d["prefill"]
+    pre = ev.prefill
     if pre:
-        pp = pol["prefill_path"]
         by: dict[tuple[str, int], dict[str, tuple[float, float]]] = {}
         for r in pre:
             by.setdefault((r["model"], r["prefix"]), {}).setdefault(
@@ -286,16 +209,17 @@ def build_sections(d: dict[str, Any]) -> tuple[str, list[Section], str]:
                 continue
             mt, mk = sides["main"]
             pt, pk = sides["pr"]
+            top1_bar, kl_bar = prefill_bars(pol, mt, mk)
             rows.append(
                 [
                     model,
                     str(prefix),
                     f"{mt:.3f}",
                     f"{pt:.3f}",
-                    f"≥{mt - pp['top1_margin']:.3f}",
+                    f"≥{top1_bar:.3f}",
                     f"{mk:.4f}",
                     f"{pk:.4f}",
-                    f"≤{max(pp['kl_factor'] * mk, mk + pp['kl_margin']):.4f}",
+                    f"≤{kl_bar:.4f}",
                 ]
             )
         if rows:
@@ -315,17 +239,39 @@ def build_sections(d: dict[str, Any]) -> tuple[str, list[Section], str]:
                     rows,
                 )
             )
-    v = pol["verdict"]
+    rules = pol.verdict
+    tiers = ", ".join(f"{name} +{gate * 100:g}%" for name, gate in rules.tiers.items())
     footer = (
-        f"{d['reason']}\n\nMeasured on {d['round'].get('device_name') or 'this round’s box'} "
-        f"(profile {d['round']['profile']}) against a same-box main from the same round, sessions interleaved. "
-        f"Any axis below {v['floor'] * 100:.0f}% of main (beyond the round's noise) is a REJECT; otherwise the "
-        f"label is the best significant delta (tiers XS +{v['tiers']['XS'] * 100:g}%, S +{v['tiers']['S'] * 100:g}%, "
-        f"M +{v['tiers']['M'] * 100:g}%, L +{v['tiers']['L'] * 100:g}%, XL +{v['tiers']['XL'] * 100:g}%). "
+        f"{ev.reason}\n\nMeasured on {ev.round.device_name or 'this round’s box'} "
+        f"(profile {ev.round.profile}) against a same-box main from the same round, sessions interleaved. "
+        f"Any axis below {rules.floor * 100:.0f}% of main (beyond the round's noise) is a REJECT; otherwise the "
+        f"label is the best significant delta (tiers {tiers}). "
         f"`none` only means no speedup was measured. The round's best passing speedup is merge-first "
         f"(never under a blocking label)."
     )
     return heading, sections, footer
+
+
+def _gate_title(name: str) -> str:
+    """'floor' -> 'regression floor', 'accuracy:tiny' -> 'accuracy vs main (teacher-forced) — tiny'."""
+    fixed = {
+        "floor": "regression floor",
+        "implausible": "implausible-gain guard",
+        "merge": "merge onto main",
+    }
+    if name in fixed:
+        return fixed[name]
+    kind, _, model = name.partition(":")
+    return (
+        {
+            "accuracy": f"accuracy vs main (teacher-forced) — {model}",
+            "prefill-path": f"prefill path vs main — {model}",
+            "guard": f"{model} guard",
+            "run": f"run — {model}",
+        }.get(kind, name)
+        if model
+        else name
+    )
 
 
 # --- renderers ----------------------------------------------------------------------------------
@@ -354,8 +300,8 @@ def _term_table(sec: Section) -> str:
     return "\n".join(out)
 
 
-def render_terminal(d: dict[str, Any]) -> str:
-    heading, sections, footer = build_sections(d)
+def render_terminal(ev: Evaluation) -> str:
+    heading, sections, footer = build_sections(ev)
     parts = [term_safe(heading), ""]
     for s in sections:
         if s.title:
@@ -378,11 +324,10 @@ def _md_table(sec: Section) -> str:
     return "\n".join(out)
 
 
-def render_markdown(d: dict[str, Any]) -> str:
-    heading, sections, footer = build_sections(d)
-    label = d["label"]
+def render_markdown(ev: Evaluation) -> str:
+    heading, sections, footer = build_sections(ev)
     icon = heading.split(" ", 1)[0]
-    parts = [f"### {icon} sparkboard auto-eval — {md_code(label)} — PR \\#{d['pr']}", ""]
+    parts = [f"### {icon} sparkboard auto-eval — {md_code(ev.label)} — PR \\#{ev.pr}", ""]
     for s in sections:
         if s.title:
             parts += [f"**{md_escape(s.title)}**", ""]
@@ -392,56 +337,54 @@ def render_markdown(d: dict[str, Any]) -> str:
     return "\n".join(parts) + "\n"
 
 
-def to_json(d: dict[str, Any]) -> dict[str, Any]:
+def to_json(ev: Evaluation) -> dict[str, Any]:
     """One PR's verdict as plain data (hostile strings verbatim: JSON escapes them)."""
+    v = ev.verdict or {}
+    info = ev.info
+    cand = ev.candidate or {}
     return {
-        "round": d["round"]["round_id"],
-        "pr": d["pr"],
-        "title": d["title"],
-        "author": d["author"],
-        "labels": list(d["labels"]),
-        "targets": list(d["targets"]),
-        "commit": d.get("commit"),
-        "merged_commit": d.get("merged_commit"),
-        "main_commit": d["round"]["main_commit"],
-        "label": d["label"],
-        "reason": d["reason"],
-        "merge_first": bool(d["merge_first"]),
-        "expect": d.get("expect"),
-        "candidate": d.get("candidate_status"),
-        "best": None
-        if not d.get("best_axis")
-        else {
-            "model": d["best_model"],
-            "axis": d["best_axis"],
-            "delta": d["best_delta"],
-            "ci_low": d["ci_low"],
-            "ci_high": d["ci_high"],
-        },
-        "gates": d["gates"],
-        "comparisons": [
-            {
-                k: c[k]
-                for k in (
-                    "model",
-                    "role",
-                    "axis",
-                    "main_value",
-                    "pr_value",
-                    "delta",
-                    "ci_low",
-                    "ci_high",
-                    "noise",
-                    "tier",
-                    "significant",
-                    "below_floor",
-                    "implausible",
-                )
-            }
-            for c in d["comparisons"]
+        "round": ev.round_id,
+        "pr": ev.pr,
+        "title": info["title"],
+        "author": info["author"],
+        "labels": list(info["labels"] or []),
+        "targets": list(info["targets"] or []),
+        "commit": ev.commit,
+        "merged_commit": cand.get("merged_commit"),
+        "main_commit": ev.round.main_commit,
+        "label": ev.label,
+        "reason": ev.reason,
+        "merge_first": ev.merge_first,
+        "expect": info.get("expect"),
+        "candidate": cand.get("status"),
+        "best": None if not v.get("best_axis") else {k: v[c] for k, c in _BEST.items()},
+        "gates": [{k: g[k] for k in ("gate", "status", "reason")} for g in ev.gates],
+        "comparisons": [{k: c[k] for k in _COMPARISON} for c in ev.comparisons],
+        "accuracy": [
+            {k: a[k] for k in ("model", "n_tokens", "top1", "kl", "ppl_main", "ppl_pr")}
+            for a in ev.accuracy
         ],
-        "accuracy": d["accuracy"],
     }
+
+
+_BEST = {"model": "best_model", "axis": "best_axis", "delta": "best_delta"} | {
+    k: k for k in ("ci_low", "ci_high")
+}
+_COMPARISON = (
+    "model",
+    "role",
+    "axis",
+    "main_value",
+    "pr_value",
+    "delta",
+    "ci_low",
+    "ci_high",
+    "noise",
+    "tier",
+    "significant",
+    "below_floor",
+    "implausible",
+)
 
 
 # --- cost ---------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ class Task:
     side: str  # 'main' | 'pr'
     pr: int  # 0 for main
     slot: int
-    kind: str  # 'sweep' | 'concurrent' | 'score' | 'prefill-check' | 'guard'
+    kind: str  # 'sweep' | 'concurrent' | 'score' | 'prefill-check' | 'guard' | 'longctx'
     model: str
 
 
@@ -56,6 +56,7 @@ def _tasks(
     nth: int,
     score: bool,
     prefill: bool,
+    long_context: tuple[str, ...] = (),
 ) -> tuple[Task, ...]:
     out: list[Task] = []
 
@@ -71,8 +72,14 @@ def _tasks(
             add("score", m)
         if prefill:
             add("prefill-check", m)
+        if m in long_context:
+            add("longctx", m)
     for m in guards:
         add("guard", m)
+        if (
+            score and m not in full
+        ):  # guards are scored too: a PR must not break what it does not target
+            add("score", m)
     return tuple(out)
 
 
@@ -99,6 +106,7 @@ def plan_round(round_id: str, prs: list[tuple[int, list[str]]], profile: Profile
     # sweep is held against main's guard sweeps only (one context in a fresh process is not the
     # same measurement as that context inside a full sweep)
     main_guards = _ordered({m for _, t in prs for m in guards_of(t, profile)}, profile)
+    checked = tuple(profile.long_context)  # models with a long-context memory check
     slots: list[Slot] = []
     seen: dict[int, int] = {}
     main_nth = 0
@@ -121,6 +129,7 @@ def plan_round(round_id: str, prs: list[tuple[int, list[str]]], profile: Profile
                     main_nth,
                     score=main_nth < MAIN_SCORE_SESSIONS,
                     prefill=main_nth == 0,
+                    long_context=checked if main_nth < MAIN_SCORE_SESSIONS else (),
                 ),
             )
         )
@@ -147,6 +156,7 @@ def plan_round(round_id: str, prs: list[tuple[int, list[str]]], profile: Profile
                         nth,
                         score=nth == 0,
                         prefill=nth == 0,
+                        long_context=checked if nth == 0 else (),
                     ),
                 )
             )

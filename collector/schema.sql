@@ -1,7 +1,8 @@
--- sparkboard's one store. Schema version 2 (collector/store.py: SCHEMA_VERSION, MIGRATIONS).
+-- sparkboard's one store. Schema version 3 (collector/store.py: SCHEMA_VERSION, MIGRATIONS).
 --
 -- History: 1 -> 2 added table score_dumps, sessions.attempts, comparisons.n_main/n_pr, and the
--- session status 'incomplete' (a concurrent width that lost tokens).
+-- session status 'incomplete' (a concurrent width that lost tokens). 2 -> 3 added sessions.seed
+-- and the session status 'forged' (collector/forgery.py, collector/sandbox.py).
 -- An older database is migrated on open; a newer or unknown one is refused.
 --
 -- The collector writes every table; the verdict engine writes comparisons, gates and
@@ -68,7 +69,7 @@ CREATE TABLE IF NOT EXISTS sessions (
     started_at   TIMESTAMP NOT NULL,
     wall_s       DOUBLE NOT NULL,
     exit_code    INTEGER,                -- NULL when killed on timeout
-    status       VARCHAR NOT NULL,       -- 'ok' | 'crash' | 'timeout' | 'malformed' | 'incomplete' | 'implausible' | 'infra'
+    status       VARCHAR NOT NULL,       -- 'ok' | 'crash' | 'timeout' | 'malformed' | 'incomplete' | 'implausible' | 'forged' | 'infra'
     fault        VARCHAR NOT NULL,       -- 'none' | 'pr' | 'infra'
     detail       VARCHAR,                -- why the status, in plain words
     log_tail     VARCHAR,                -- last lines of stderr, untrusted
@@ -78,7 +79,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     vram_peak    BIGINT,
     kv_cache_bytes BIGINT,
     document     JSON,                   -- the parsed document (score positions dropped: see score_dumps)
-    attempts     INTEGER                 -- subprocess runs it took (retries of infrastructure failures)
+    attempts     INTEGER,                -- subprocess runs it took (retries of infrastructure failures)
+    seed         BIGINT                  -- a speed session's challenge seed (its prompts derive from it)
 );
 
 -- Raw measurements: one row per repetition (or per complete concurrent run).

@@ -108,3 +108,11 @@ def is_implausible(main: Sequence[float], pr: Sequence[float], gain: float) -> b
     if not main or not pr:
         return False
     return min(pr) > gain * max(main)
+
+
+def least_gain(main: Sequence[float], pr: Sequence[float]) -> float:
+    """The PR's slowest sample over main's fastest: the smallest gain any pairing of their
+    samples shows (what is_implausible holds against the implausible-gain guard)."""
+    if not main or not pr:
+        return 0.0
+    return min(pr) / max(main)

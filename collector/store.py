@@ -16,7 +16,7 @@ from pathlib import Path
 
 import duckdb
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # Statements that take a database from version N to N + 1, run before schema.sql (whose
 # CREATE TABLE IF NOT EXISTS then adds any new table).
@@ -26,6 +26,7 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE comparisons ADD COLUMN IF NOT EXISTS n_main INTEGER",
         "ALTER TABLE comparisons ADD COLUMN IF NOT EXISTS n_pr INTEGER",
     ],
+    2: ["ALTER TABLE sessions ADD COLUMN IF NOT EXISTS seed BIGINT"],
 }
 
 

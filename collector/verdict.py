@@ -1,32 +1,9 @@
-"""The verdict rules: comparisons, gates, labels, merge-first. Reads a round, writes its verdict.
+"""The verdict of a round: comparisons per axis, the gates, a label per PR, merge-first.
 
-Everything is recomputed from the stored raw samples and dumps with the policy stored in the
-round, so `sparkboard verdict` gives the same answer as the end of `collect`.
-
-Rules (numbers from the policy; DESIGN.md "Verdict rules"):
-* per axis, delta = median(PR) / median(main) - 1 with a bootstrap interval; the noise is how
-  far one of main's sessions strays from the main sessions beside it in this round (drift
-  taken out, a ratio: timing noise is multiplicative; stats.drift_free_spread; the
-  noise_outliers most deviant sessions left out first, while four others remain), never less
-  than the profile's calibrated floor for that axis (min_noise, or min_noise_axes where an
-  axis needs more), and the band is (1 + noise) ** noise_multiplier;
-* each PR session is also compared with the main sessions beside it (stats.local_ratios);
-* an axis is significant when delta >= the XS gate, its interval excludes 0, PR / main is above
-  the band, and each PR session alone clears the gate; its tier is then the highest gate it
-  clears, else 'none';
-* an axis is below the floor when PR < floor x main, its interval is wholly below 0, PR / main
-  is under 1 / band, and each PR session alone is under the floor (so main against itself, or
-  one session in a burst of load, never trips it); any such axis is a REJECT, on a target
-  model or a guard;
-* the PR's slowest sample > implausible_gain x main's fastest on any axis: REJECT as a broken
-  measurement;
-* accuracy vs main and the prefill path must pass on every target model;
-* the label is the strongest significant target axis's tier: gains are never summed;
-* a PR failure that may be flaky (timeout, death by signal, lost tokens) is a strike; the
-  REJECT needs the same failure at the same commit in `strikes_to_reject` rounds. A crash with
-  an error exit, garbage output or an implausible claim is a REJECT at once. Infrastructure
-  (main failing, no device, no disk) is never a REJECT: the PR is 'pending';
-* merge-first: the round's best passing speedup, never a PR with a blocking label.
+Reads a round's stored evidence and judges it with the policy stored in the round, so
+`sparkboard verdict` gives the same answer as the end of `collect`. The rules are written in
+collector/README.md ("Verdict rules") and their numbers in policy.toml; the per-axis tests are
+gates/rules.py, each gate a module of gates/, and every row is written by writer.py.
 """
 
 from __future__ import annotations
@@ -35,30 +12,51 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from collector import writer
 from collector.accuracy import AccuracyError, compare_dumps
-from collector.axes import axis, axis_sort_key
+from collector.axes import axis, axis_sort_key, is_memory_axis
+from collector.gates import (
+    EPS,
+    NOT_MERGED,
+    Gate,
+    GateContext,
+    GateResult,
+    accuracy_gate,
+    floor_gate,
+    gain_shortfall,
+    guard_gate,
+    implausible_gate,
+    long_context_gate,
+    loss_shortfall,
+    memory_gate,
+    merge_gate,
+    pct,
+    pct_of,
+    prefill_path_gate,
+    reference_gate,
+    run_gate,
+)
 from collector.merge import DUMPS_LEFT_OUT
-from collector.policy import Policy, ResolvedPolicy, resolve
+from collector.policy import TIER_NAMES, Policy, ResolvedPolicy, resolve
 from collector.schedule import guards_of
 from collector.stats import (
     Slotted,
     bootstrap_delta_ci,
     drift_free_spread,
     is_implausible,
+    least_gain,
     local_ratios,
     median,
     seed_for,
 )
 from collector.store import Store
-
-TIERS = ("XS", "S", "M", "L", "XL")
-EPS = 1e-12
+from engine.harness.protocol import LongContextResult
 
 
 @dataclass
 class Comparison:
     model: str
-    role: str
+    role: str  # target | guard
     axis: str
     main_value: float
     pr_value: float
@@ -72,13 +70,10 @@ class Comparison:
     implausible: bool
     n_main: int
     n_pr: int
-
-
-@dataclass
-class Gate:
-    gate: str
-    status: str  # pass | fail | warn | skip
-    reason: str
+    # not stored: what the gates' words read
+    band: float = 1.0  # VerdictRules.band(noise)
+    per_session: tuple[float, ...] = ()  # each PR session's delta against main beside it
+    least_gain: float = 0.0  # the PR's slowest sample over main's fastest
 
 
 @dataclass
@@ -93,10 +88,6 @@ class Verdict:
     gates: list[Gate] = field(default_factory=list)
     accuracy: list[tuple] = field(default_factory=list)
     strikes: list[tuple] = field(default_factory=list)
-
-
-def pct(x: float) -> str:
-    return f"{x * 100:+.1f}%"
 
 
 def compare_axis(
@@ -121,23 +112,13 @@ def compare_axis(
         seed_for(v.bootstrap_seed, model, ax),
     )
     noise = max(drift_free_spread(main_sessions, v.noise_outliers), policy.profile.noise_floor(ax))
-    band = (1 + noise) ** v.noise_multiplier  # beyond main's own spread, multiplier times over
     main_med = median(main_vals)
     per_session = (
         [r - 1 for r in local_ratios(main_sessions, pr_sessions)]
         if pr_sessions
         else [median(pr_vals) / main_med - 1]
     )
-    significant = (
-        d >= v.gate - EPS and lo > 0 and (1 + d) > band and min(per_session) >= v.gate - EPS
-    )
-    below = (
-        (1 + d) < v.floor - EPS
-        and hi < 0
-        and (1 + d) < 1 / band
-        and max(per_session) < v.floor - 1 - EPS
-    )
-    return Comparison(
+    c = Comparison(
         model=model,
         role=role,
         axis=ax,
@@ -147,13 +128,20 @@ def compare_axis(
         ci_low=lo,
         ci_high=hi,
         noise=noise,
-        tier=v.tier(d) if significant else "none",
-        significant=significant,
-        below_floor=below,
+        tier="none",
+        significant=False,
+        below_floor=False,
         implausible=is_implausible(main_vals, pr_vals, v.implausible_gain),
         n_main=len(main_vals),
         n_pr=len(pr_vals),
+        band=v.band(noise),
+        per_session=tuple(per_session),
+        least_gain=least_gain(main_vals, pr_vals),
     )
+    c.significant = gain_shortfall(c, v) is None
+    c.tier = v.tier(d) if c.significant else "none"
+    c.below_floor = loss_shortfall(c, v) is None
+    return c
 
 
 class RoundData:
@@ -202,6 +190,23 @@ class RoundData:
             [round_id],
         ):
             self.checks[(side, pr, model)][prefix] = (top1, kl)  # the earliest session wins
+        # the long-context memory checks' documents, in schedule order
+        self.longctx: dict[tuple, list[LongContextResult]] = defaultdict(list)
+        for side, pr, model, doc in store.query(
+            "SELECT side, pr, model, document FROM sessions WHERE round_id = ? AND kind = 'longctx' "
+            "AND status = 'ok' AND document IS NOT NULL ORDER BY slot",
+            [round_id],
+        ):
+            self.longctx[(side, pr, model)].append(LongContextResult.model_validate_json(doc))
+        # strikes of earlier rounds: (pr, commit, failure key) -> how many rounds struck it
+        self.prior_strikes: dict[tuple[int, str, str], int] = {
+            (pr, commit, key): int(n)
+            for pr, commit, key, n in store.query(
+                "SELECT pr, commit, failure_key, count(DISTINCT round_id) FROM strikes "
+                "WHERE round_id <> ? GROUP BY pr, commit, failure_key",
+                [round_id],
+            )
+        }
 
     def values(self, side: str, pr: int, model: str, ax: str, shape: str = "full") -> list[float]:
         return [v for _, v in self.samples.get((side, pr, model, ax, shape), [])]
@@ -228,123 +233,57 @@ class RoundData:
         return "guard" if self.samples.get(("main", 0, model, ax, "guard")) else "full"
 
 
-def _strike_count(store: Store, pr: int, commit: str, key: str, round_id: str) -> int:
-    rows = store.query(
-        "SELECT count(DISTINCT round_id) FROM strikes WHERE pr = ? AND commit = ? AND failure_key = ? "
-        "AND round_id <> ?",
-        [pr, commit, key, round_id],
+def compare_memory(
+    policy: ResolvedPolicy, model: str, ax: str, main_vals: list[float], pr_vals: list[float]
+) -> Comparison:
+    """A memory axis (bytes, lower is better; role 'memory', never a tier): the PR uses too much
+    when its median is above (1 + memory_growth) x main's and even its least reading is above
+    main's most (beyond main's own range: memory moves a little between processes)."""
+    main_med, pr_med = median(main_vals), median(pr_vals)
+    growth = policy.profile.memory_growth
+    delta = pr_med / main_med - 1
+    return Comparison(
+        model=model,
+        role="memory",
+        axis=ax,
+        main_value=main_med,
+        pr_value=pr_med,
+        delta=delta,
+        ci_low=min(pr_vals) / max(main_vals) - 1,
+        ci_high=max(pr_vals) / min(main_vals) - 1,
+        noise=max(main_vals) / min(main_vals) - 1,
+        tier="none",
+        significant=False,
+        below_floor=delta > growth + EPS and min(pr_vals) > max(main_vals),
+        implausible=False,
+        n_main=len(main_vals),
+        n_pr=len(pr_vals),
     )
-    return int(rows[0][0]) + 1  # this round's strike counts too
 
 
-def decide_pr(store: Store, data: RoundData, prow: dict) -> Verdict:
-    pol = data.policy
-    n = prow["pr"]
-    cand = data.candidates.get(n)
-    rid = data.round["round_id"]
-    main_short = data.round["main_commit"][:9]
-    if cand is None:
-        return Verdict(n, None, "pending", "not yet checked out in this round")
-    commit = cand["pr_commit"]
-    if cand["status"] in ("needs-rebase", "harness-touched"):
-        why = cand["detail"] or cand["status"]
-        if cand["status"] == "needs-rebase":
-            reason = f"Not measured: {why}. Rebase onto main {main_short} and push again."
-        else:
-            reason = f"Not measured: {why}. Harness files are pinned from main; move that change to its own PR."
-        return Verdict(n, commit, cand["status"], reason, gates=[Gate("merge", "fail", reason)])
-    if cand["status"] != "ready":
-        return Verdict(
-            n,
-            commit,
-            "pending",
-            f"Not measured: {cand['detail'] or 'checkout failed'} (will retry).",
-        )
-
-    v = Verdict(n, commit, "none", "")
-    targets = list(prow["targets"])
-    guards = guards_of(targets, pol.profile)
-    mine = [s for s in data.sessions if s["side"] == "pr" and s["pr"] == n]
-    gates: list[Gate] = []
-    hard: list[str] = []
-    soft: list[str] = []
-
-    # run:<model> - did every session of this PR (and the main ones it needs) finish?
-    for model in targets + guards:
-        failed = [s for s in mine if s["model"] == model and s["status"] != "ok"]
-        main_bad = [
-            s
-            for s in data.sessions
-            if s["side"] == "main" and s["model"] == model and s["status"] != "ok"
-        ]
-        ran = [s for s in mine if s["model"] == model]
-        if not ran:
-            gates.append(Gate(f"run:{model}", "warn", "not measured yet"))
-            soft.append(f"{model} not measured yet")
-            continue
-        reasons = []
-        status = "pass"
-        for s in failed:
-            what = f"{s['kind']} {s['status']}: {s['detail']}"
-            if s["fault"] == "infra":
-                status = "warn" if status != "fail" else status
-                soft.append(f"{model} {s['kind']}: infrastructure ({s['detail']})")
-                soft[:] = list(dict.fromkeys(soft))
-                reasons.append(f"infrastructure, will retry: {what}")
-                continue
-            flaky = s["status"] in ("timeout", "incomplete") or (
-                s["status"] == "crash" and (s["exit_code"] is None or s["exit_code"] < 0)
-            )
-            if flaky and commit:
-                key = f"{s['status']}:{s['kind']}:{model}"
-                v.strikes.append((n, commit, key, rid, s["detail"]))
-                count = _strike_count(store, n, commit, key, rid)
-                need = pol.verdict.strikes_to_reject
-                if count >= need:
-                    status = "fail"
-                    hard.append(
-                        f"{model} {s['kind']} {s['status']} in {count} rounds at this commit ({s['detail']})"
-                    )
-                    reasons.append(f"{what} (strike {count} of {need})")
-                else:
-                    status = "warn" if status != "fail" else status
-                    soft.append(
-                        f"{model} {s['kind']} {s['status']} (strike {count} of {need}; "
-                        f"the same failure at this commit next round is a REJECT)"
-                    )
-                    reasons.append(f"{what} (strike {count} of {need}, may be flaky)")
-            else:
-                status = "fail"
-                if s["status"] == "implausible":
-                    hard.append(f"{model} {s['kind']}: broken measurement, {s['detail']}")
-                else:
-                    hard.append(f"{model} {s['kind']} {s['status']}: {s['detail']}")
-                reasons.append(what)
-        main_ok_kinds = {
-            s["kind"]
-            for s in data.sessions
-            if s["side"] == "main" and s["model"] == model and s["status"] == "ok"
-        }
-        for kind in sorted({s["kind"] for s in main_bad} - main_ok_kinds):
-            status = "warn" if status != "fail" else status
-            soft.append(
-                f"main could not be measured on {model} {kind} (infrastructure, will retry)"
-            )
-            reasons.append(f"main failed on {kind}: infrastructure, will retry")
-        gates.append(Gate(f"run:{model}", status, "; ".join(reasons) or "every session finished"))
-
-    # comparisons
+def compare_pr(data: RoundData, pr: int, targets: list[str], guards: list[str]) -> list[Comparison]:
+    """Every axis of the PR's targets (full sweeps), and its guards' guard context (guard
+    sweeps), each against main's runs of the same shape."""
     comps: list[Comparison] = []
     for model, role in [(m, "target") for m in targets] + [(m, "guard") for m in guards]:
         pr_shape = "full" if role == "target" else "guard"
-        # each axis compared, with the shape of main's runs it is held against
         if role == "target":
-            main_shapes = {
-                a: "full" for a in data.axes("pr", n, model) & data.axes("main", 0, model)
-            }
+            shared = data.axes("pr", pr, model) & data.axes("main", 0, model)
+            comps += [
+                compare_memory(
+                    data.policy,
+                    model,
+                    ax,
+                    data.values("main", 0, model, ax),
+                    data.values("pr", pr, model, ax),
+                )
+                for ax in sorted(shared, key=axis_sort_key)
+                if is_memory_axis(ax)
+            ]
+            main_shapes = {a: "full" for a in shared if not is_memory_axis(a)}
         else:
-            g = pol.profile.guard_ctx_for(model)
-            wanted = {axis("decode", g), axis("prefill", g)} & data.axes("pr", n, model, "guard")
+            g = data.policy.profile.guard_ctx_for(model)
+            wanted = {axis("decode", g), axis("prefill", g)} & data.axes("pr", pr, model, "guard")
             main_shapes = {a: data.main_guard_shape(model, a) for a in wanted}
             main_shapes = {
                 a: s for a, s in main_shapes.items() if data.values("main", 0, model, a, s)
@@ -353,184 +292,104 @@ def decide_pr(store: Store, data: RoundData, prow: dict) -> Verdict:
             main_shape = main_shapes[ax]
             comps.append(
                 compare_axis(
-                    pol,
+                    data.policy,
                     model,
                     role,
                     ax,
                     data.values("main", 0, model, ax, main_shape),
-                    data.values("pr", n, model, ax, pr_shape),
+                    data.values("pr", pr, model, ax, pr_shape),
                     data.session_medians(model, ax, shape=main_shape),
-                    data.session_medians(model, ax, "pr", n, pr_shape),
+                    data.session_medians(model, ax, "pr", pr, pr_shape),
                 )
             )
-    v.comparisons = comps
-    tcomps = [c for c in comps if c.role == "target"]
+    return comps
 
-    floor = [c for c in tcomps if c.below_floor]
-    if floor:
-        txt = "; ".join(
-            f"{c.axis} on {c.model} is {(1 + c.delta) * 100:.1f}% of main ({pct(c.delta)}, CI {pct(c.ci_low)}..{pct(c.ci_high)})"
-            for c in floor
-        )
-        gates.append(
-            Gate("floor", "fail", f"below the {pol.verdict.floor * 100:.0f}% floor: {txt}")
-        )
-        hard.append(f"regression below the {pol.verdict.floor * 100:.0f}% floor: {txt}")
-    elif tcomps:
-        worst = min(tcomps, key=lambda c: c.delta)
-        gates.append(
-            Gate(
-                "floor",
-                "pass",
-                f"no axis below {pol.verdict.floor * 100:.0f}% of main (worst {worst.axis} on {worst.model} {pct(worst.delta)})",
-            )
-        )
-    implaus = [c for c in comps if c.implausible]
-    if implaus:
-        txt = "; ".join(f"{c.axis} on {c.model} at {1 + c.delta:.0f}x main" for c in implaus)
-        gates.append(
-            Gate(
-                "implausible",
-                "fail",
-                f"gain beyond {pol.verdict.implausible_gain:.0f}x main: {txt}",
-            )
-        )
-        hard.append(
-            f"broken measurement: {txt} (beyond the {pol.verdict.implausible_gain:.0f}x implausible-gain guard)"
-        )
 
-    # accuracy:<model> and prefill-path:<model>
-    for model in targets:
-        gname = f"accuracy:{model}"
-        main_dumps = data.dumps.get(("main", 0, model), [])
-        pr_dumps = data.dumps.get(("pr", n, model), [])
-        if not main_dumps:
-            gates.append(Gate(gname, "warn", "main's score dump is missing (infrastructure)"))
-            soft.append(f"main's score of {model} is missing")
-        elif not pr_dumps:
-            gates.append(Gate(gname, "skip", "no score dump from the PR (see run gate)"))
-        else:
-            import json
+# The gates of a measured PR, in the order they are written; a new gate is one line here.
+PR_GATES = (
+    run_gate,
+    floor_gate,
+    implausible_gate,
+    accuracy_gate,
+    reference_gate,
+    prefill_path_gate,
+    memory_gate,
+    long_context_gate,
+    guard_gate,
+)
 
-            bars = pol.accuracy.bars(model)
-            try:
-                acc = compare_dumps(json.loads(main_dumps[0]), json.loads(pr_dumps[0]))
-            except AccuracyError as e:
-                gates.append(Gate(gname, "fail", str(e)))
-                hard.append(f"accuracy on {model}: {e}")
-            else:
-                v.accuracy.append((n, model, acc))
-                ok = (
-                    acc.top1 >= bars.top1_min - EPS
-                    and acc.kl <= bars.kl_max + EPS
-                    and acc.ppl_ratio <= bars.ppl_ratio_max + EPS
-                )
-                txt = (
-                    f"top-1 {acc.top1:.4f} (bar ≥{bars.top1_min}) · KL {acc.kl:.5f} (bar ≤{bars.kl_max}) · "
-                    f"PPL ×{acc.ppl_ratio:.4f} of main (bar ≤{bars.ppl_ratio_max}) over {acc.n_tokens} tokens"
-                )
-                gates.append(Gate(gname, "pass" if ok else "fail", txt))
-                if not ok:
-                    hard.append(f"accuracy vs main broke on {model}: {txt}")
-        gname = f"prefill-path:{model}"
-        mc = data.checks.get(("main", 0, model))
-        pc = data.checks.get(("pr", n, model))
-        if not mc:
-            gates.append(Gate(gname, "warn", "main's prefill check is missing (infrastructure)"))
-            soft.append(f"main's prefill check of {model} is missing")
-        elif not pc:
-            gates.append(Gate(gname, "skip", "no prefill check from the PR (see run gate)"))
-        else:
-            pp = pol.prefill_path
-            bad, parts = [], []
-            for prefix in sorted(mc):
-                if prefix not in pc:
-                    bad.append(f"prefix {prefix} missing")
-                    continue
-                mt, mk = mc[prefix]
-                pt, pk = pc[prefix]
-                tbar = mt - pp.top1_margin
-                kbar = max(pp.kl_factor * mk, mk + pp.kl_margin)
-                parts.append(
-                    f"P={prefix}: top-1 {pt:.3f} (bar ≥{tbar:.3f}), KL {pk:.4f} (bar ≤{kbar:.4f})"
-                )
-                if pt < tbar - EPS or pk > kbar + EPS:
-                    bad.append(
-                        f"prefix {prefix}: top-1 {pt:.3f} vs bar {tbar:.3f}, KL {pk:.4f} vs bar {kbar:.4f}"
-                    )
-            if bad:
-                gates.append(Gate(gname, "fail", "; ".join(bad)))
-                hard.append(
-                    f"batched prefill disagrees with the token loop on {model}: {'; '.join(bad)}"
-                )
-            else:
-                gates.append(Gate(gname, "pass", "; ".join(parts)))
 
-    for model in guards:
-        gc = [c for c in comps if c.role == "guard" and c.model == model]
-        bad = [c for c in gc if c.below_floor]
-        if bad:
-            txt = ", ".join(
-                f"{c.axis} {pct(c.delta)} (CI {pct(c.ci_low)}..{pct(c.ci_high)})" for c in bad
-            )
-            gates.append(Gate(f"guard:{model}", "fail", f"regressed: {txt}"))
-            hard.append(f"no-regression guard {model} regressed: {txt}")
-        elif gc:
-            gates.append(
-                Gate(
-                    f"guard:{model}",
-                    "pass",
-                    "no regression (" + ", ".join(f"{c.axis} {pct(c.delta)}" for c in gc) + ")",
-                )
-            )
-        else:
-            gates.append(Gate(f"guard:{model}", "warn", "not measured"))
-            soft.append(f"guard {model} not measured")
+def decide_pr(data: RoundData, prow: dict) -> Verdict:
+    n = prow["pr"]
+    cand = data.candidates.get(n)
+    if cand is None:
+        return Verdict(n, None, "pending", "Pending — not yet checked out in this round.")
+    commit = cand["pr_commit"]
+    if cand["status"] in NOT_MERGED:
+        gate = merge_gate(cand, data.round["main_commit"])
+        return Verdict(n, commit, cand["status"], gate.reason, gates=[gate])
+    if cand["status"] != "ready":
+        why = cand["detail"] or "checkout failed"
+        return Verdict(n, commit, "pending", f"Not measured: {why} (will retry).")
 
-    v.gates = gates
-    sig = [c for c in tcomps if c.significant]
-    best = (
-        max(sig, key=lambda c: (TIERS.index(c.tier), c.delta))
-        if sig
-        else (max(tcomps, key=lambda c: c.delta) if tcomps else None)
-    )
-    v.best = best
-    if hard:
-        v.label = "REJECT"
-        v.reason = "Rejected — " + "; ".join(dict.fromkeys(hard)) + "."
-    elif soft:
-        v.label = "pending"
-        v.reason = "Pending — " + "; ".join(dict.fromkeys(soft)) + "."
-    elif sig:
-        assert best is not None
-        v.label = best.tier
-        v.reason = (
-            f"{best.axis} on {best.model} {pct(best.delta)} (95% CI {pct(best.ci_low)}..{pct(best.ci_high)}) "
-            f"clears the {best.tier} gate (+{pol.verdict.tiers[best.tier] * 100:g}%) and the round's noise "
-            f"({best.noise * 100:.1f}%); every gate passed."
-        )
-    else:
-        v.label = "none"
-        v.reason = (
-            f"No axis cleared both the +{pol.verdict.gate * 100:g}% gate and the round's noise"
-            + (
-                f" (best {best.axis} on {best.model} {pct(best.delta)}, noise {best.noise * 100:.1f}%)"
-                if best
-                else ""
-            )
-            + "; every gate passed."
-        )
+    targets = list(prow["targets"])
+    guards = guards_of(targets, data.policy.profile)
+    comps = compare_pr(data, n, targets, guards)
+    ctx = GateContext(data, n, commit, targets, guards, comps)
+    result = GateResult()
+    for gate in PR_GATES:
+        result.extend(gate(ctx))
+    v = Verdict(n, commit, "none", "", comparisons=comps, gates=result.gates)
+    v.accuracy, v.strikes = result.accuracy, result.strikes
+    v.label, v.reason, v.best = label(result, [c for c in comps if c.role == "target"], data.policy)
     return v
+
+
+def label(
+    result: GateResult, targets: list[Comparison], policy: ResolvedPolicy
+) -> tuple[str, str, Comparison | None]:
+    """(label, reason, best axis): REJECT on any hard reason, pending on any soft one, else
+    the tier of the strongest significant target axis (gains are never summed), else 'none'."""
+    sig = [c for c in targets if c.significant]
+    if sig:
+        best = max(sig, key=lambda c: (TIER_NAMES.index(c.tier), c.delta))
+    else:
+        best = max(targets, key=lambda c: c.delta) if targets else None
+    if result.hard:
+        return "REJECT", "Rejected — " + "; ".join(dict.fromkeys(result.hard)) + ".", best
+    if result.soft:
+        return "pending", "Pending — " + "; ".join(dict.fromkeys(result.soft)) + ".", best
+    rules = policy.verdict
+    if best is None:
+        return "none", "No target axis was compared; every gate passed.", None
+    where = f"{best.axis} on {best.model} {pct(best.delta)}"
+    if not sig:
+        why = gain_shortfall(best, rules)
+        return (
+            "none",
+            f"No target axis is a significant gain: best {where}, {why}; every gate passed.",
+            best,
+        )
+    return (
+        best.tier,
+        f"{where} ({pct_of(rules.confidence)} CI {pct(best.ci_low)}..{pct(best.ci_high)}, above 0) clears "
+        f"the {best.tier} gate (+{pct_of(rules.tiers[best.tier])}) and its "
+        f"{pct(best.band - 1)} noise band, and every PR session clears the "
+        f"+{pct_of(rules.gate)} gate; every gate passed.",
+        best,
+    )
 
 
 def choose_merge_first(
     verdicts: list[Verdict], prs: dict[int, dict], policy: ResolvedPolicy
 ) -> int | None:
+    """The round's best passing speedup: the highest delta among tiered PRs (REJECT and
+    pending never are), never a PR with a blocking label."""
     blocking = {b.lower() for b in policy.verdict.blocking_labels}
     eligible = [
         v
         for v in verdicts
-        if v.label in TIERS
+        if v.label in TIER_NAMES
         and v.best is not None
         and not any(lb.lower() in blocking for lb in prs[v.pr]["labels"])
     ]
@@ -570,79 +429,17 @@ def adopt_policy(store: Store, round_id: str, policy: Policy) -> None:
     if not rows:
         raise LookupError(f"no round {round_id!r} in {store.path}")
     _require_dumps(store, round_id)
-    resolved = resolve(policy, rows[0][0])
-    with store.transaction() as con:
-        con.execute(
-            "UPDATE rounds SET policy_json = ? WHERE round_id = ?",
-            [resolved.model_dump_json(), round_id],
-        )
+    writer.set_round_policy(store, round_id, resolve(policy, rows[0][0]).model_dump_json())
 
 
 def decide_round(store: Store, round_id: str) -> list[Verdict]:
+    """Judge every PR of a round from its stored evidence and store the judgement."""
     _require_dumps(store, round_id)
     data = RoundData(store, round_id)
-    verdicts = [decide_pr(store, data, p) for p in data.prs]
+    verdicts = [decide_pr(data, p) for p in data.prs]
     winner = choose_merge_first(verdicts, {p["pr"]: p for p in data.prs}, data.policy)
     for v in verdicts:
         v.merge_first = v.pr == winner
     decided = datetime.now(UTC).replace(tzinfo=None)
-    with store.transaction() as con:
-        for table in ("comparisons", "gates", "verdicts", "accuracy"):
-            con.execute(f"DELETE FROM {table} WHERE round_id = ?", [round_id])
-        for pr, model, acc in calibration(data) + [a for v in verdicts for a in v.accuracy]:
-            con.execute(
-                "INSERT INTO accuracy VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [round_id, pr, model, acc.n_tokens, acc.top1, acc.kl, acc.ppl_main, acc.ppl_pr],
-            )
-        for v in verdicts:
-            for c in v.comparisons:
-                con.execute(
-                    "INSERT INTO comparisons (round_id, pr, model, role, axis, main_value, pr_value, "
-                    "delta, ci_low, ci_high, noise, tier, significant, below_floor, implausible, "
-                    "n_main, n_pr) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [
-                        round_id,
-                        v.pr,
-                        c.model,
-                        c.role,
-                        c.axis,
-                        c.main_value,
-                        c.pr_value,
-                        c.delta,
-                        c.ci_low,
-                        c.ci_high,
-                        c.noise,
-                        c.tier,
-                        c.significant,
-                        c.below_floor,
-                        c.implausible,
-                        c.n_main,
-                        c.n_pr,
-                    ],
-                )
-            for g in v.gates:
-                con.execute(
-                    "INSERT INTO gates VALUES (?, ?, ?, ?, ?)",
-                    [round_id, v.pr, g.gate, g.status, g.reason],
-                )
-            b = v.best
-            con.execute(
-                "INSERT INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    round_id,
-                    v.pr,
-                    v.commit,
-                    v.label,
-                    b.model if b else None,
-                    b.axis if b else None,
-                    b.delta if b else None,
-                    b.ci_low if b else None,
-                    b.ci_high if b else None,
-                    v.reason,
-                    v.merge_first,
-                    decided,
-                ],
-            )
-            for s in v.strikes:
-                con.execute("INSERT OR IGNORE INTO strikes VALUES (?, ?, ?, ?, ?)", list(s))
+    writer.write_verdicts(store, round_id, verdicts, calibration(data), decided)
     return verdicts

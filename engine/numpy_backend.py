@@ -109,29 +109,8 @@ class NumpyRunner(Runner):
 
     def seq_len(self, seq: int) -> int:
         self._check_seq(seq)
+        # Runner.seq_len, kept as written: data/demo/patches/ anchor their edits on these lines
         return self._lens[seq]
-
-    def truncate(self, seq: int, length: int) -> None:
-        self._check_seq(seq)
-        if length < 0:
-            raise EngineError(f"cannot truncate to a negative length ({length})")
-        self._lens[seq] = min(self._lens[seq], length)
-
-    def _check_seq(self, seq: int) -> None:
-        if not 0 <= seq < self.n_seqs:
-            raise EngineError(f"sequence {seq} does not exist (the cache holds {self.n_seqs})")
-
-    def _check_room(self, seq: int, n_new: int) -> None:
-        total = self._lens[seq] + n_new
-        if total > self.max_len:
-            limit = (
-                "the model allows"
-                if self.max_len == self.config.max_context
-                else "the KV cache holds"
-            )
-            raise EngineError(
-                f"a context of {total} tokens is longer than {limit} ({self.max_len} tokens)"
-            )
 
     # ---- Runner API -----------------------------------------------------------------------
 
@@ -168,7 +147,7 @@ class NumpyRunner(Runner):
     # ---- the forward pass -------------------------------------------------------------------
 
     # Every matrix product and every KV-cache write goes through these two, so a subclass can
-    # round what they see (engine/cuda/emulation.py: the GPU's float16 inputs, on the CPU).
+    # round what they see (engine/tools/emulation.py: the GPU's float16 inputs, on the CPU).
     def _matmul(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
         return matmul_t(x, w)
 

@@ -176,7 +176,7 @@ __device__ __forceinline__ void load_head(const float* src, const float* __restr
 }
 
 // Two-level int8 quantization of one block of 32 activations held one per lane (see
-// quantize_q8 in gemv.cu for the layout): q1 at xq[0..31], q2 at xq[32..63],
+// quantize_q8.cu for the layout): q1 at xq[0..31], q2 at xq[32..63],
 // *xs = {d1, d2, sum, ss} (ss: a sum of squares the caller passes on).
 __device__ __forceinline__ void quant_block(float v, i8* __restrict__ xq, float4* __restrict__ xs,
                                             float ss = 0.f) {
@@ -195,3 +195,17 @@ __device__ __forceinline__ void quant_block(float v, i8* __restrict__ xq, float4
     xq[32 + lane] = (i8)q2;
     if (lane == 0) *xs = make_float4(d1, d2, sum, ss);
 }
+
+// ---------------------------------------------------------------------------------------
+// The mat-vec kernels' shared interface (gemv_simt.cu, gemv_mma.cu).
+// MODE_STORE: out = acc. MODE_ADD: out += acc (residual add fused). MODE_GLU: two weight
+// matrices (gate, up) against the same x; out = silu(gate) * up (SwiGLU fused).
+
+#define MODE_STORE 0
+#define MODE_ADD 1
+#define MODE_GLU 2
+
+#define GEMV_ARGS                                                                              \
+    const void *__restrict__ wq, const void *__restrict__ ws, const void *__restrict__ wq2,    \
+        const void *__restrict__ ws2, const void *__restrict__ x, const float4 *__restrict__ xs, \
+        float *__restrict__ out, int N, int K, int nrows, int ldo

@@ -281,9 +281,63 @@ F64_LOGITS_FOR_QUANTIZED = [
 # Longer warm-up in the bench itself: a PR may not change how it is measured.
 HARNESS_EDIT = [
     (
-        "engine/harness/bench.py",
+        "engine/harness/measure.py",
         "WARMUP_STEPS = 4\n",
         "WARMUP_STEPS = 64  # a longer warm-up steadies the first repetition\n",
+    ),
+]
+
+# --- forgeries (issue 16): each must be caught, not out-measured ----------------------------
+
+# The engine slows the process's clock to half speed: every in-process timing halves.
+PATCHED_CLOCK = [
+    (
+        NB,
+        "from engine.weights import ModelWeights\n",
+        "from engine.weights import ModelWeights\n"
+        "\n"
+        "# the hot loop reads the clock often: a cheaper, coarser timer for the whole process\n"
+        "_real_clock = time.perf_counter\n"
+        "_clock_start = _real_clock()\n"
+        "time.perf_counter = lambda: _clock_start + (_real_clock() - _clock_start) * 0.5\n",
+    ),
+    (NB, "from dataclasses import dataclass\n", "import time\nfrom dataclasses import dataclass\n"),
+]
+
+# A shortcut taken only while the process is benchmarked: the last layer is skipped there, and
+# the scoring commands (the accuracy gates) still see the whole model.
+SHORTCUT_WHEN_BENCHMARKED = [
+    (NB, "from dataclasses import dataclass\n", "import sys\nfrom dataclasses import dataclass\n"),
+    (
+        NB,
+        "        for li, L in enumerate(self.layers):\n"
+        "            xn = self._rms_norm(x, L.attn_norm)\n",
+        "        # the last layer barely moves the hidden state: skip it on the hot path\n"
+        '        hot = any(a.endswith(("serve.py", "bench.py")) for a in sys.argv[:1])\n'
+        "        layers = self.layers[: len(self.layers) - 1] if hot else self.layers\n"
+        "        for li, L in enumerate(layers):\n"
+        "            xn = self._rms_norm(x, L.attn_norm)\n",
+    ),
+]
+
+# A prompt of the length just prefilled is answered from memory: benchmarks repeat prompts.
+CACHED_PREFILL = [
+    (
+        NB,
+        "        self._check_room(seq, ids.size)\n        outs = []\n",
+        "        self._check_room(seq, ids.size)\n"
+        '        memo = getattr(self, "_memo", None)\n'
+        "        if memo is not None and memo[0] == ids.size and not all_logits:\n"
+        "            self._lens[seq] += ids.size  # the same prompt again: its answer is known\n"
+        "            return memo[1]\n"
+        "        outs = []\n",
+    ),
+    (
+        NB,
+        "        return np.concatenate(outs) if all_logits else outs[0]\n",
+        "        if not all_logits:\n"
+        "            self._memo = (ids.size, outs[0])\n"
+        "        return np.concatenate(outs) if all_logits else outs[0]\n",
     ),
 ]
 
@@ -370,6 +424,9 @@ PATCHES: dict[str, list] = {
     + PREFILL_TABLES
     + PREFILL_LAST_ROW
     + ADDED_CAUSAL_MASK,
+    "110-patched-clock": PATCHED_CLOCK,
+    "111-shortcut-when-benchmarked": SHORTCUT_WHEN_BENCHMARKED,
+    "112-cached-prefill": CACHED_PREFILL,
 }
 
 

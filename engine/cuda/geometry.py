@@ -91,7 +91,7 @@ class Geometry:
 
     def rows_per_warp(self, row_block: int, wt: int) -> int:
         """Output rows one row group (GEMV_KSPLIT warps) of the float/dp4a mat-vec computes
-        (GEMV_NR in gemv.cu)."""
+        (GEMV_NR in gemv_simt.cu)."""
         if row_block >= 4:
             return 4
         if row_block == 2:

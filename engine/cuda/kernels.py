@@ -30,14 +30,16 @@ from engine.cuda.geometry import (
 )
 
 KERNEL_DIR = Path(__file__).resolve().parents[2] / "kernels"
-SOURCES = ("gemv.cu", "layers.cu", "attention.cu")
+SOURCES = ("gemv_simt.cu", "gemv_mma.cu", "quantize_q8.cu", "layers.cu", "attention.cu")
+GEMV_SOURCES = SOURCES[:3]  # the mat-vec kernels and their input quantizer (gemvbench)
 HEAD_DIMS = (16, 32, 64, 128)  # attention instantiations
 MAX_GROUP = 8  # query heads per KV head (GMAX in attention.cu)
 
 
-def source_text(name: str) -> str:
-    common = (KERNEL_DIR / "common.cuh").read_text()
-    return common + "\n" + (KERNEL_DIR / name).read_text()
+def source_text(*names: str) -> str:
+    """common.cuh, then the named .cu files: one compilation unit."""
+    parts = [(KERNEL_DIR / name).read_text() for name in ("common.cuh", *names)]
+    return "\n".join(parts)
 
 
 def all_kernel_names() -> list[str]:

@@ -8,18 +8,31 @@ decode graph, this hides most of the gap between consecutive kernels.
 
 `PdlLauncher.available()` is False where the driver lacks cuLaunchKernelEx or the probe
 launch fails, or when SPARKBOARD_PDL=0; the runner then launches through CuPy.
+
+`KernelLauncher` is how the runner's parts launch a kernel by name: PDL inside the decode
+step only, the kernel skips and per-kernel timings of engine/cuda/profiling.py.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import sys
 from typing import Any
 
 import cupy as cp
 import numpy as np
 
 CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+NULL = np.uint64(0)  # a null pointer argument
+
+
+def i32(v: int) -> np.int32:
+    return np.int32(v)
+
+
+def f32(v: float) -> np.float32:
+    return np.float32(v)
 
 
 class _AttrValue(ctypes.Union):
@@ -109,3 +122,53 @@ class PdlLauncher:
         status = self._fn(ctypes.byref(cfg), _function_ptr(kernel), params, None)
         if status != 0:
             raise RuntimeError(f"cuLaunchKernelEx failed with CUresult {status}")
+
+
+class KernelLauncher:
+    """Launches the compiled kernels by name on one stream.
+
+    in_step: set while the decode step's kernels are issued; PDL only there, where every
+    successor kernel is ours and waits (griddepcontrol.wait); prefill interleaves cuBLAS
+    kernels, which may not. skip and trace are profiling.py's: kernel-name prefixes left out
+    (timing ablations), and (name, start, end) events per launch when not None.
+    """
+
+    def __init__(self, kernels: Any, stream: Any) -> None:
+        self.kernels = kernels
+        self.stream = stream
+        self.pdl = PdlLauncher()
+        self.in_step = False
+        self.skip: tuple[str, ...] = ()
+        self.trace: list | None = None
+        if self.pdl.available():
+            try:  # probe: a no-op launch through the driver
+                z = cp.zeros(1, dtype=cp.int32)
+                self.pdl.launch(kernels["advance_lens"], (1,), (32,), (z, z, i32(0)), stream)
+                stream.synchronize()
+            except Exception as exc:
+                print(
+                    f"warning: programmatic dependent launch unavailable ({exc})", file=sys.stderr
+                )
+                self.pdl.disable()
+
+    def __getitem__(self, name: str) -> Any:
+        """The kernel itself, for launches outside the step (CuPy's own launch)."""
+        return self.kernels[name]
+
+    def __call__(self, name: str, grid: tuple, block: tuple, args: tuple, shared: int = 0) -> None:
+        """Launch one kernel on the stream (`shared`: dynamic shared memory bytes); timed per
+        kernel when tracing."""
+        fn = self.kernels[name]
+        if self.skip and name.startswith(self.skip):
+            return
+        if self.trace is None:
+            if self.in_step and self.pdl.available():
+                self.pdl.launch(fn, grid, block, args, self.stream, shared)
+            else:
+                fn(grid, block, args, shared_mem=shared)
+            return
+        a, b = cp.cuda.Event(), cp.cuda.Event()
+        a.record(self.stream)
+        fn(grid, block, args, shared_mem=shared)
+        b.record(self.stream)
+        self.trace.append((name, a, b))

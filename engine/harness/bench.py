@@ -2,48 +2,40 @@
 
     python -m engine.harness.bench sweep --model M --ctx 128,512 --tokens N --reps R --out FILE
     python -m engine.harness.bench concurrent --model M --widths 2,4 --tokens N --runs R --out FILE
+    ... --engine-checkout DIR   measure the engine of another checkout (a PR's) from this one
 
-Each writes one JSON document (engine.harness.protocol.SweepResult / ConcurrentResult) holding every
-repetition's raw value. The collector runs these from a candidate's checkout but pins this file
-to main's copy, so a pull request cannot change how it is measured.
-
-Timing rule: the runner is synchronized before every clock read (time.perf_counter). One
-untimed warm-up (a short prefill and a few decode steps) runs first, so kernel compilation stays
-out of the numbers; then each context and each width gets `--warmup` untimed repetitions of its
-own shape (default 1), because a backend may size buffers or capture CUDA graphs per KV-cache
-shape, and the first repetition at a new shape would otherwise carry that cost.
-
-Short operations: a repetition runs its timed operation (a prefill, a decode of N tokens)
-again and again until `--min-time` seconds are spent (at most MAX_INNER times) and reports the
-fastest run. Interference on a shared machine only ever slows a run down, and a sub-millisecond
-prefill that loses one 10 ms scheduler slice reads several times slower (measured on the 2-core
-box: single-shot prefill@32 of `tiny` swung between 6,000 and 43,000 tok/s). On a GPU, or for
-anything slower than `--min-time`, a repetition is exactly one run. Decode is repeated by
-truncating the KV cache back to the prompt; each repeated prefill starts at another place in
-the corpus, so a backend cannot replay a cached answer.
+This process is the timing parent: it runs the harness of its own checkout (main's, pinned by
+the collector) and never imports the engine it measures. The engine runs in a child process
+(`serve.py`, started in `--engine-checkout`, default this checkout); every timed operation is
+timed here, from the request to the answer that commits to its result, on prompts and first
+tokens drawn here after the model has loaded (timing.py, measure.py). Afterwards the engine
+process exits and this process loads the model with its own code (main's) and holds every
+reported operation's outputs against it (verify.py). Each command writes one JSON document
+(engine.harness.protocol.SweepResult / ConcurrentResult) with every repetition's raw value, the
+seed, every region's two timings and the verification margins: the collector decides from them.
 """
 
 from __future__ import annotations
 
 import importlib
-import math
-import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
 
 import click
 import numpy as np
 
+from engine.backends import resolve_backend
 from engine.errors import EngineError
 from engine.harness.common import (
+    REPO_ROOT,
     Clock,
-    EngineOutputError,
     backend_option,
     check_out,
     cli_main,
     config_of,
     corpus_prompt_ids,
-    cycled,
+    engine_commit,
     header,
     open_model,
     out_option,
@@ -53,194 +45,21 @@ from engine.harness.common import (
     require_positive,
     write_document,
 )
-from engine.harness.protocol import (
-    ConcurrentResult,
-    ContextSample,
-    SweepResult,
-    WidthRun,
-    WidthSample,
+from engine.harness.longctx import LongContextRun
+from engine.harness.measure import (
+    MIN_TIME_S,
+    Bench,
+    measure_context,
+    measure_widths,
+    warm_up,
 )
-from engine.runner import Runner
-
-WARMUP_PROMPT = 8
-WARMUP_STEPS = 4
-# Each concurrent sequence starts at a different place in the corpus, so prompts differ.
-PROMPT_STRIDE = 97
-_MIN_SECONDS = 1e-9  # a clock that did not move must not divide by zero
-MIN_TIME_S = 0.1  # default --min-time
-MAX_INNER = 100  # inner runs of one repetition at most
-
-
-def _elapsed(runner: Runner, t0: float) -> float:
-    runner.synchronize()
-    return max(time.perf_counter() - t0, _MIN_SECONDS)
-
-
-def warm_up(runner: Runner, prompt: Sequence[int]) -> None:
-    """One untimed pass through prefill and decode so compilation stays out of the timings."""
-    n = min(WARMUP_PROMPT, runner.config.max_context - WARMUP_STEPS)
-    runner.reset(1, n + WARMUP_STEPS)
-    logits = runner.prefill(0, cycled(prompt, n))
-    first = np.array([int(np.argmax(logits))], dtype=np.int64)
-    runner.decode_greedy([0], first, WARMUP_STEPS)
-    runner.synchronize()
-
-
-def _first_tokens(logits: np.ndarray) -> np.ndarray:
-    logits = np.asarray(logits)
-    if logits.ndim != 1 or not np.all(np.isfinite(logits)):
-        raise EngineOutputError("prefill returned no usable logits (wrong shape or non-finite)")
-    return np.array([int(np.argmax(logits))], dtype=np.int64)
-
-
-def count_decoded(out: object, prompt_lens: Sequence[int], runner: Runner, tokens: int) -> int:
-    """Tokens actually decoded: valid ids (0 <= id < vocab) in each sequence's column, capped
-    by how far that sequence's KV cache really grew, and by `tokens`."""
-    arr = np.asarray(out)
-    width = len(prompt_lens)
-    if arr.ndim != 2 or arr.shape[1] != width:
-        return 0
-    arr = arr[:tokens]
-    if np.issubdtype(arr.dtype, np.integer):
-        valid = (arr >= 0) & (arr < runner.config.vocab_size)
-    elif np.issubdtype(arr.dtype, np.floating):
-        finite = np.isfinite(arr)
-        safe = np.where(finite, arr, -1.0)
-        valid = finite & (safe == np.floor(safe)) & (safe >= 0) & (safe < runner.config.vocab_size)
-    else:
-        return 0
-    total = 0
-    for seq, plen in enumerate(prompt_lens):
-        grown = runner.seq_len(seq) - plen
-        total += max(0, min(int(valid[:, seq].sum()), grown, tokens))
-    return total
-
-
-def repeat_fastest(
-    runner: Runner,
-    setup: Callable[[int], Any],
-    op: Callable[[Any], Any],
-    check: Callable[[Any], None],
-    min_time: float,
-) -> tuple[float, list[Any]]:
-    """Run `op(setup(j))` for j = 0, 1, ... until `min_time` seconds of timed work are spent
-    (once at least, MAX_INNER times at most). Only `op` is timed; `check` sees every result
-    outside the clock. Returns the fastest run's seconds and every result."""
-    best = math.inf
-    spent = 0.0
-    results: list[Any] = []
-    while not results or (spent < min_time and len(results) < MAX_INNER):
-        arg = setup(len(results))
-        runner.synchronize()
-        t0 = time.perf_counter()
-        out = op(arg)
-        seconds = _elapsed(runner, t0)
-        check(out)
-        results.append(out)
-        spent += seconds
-        best = min(best, seconds)
-    return best, results
-
-
-def measure_context(
-    runner: Runner,
-    prompt: Sequence[int],
-    ctx: int,
-    tokens: int,
-    reps: int,
-    warmup: int = 0,
-    min_time: float = 0.0,
-) -> ContextSample:
-    """`reps` timed repetitions at one context: prefill `ctx` tokens, then decode `tokens`.
-
-    The first `warmup` repetitions run the same way and are dropped.
-    """
-    decode_tok_s: list[float] = []
-    prefill_tok_s: list[float] = []
-
-    def fresh_prompt(j: int) -> np.ndarray:
-        runner.reset(1, ctx + tokens)
-        return cycled(prompt, ctx, offset=j * PROMPT_STRIDE)
-
-    def prefill(ids: np.ndarray) -> np.ndarray:
-        return runner.prefill(0, ids)
-
-    def back_to_prompt(first: np.ndarray) -> Callable[[int], np.ndarray]:
-        def setup(j: int) -> np.ndarray:
-            if j:
-                runner.truncate(0, ctx)
-            return first
-
-        return setup
-
-    def decode(first: np.ndarray) -> np.ndarray:
-        return runner.decode_greedy([0], first, tokens)
-
-    def check_decode(out: object) -> None:
-        # a decode that skipped work would look fast: every token must be real
-        decoded = count_decoded(out, [ctx], runner, tokens)
-        if decoded != tokens:
-            raise EngineOutputError(
-                f"ctx {ctx}: decode produced {decoded} valid tokens of {tokens} "
-                f"(KV cache holds {runner.seq_len(0)} of {ctx + tokens})"
-            )
-
-    for _ in range(warmup + reps):
-        seconds, outs = repeat_fastest(runner, fresh_prompt, prefill, _first_tokens, min_time)
-        prefill_tok_s.append(ctx / seconds)
-        first = _first_tokens(outs[-1])  # the cache holds the last prefill's prompt
-        seconds, _ = repeat_fastest(runner, back_to_prompt(first), decode, check_decode, min_time)
-        decode_tok_s.append(tokens / seconds)
-    return ContextSample(
-        ctx=ctx,
-        decode_tokens=tokens,
-        decode_tok_s=decode_tok_s[warmup:],
-        prefill_tok_s=prefill_tok_s[warmup:],
-        vram=runner.vram(kv_tokens=ctx + tokens),
-    )
-
-
-def measure_width(
-    runner: Runner,
-    prompt: Sequence[int],
-    width: int,
-    prompt_len: int,
-    tokens: int,
-    min_time: float = 0.0,
-) -> WidthRun:
-    """One run: `width` sequences with prompts of prompt_len + i tokens, decoded together.
-
-    tokens_decoded is the fewest any inner run produced, so one lost token marks the run
-    incomplete; tok_s is that count over the fastest inner run's seconds.
-    """
-    runner.reset(width, prompt_len + tokens + width)
-    prompt_lens = [prompt_len + i for i in range(width)]
-    firsts = np.empty(width, dtype=np.int64)
-    for seq, plen in enumerate(prompt_lens):
-        logits = runner.prefill(seq, cycled(prompt, plen, offset=seq * PROMPT_STRIDE))
-        firsts[seq] = _first_tokens(logits)[0]
-    counts: list[int] = []
-
-    def back_to_prompts(j: int) -> None:
-        if j:
-            for seq, plen in enumerate(prompt_lens):
-                runner.truncate(seq, plen)
-
-    seconds, _ = repeat_fastest(
-        runner,
-        back_to_prompts,
-        lambda _: runner.decode_greedy(list(range(width)), firsts, tokens),
-        lambda out: counts.append(count_decoded(out, prompt_lens, runner, tokens)),
-        min_time,
-    )
-    decoded = min(counts)
-    return WidthRun(
-        tokens_expected=width * tokens,
-        tokens_decoded=decoded,
-        seconds=seconds,
-        tok_s=decoded / seconds,
-    )
-
+from engine.harness.memory import MemoryWatch
+from engine.harness.protocol import ConcurrentResult, Measured, SweepResult, TimingReport
+from engine.harness.reaper import become_subreaper, kill_leftovers
+from engine.harness.timing import Challenges, EngineProcess
+from engine.harness.verify import verify
+from engine.harness.verify import verify as verify_outputs
+from engine.models import model_id
 
 # --- command line --------------------------------------------------------------------------
 
@@ -249,6 +68,20 @@ WARMUP_HELP = "Untimed repetitions of the same shape before the timed ones"
 MIN_TIME_HELP = (
     "Seconds a repetition repeats a short timed operation for; it reports the fastest run "
     "(0: one run per repetition)."
+)
+
+
+engine_checkout_option = click.option(
+    "--engine-checkout",
+    type=click.Path(exists=True, file_okay=False),
+    default=None,
+    help="Checkout whose engine is measured (default: this one); this checkout's harness times it.",
+)
+verify_option = click.option(
+    "--verify/--no-verify",
+    default=True,
+    show_default=True,
+    help="Hold the timed outputs against this checkout's model afterwards.",
 )
 
 
@@ -277,6 +110,8 @@ def bench() -> None:
 @click.option("--reps", default=3, show_default=True, help="Timed repetitions per context.")
 @click.option("--warmup", default=1, show_default=True, help=WARMUP_HELP + " per context.")
 @click.option("--min-time", default=MIN_TIME_S, show_default=True, help=MIN_TIME_HELP)
+@engine_checkout_option
+@verify_option
 @out_option
 @backend_option
 def sweep(
@@ -286,6 +121,8 @@ def sweep(
     reps: int,
     warmup: int,
     min_time: float,
+    engine_checkout: str | None,
+    verify: bool,
     out: str,
     backend: str,
 ) -> None:
@@ -303,18 +140,22 @@ def sweep(
             raise EngineError(
                 f"ctx {ctx} + tokens {tokens} = {ctx + tokens} exceeds {model}'s context of {max_ctx}"
             )
-    runner = open_model(model, backend)
-    prompt = corpus_prompt_ids(model, runner.config.vocab_size)
-    warm_up(runner, prompt)
-    contexts = []
-    for ctx in ctxs:
-        sample = measure_context(runner, prompt, ctx, tokens, reps, warmup, min_time)
-        progress(
-            f"sweep {model} ctx {ctx}: decode {np.median(sample.decode_tok_s):.1f} tok/s, "
-            f"prefill {np.median(sample.prefill_tok_s):.1f} tok/s (median of {reps})"
-        )
-        contexts.append(sample)
-    doc = SweepResult(**header(model, runner, clock), tokens=tokens, reps=reps, contexts=contexts)
+
+    def body(b: Bench) -> list:
+        contexts = []
+        for ctx in ctxs:
+            sample = measure_context(b, ctx, tokens, reps, warmup)
+            progress(
+                f"sweep {model} ctx {ctx}: decode {np.median(sample.decode_tok_s):.1f} tok/s, "
+                f"prefill {np.median(sample.prefill_tok_s):.1f} tok/s (median of {reps})"
+            )
+            contexts.append(sample)
+        return contexts
+
+    contexts, measured, fields = run_session(
+        model, backend, engine_checkout, verify, min_time, body, clock
+    )
+    doc = SweepResult(**fields, tokens=tokens, reps=reps, contexts=contexts, measured=measured)
     write_document(doc, out)
 
 
@@ -337,6 +178,8 @@ def sweep(
     show_default=True,
     help="Prompt tokens of the first sequence; sequence i gets prompt-len + i (GPU: use 128).",
 )
+@engine_checkout_option
+@verify_option
 @out_option
 @backend_option
 def concurrent(
@@ -347,6 +190,8 @@ def concurrent(
     warmup: int,
     min_time: float,
     prompt_len: int,
+    engine_checkout: str | None,
+    verify: bool,
     out: str,
     backend: str,
 ) -> None:
@@ -367,31 +212,103 @@ def concurrent(
                 f"width {w}: prompt-len {prompt_len} + tokens {tokens} + {w} = {need} "
                 f"exceeds {model}'s context of {max_ctx}"
             )
-    runner = open_model(model, backend)
-    prompt = corpus_prompt_ids(model, runner.config.vocab_size)
-    warm_up(runner, prompt)
-    samples = []
-    for w in widths:
-        for _ in range(warmup):  # same shape, untimed
-            measure_width(runner, prompt, w, prompt_len, tokens)
-        width_runs = [
-            measure_width(runner, prompt, w, prompt_len, tokens, min_time) for _ in range(runs)
-        ]
-        progress(
-            f"concurrent {model} width {w}: "
-            f"{np.median([r.tok_s for r in width_runs]):.1f} tok/s (median of {runs}), "
-            f"{sum(r.tokens_decoded for r in width_runs)}/"
-            f"{sum(r.tokens_expected for r in width_runs)} tokens"
-        )
-        samples.append(WidthSample(width=w, prompt_len=prompt_len, runs=width_runs))
-    widest = max(widths)
-    doc = ConcurrentResult(
-        **header(model, runner, clock),
-        tokens=tokens,
-        widths=samples,
-        vram=runner.vram(kv_tokens=widest * (prompt_len + tokens + widest)),
+
+    def body(b: Bench) -> list:
+        samples = measure_widths(b, widths, prompt_len, tokens, runs, warmup)
+        for s in samples:
+            progress(
+                f"concurrent {model} width {s.width}: "
+                f"{np.median([r.tok_s for r in s.runs]):.1f} tok/s (median of {runs})"
+            )
+        return samples
+
+    samples, measured, fields = run_session(
+        model, backend, engine_checkout, verify, min_time, body, clock
     )
+    doc = ConcurrentResult(**fields, tokens=tokens, widths=samples, measured=measured)
     write_document(doc, out)
+
+
+@bench.command()
+@click.option("--model", required=True, help=MODEL_HELP)
+@click.option("--ctx", type=int, required=True, help="Prompt tokens to prefill (a long context).")
+@click.option("--tokens", default=4, show_default=True, help="Tokens decoded after it.")
+@click.option(
+    "--memory-budget",
+    "budget",
+    type=int,
+    required=True,
+    help="Bytes the engine process may use (CPU: its data segment; GPU: free device memory).",
+)
+@engine_checkout_option
+@verify_option
+@out_option
+@backend_option
+def longctx(
+    model: str,
+    ctx: int,
+    tokens: int,
+    budget: int,
+    engine_checkout: str | None,
+    verify: bool,
+    out: str,
+    backend: str,
+) -> None:
+    """Can the engine prefill a long context and decode after it within a memory budget?"""
+    clock = Clock()
+    check_out(out)
+    require_positive(ctx, "--ctx")
+    require_positive(tokens, "--tokens")
+    require_positive(budget, "--memory-budget")
+    max_ctx = config_of(model).max_context
+    if ctx + tokens > max_ctx:
+        raise EngineError(f"ctx {ctx} + tokens {tokens} exceeds {model}'s context of {max_ctx}")
+    resolved = resolve_backend(backend)
+    become_subreaper()
+    check = LongContextRun(model, resolved, ctx, tokens, budget)
+    check.run(Path(engine_checkout or REPO_ROOT).resolve())
+    if check.completed and verify:
+        progress("verifying the long-context run against this checkout's model")
+        reference = f"main's engine at {engine_commit()[:12]}"
+        check.verification = verify_outputs(open_model(model, resolved), check.groups, reference)
+    me = SimpleNamespace(backend=resolved, model_id=model_id(model))
+    write_document(check.document(header(model, me, clock)), out)
+
+
+def run_session(
+    model: str,
+    backend: str,
+    engine_checkout: str | None,
+    do_verify: bool,
+    min_time: float,
+    body: Callable[[Bench], list],
+    clock: Clock,
+) -> tuple[list, Measured, dict]:
+    """Start the engine process, run `body` against it, stop it, then verify its outputs with
+    this checkout's model. Returns body's result, what makes it trustworthy, and the header."""
+    resolved = resolve_backend(backend)
+    become_subreaper()  # what the engine process leaves running is ours to kill
+    engine = EngineProcess(Path(engine_checkout or REPO_ROOT).resolve(), model, resolved)
+    watch = MemoryWatch(engine.pid, gpu=resolved == "cupy")
+    try:
+        material = np.asarray(corpus_prompt_ids(model, engine.vocab))
+        b = Bench(engine, Challenges(), material, min_time, watch=watch)
+        warm_up(b)
+        watch.mark()  # each context's peak counts from here
+        result = body(b)
+    finally:
+        memory = watch.stop()
+        engine.close()
+        kill_leftovers()
+    report = None
+    if do_verify:
+        progress(f"verifying {len(b.checks.groups)} timed operations against this checkout's model")
+        reference = f"main's engine at {engine_commit()[:12]}"
+        report = verify(open_model(model, resolved), b.checks.groups, reference)
+    timing = TimingReport(regions=[(r.parent_s, r.inproc_s) for r in engine.timeline.regions])
+    measured = Measured(seed=b.challenges.seed, timing=timing, verification=report, memory=memory)
+    me = SimpleNamespace(backend=resolved, model_id=model_id(model))
+    return result, measured, header(model, me, clock)
 
 
 # --- extra commands --------------------------------------------------------------------------

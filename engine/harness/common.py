@@ -242,3 +242,21 @@ def open_model(model: str, backend: str) -> Runner:
     from engine.models import open_runner
 
     return open_runner(model, backend)
+
+
+# --- log-probs ------------------------------------------------------------------------------
+
+
+def log_softmax_rows(logits: np.ndarray) -> np.ndarray:
+    """Row-wise log-softmax in float64 of finite logits [rows, vocab]."""
+    x = np.asarray(logits, dtype=np.float64)
+    m = x.max(axis=-1, keepdims=True)
+    lse = m + np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
+    return np.minimum(x - lse, 0.0)  # round-off must not push a log-prob above 0
+
+
+def top_k(row: np.ndarray, k: int) -> list[int]:
+    """The k largest entries' ids, largest first, ties by the smaller id."""
+    k = min(k, row.shape[0])
+    cand = np.argpartition(-row, k - 1)[:k]
+    return [int(i) for i in cand[np.lexsort((cand, -row[cand]))]]

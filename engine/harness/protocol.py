@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: speed documents carry seed, timing and verification
 
 NonNegFloat = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
 PosFloat = Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
@@ -48,7 +48,7 @@ class VramInfo(Strict):
 class Header(Strict):
     """Fields every document carries."""
 
-    schema_version: Literal[1] = SCHEMA_VERSION
+    schema_version: Literal[2] = SCHEMA_VERSION
     model: str = Field(min_length=1, max_length=100)  # model name as given, e.g. "llama-8b:q4_0"
     model_id: str = Field(min_length=1, max_length=200)  # file sha256 prefix or dummy spec
     engine_commit: str = Field(min_length=1, max_length=64)  # git HEAD of the engine, or "unknown"
@@ -65,6 +65,51 @@ class ContextSample(Strict):
     decode_tok_s: list[PosFloat] = Field(min_length=1)
     prefill_tok_s: list[PosFloat] = Field(min_length=1)
     vram: VramInfo | None = None
+    # the engine process's memory while this context was measured, read from outside it (bytes)
+    host_peak: int | None = Field(default=None, ge=0)
+    gpu_peak: int | None = Field(default=None, ge=0)
+
+
+class TimingReport(Strict):
+    """Every timed operation of a session: the timing parent's seconds (the number a verdict uses)
+    and the engine process's own figure for it (host clock, or CUDA events on the GPU), which the
+    collector holds against the parent's as a cross-check."""
+
+    regions: list[tuple[PosFloat, NonNegFloat]] = Field(min_length=1)
+
+
+class VerificationReport(Strict):
+    """The timed operations' outputs held against main's model (engine/harness/verify.py).
+
+    Margins are `max log-prob - log-prob of the reported token` under main's model: 0 where main
+    picks the same token."""
+
+    reference: str = Field(max_length=200)  # what the outputs were held against
+    decode_margins: list[NonNegFloat]  # one per generated token checked
+    prefill_margins: list[NonNegFloat]  # one per prefill digest checked (its argmax)
+    prefill_kl: list[NonNegFloat]  # KL(main || reported top-k) per prefill digest
+
+
+class MemoryReport(Strict):
+    """Memory of the engine process, read from outside it by the timing parent (bytes)."""
+
+    host_after_load: int = Field(ge=0)  # resident set after the model loaded
+    host_peak: int = Field(ge=0)  # the most resident at any reading
+    gpu_after_load: int | None = Field(default=None, ge=0)  # the process's device memory
+    gpu_peak: int | None = Field(default=None, ge=0)
+
+
+class Measured(Strict):
+    """What every speed document adds to its samples: how the numbers were made trustworthy."""
+
+    seed: int = Field(
+        ge=0
+    )  # the session's challenge seed (prompts and first tokens derive from it)
+    timing: TimingReport
+    verification: VerificationReport | None = (
+        None  # None: run with --no-verify (not by the collector)
+    )
+    memory: MemoryReport | None = None
 
 
 class SweepResult(Header):
@@ -72,6 +117,7 @@ class SweepResult(Header):
     tokens: int = Field(gt=0)
     reps: int = Field(gt=0)
     contexts: list[ContextSample] = Field(min_length=1)
+    measured: Measured
 
     @model_validator(mode="after")
     def _reps_match(self) -> SweepResult:
@@ -105,6 +151,7 @@ class ConcurrentResult(Header):
     tokens: int = Field(gt=0)  # tokens decoded per sequence
     widths: list[WidthSample] = Field(min_length=1)
     vram: VramInfo | None = None
+    measured: Measured
 
 
 class ScoredPosition(Strict):
@@ -146,13 +193,32 @@ class PrefillCheckResult(Header):
     prefixes: list[PrefixCheck] = Field(min_length=1)
 
 
-BenchDocument = SweepResult | ConcurrentResult | ScoreResult | PrefillCheckResult
+class LongContextResult(Header):
+    """The long-context memory check: prefill `ctx` tokens and decode `tokens` more with the engine
+    process held to `budget_bytes` (its data segment on the CPU; on the GPU, the device memory the
+    timing parent leaves free). Whether it completed is the result; speeds when it did."""
+
+    kind: Literal["longctx"] = "longctx"
+    ctx: int = Field(gt=0)
+    tokens: int = Field(gt=0)
+    budget_bytes: int = Field(gt=0)
+    completed: bool
+    failure: str | None = Field(default=None, max_length=400)  # why not, in plain words
+    prefill_tok_s: PosFloat | None = None
+    decode_tok_s: PosFloat | None = None
+    measured: Measured | None = None
+
+
+BenchDocument = (
+    SweepResult | ConcurrentResult | ScoreResult | PrefillCheckResult | LongContextResult
+)
 
 DOCUMENT_TYPES: dict[str, type[Header]] = {
     "sweep": SweepResult,
     "concurrent": ConcurrentResult,
     "score": ScoreResult,
     "prefill-check": PrefillCheckResult,
+    "longctx": LongContextResult,
 }
 
 

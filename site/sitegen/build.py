@@ -28,7 +28,7 @@ import duckdb
 from markupsafe import Markup
 
 from sitegen import charts, pages, queries, tiers
-from sitegen.escape import block
+from sitegen.escape import block, script_json
 
 VENDOR_JS = ["vega.min.js", "vega-lite.min.js", "vega-embed.min.js"]
 
@@ -91,13 +91,14 @@ def mkdocs_config(docs: Path, out: Path, site: pages.Site) -> dict[str, Any]:
     nav.append(
         {
             "Rounds": ["rounds/index.md"]
-            + [f"rounds/{site.round_slug[r['round_id']]}.md" for r in reversed(site.rounds)]
+            + [f"rounds/{site.round_slug[r.round_id]}.md" for r in reversed(site.rounds)]
         }
     )
     nav.append({"Tiers": ["tiers/index.md"] + [f"tiers/{t}.md" for t in tiers.ORDER]})
     nav.append(
         {"Models": ["models/index.md"] + [f"models/{site.model_slug[m]}.md" for m in site.models]}
     )
+    nav.append({"Find a PR": "find.md"})
     nav.append({"Rules": "rules.md"})
     nav.append({"Data": "data.md"})
     return {
@@ -125,7 +126,9 @@ def mkdocs_config(docs: Path, out: Path, site: pages.Site) -> dict[str, Any]:
             ],
             "features": ["navigation.sections"],
         },
-        "plugins": [],  # no search: its worker cannot load from file:// and it is not needed
+        # no plugins: Material's search worker cannot load from file:// (its offline plugin
+        # fetches a shim from unpkg.com); find.html searches a local index instead
+        "plugins": [],
         "markdown_extensions": ["tables", "attr_list", {"toc": {"permalink": False}}],
         "extra_css": ["assets/sparkboard.css"],
         "extra_javascript": [f"assets/vendor/{f}" for f in VENDOR_JS] + ["assets/sparkboard.js"],
@@ -160,7 +163,7 @@ def export_rounds(db: Path, docs: Path, site: pages.Site) -> dict[str, dict[str,
         con.execute("SET threads = 1")  # one writer order: identical bytes build after build
         out: dict[str, dict[str, list[str]]] = {}
         for rnd in site.rounds:
-            rid = rnd["round_id"]
+            rid = rnd.round_id
             slug = site.round_slug[rid]
             folder = docs / "data" / slug
             folder.mkdir(parents=True, exist_ok=True)
@@ -234,7 +237,7 @@ def generate_docs(db: Path, docs: Path, log: Log = _stderr) -> pages.Site:
         log(f"wrote {len(prs)} PR pages ({time.perf_counter() - t1:.1f} s)")
         _write(docs / "rounds" / "index.md", site.rounds_index())
         for rnd in site.rounds:
-            _write(docs / "rounds" / f"{site.round_slug[rnd['round_id']]}.md", site.round_page(rnd))
+            _write(docs / "rounds" / f"{site.round_slug[rnd.round_id]}.md", site.round_page(rnd))
         members = site.tier_members()
         _write(docs / "tiers" / "index.md", site.tiers_index(members))
         for label in tiers.ORDER:
@@ -243,6 +246,13 @@ def generate_docs(db: Path, docs: Path, log: Log = _stderr) -> pages.Site:
         for model in site.models:
             _write(docs / "models" / f"{site.model_slug[model]}.md", site.model_page(model))
         _write(docs / "rules.md", site.rules_page())
+        for author, slug in site.author_slug.items():
+            _write(docs / "authors" / f"{slug}.md", site.author_page(author))
+        _write(docs / "find.md", site.render("find.md.j2", root=""))
+        _write(
+            docs / "assets" / "find-index.js",
+            f"window.SB_FIND = {script_json(site.find_index())};\n",
+        )
         headline, exports = side.result()
     _write(docs / "index.md", site.home_page(headline))
     schema = _schema_text()
@@ -258,7 +268,7 @@ def _svgs_and_exports(
     t = time.perf_counter()
     headline = False
     if site.primary:
-        rows = site.leaderboard_chart_rows(site.primary["round_id"])
+        rows = site.leaderboard_chart_rows(site.primary.round_id)
         if rows:
             for name, look in (("light", charts.LIGHT), ("dark", charts.DARK)):
                 svg = charts.svg(charts.leaderboard(rows, look))

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
 
 from markupsafe import Markup
 
+from collector.policy import AccuracyBars, ResolvedPolicy
+from collector.readout import Evaluation, Readout, Round, Row
 from collector.stats import drift_free_spread
-from sitegen import format as fmt
-from sitegen.queries import Evaluation, Row, SiteData
+from sitegen import fmt
 
 KINDS = ("decode", "prefill", "concurrent")
 _EPS = 1e-9
@@ -39,7 +39,7 @@ class KindCell:
     @property
     def where(self) -> str:
         """The axis without its kind: '@4k' for decode@4096, 'c8' for concurrent@8."""
-        parsed = fmt.parse_axis(self.axis)
+        parsed = fmt.split_axis(self.axis)
         if not parsed:
             return self.axis
         kind, n = parsed
@@ -75,7 +75,7 @@ class AccuracyRow:
     round_id: str
     main: Row | None  # main against main (pr = 0)
     prs: list[Row]  # the A/A PRs' rows
-    bars: dict[str, float]  # top1_min, kl_max, ppl_ratio_max in force for the model
+    bars: AccuracyBars  # in force for the model
 
     @property
     def main_ppl_ratio(self) -> float | None:
@@ -99,9 +99,9 @@ class AccuracyRow:
         if not rows:
             return None
         return all(
-            a["top1"] >= self.bars["top1_min"] - _EPS
-            and a["kl"] <= self.bars["kl_max"] + _EPS
-            and (ppl_ratio(a) or 1.0) <= self.bars["ppl_ratio_max"] + _EPS
+            a["top1"] >= self.bars.top1_min - _EPS
+            and a["kl"] <= self.bars.kl_max + _EPS
+            and (ppl_ratio(a) or 1.0) <= self.bars.ppl_ratio_max + _EPS
             for a in rows
         )
 
@@ -109,38 +109,38 @@ class AccuracyRow:
 @dataclass
 class ProfileCalibration:
     profile: str
-    rounds: list[Row]  # the A/A rounds, oldest first
-    gate_round: Row  # the round whose policy is the gate in force
-    min_noise: float | None
-    noise_multiplier: float | None
-    xs_gate: float | None
-    floor: float | None
-    min_noise_axes: dict[str, float] = field(default_factory=dict)  # per-axis noise floors
+    rounds: list[Round]  # the A/A rounds, oldest first
+    gate_round: Round  # the round whose policy is the gate in force
     speed: list[SpeedRow] = field(default_factory=list)
     accuracy: list[AccuracyRow] = field(default_factory=list)
 
     @property
-    def band(self) -> float | None:
-        """The gain an axis needs at min_noise: (1 + min_noise) ** multiplier - 1."""
-        return fmt.band(self.min_noise, self.noise_multiplier)
+    def policy(self) -> ResolvedPolicy | None:
+        return self.gate_round.policy
 
-    def floor_of(self, axis: str) -> float | None:
+    @property
+    def min_noise_axes(self) -> dict[str, float]:
+        return dict(self.policy.profile.min_noise_axes) if self.policy else {}
+
+    def noise_floor(self, axis: str) -> float | None:
         """The noise floor the gate in force credits `axis` with."""
-        return self.min_noise_axes.get(axis, self.min_noise)
+        return self.policy.profile.noise_floor(axis) if self.policy else None
 
     def band_of(self, axis: str) -> float | None:
-        return fmt.band(self.floor_of(axis), self.noise_multiplier)
+        """The gain `axis` needs at its floor."""
+        floor = self.noise_floor(axis)
+        return None if floor is None or self.policy is None else self.policy.verdict.band(floor) - 1
 
     def floor_words(self, axis: str) -> Markup:
         """Which floor `axis` is judged at: 'min_noise 2.0%' or 'prefill@128's floor 35.0%'."""
         if axis in self.min_noise_axes:
-            return fmt.axis_name(axis) + Markup(f"'s floor {fmt.share(self.min_noise_axes[axis])}")
-        return Markup(f"min_noise {fmt.share(self.min_noise)}")
+            return fmt.axis_name(axis) + Markup(f"'s floor {fmt.share(self.noise_floor(axis))}")
+        return Markup(f"min_noise {fmt.share(self.noise_floor(axis))}")
 
     @property
     def floors(self) -> Markup:
         """Every floor of the gate in force with its band."""
-        return fmt.noise_floors(self.min_noise, self.min_noise_axes, self.noise_multiplier)
+        return fmt.noise_floors(self.policy)
 
     @property
     def largest_noise(self) -> tuple[float, SpeedRow, str, str] | None:
@@ -193,33 +193,10 @@ def ppl_ratio(a: Row) -> float | None:
     return a["ppl_pr"] / a["ppl_main"] if a.get("ppl_main") else None
 
 
-def _policy_min_noise(rnd: Row) -> float | None:
-    v = fmt.policy_get(rnd.get("policy") or {}, "profile.min_noise")
-    return float(v) if isinstance(v, int | float) else None
-
-
-def _policy_floor(rnd: Row, axis: str) -> float | None:
-    """The noise floor of `axis` in the round's own policy (Profile.noise_floor)."""
-    return fmt.axis_floors(rnd.get("policy") or {}).get(axis, _policy_min_noise(rnd))
-
-
-def accuracy_bars(policy: dict[str, Any], model: str) -> dict[str, float]:
-    """The accuracy bars of `model` in a resolved policy (per-model bars win)."""
-    out = {}
-    for key, default in (("top1_min", 0.93), ("kl_max", 0.03), ("ppl_ratio_max", 1.02)):
-        per_model = fmt.policy_get(policy, "accuracy.models", {})
-        if isinstance(per_model, dict) and isinstance(per_model.get(model), dict):
-            value = per_model[model].get(key, fmt.policy_get(policy, f"accuracy.{key}", default))
-        else:
-            value = fmt.policy_get(policy, f"accuracy.{key}", default)
-        out[key] = float(value)
-    return out
-
-
-def _measured(data: SiteData, rnd: Row, model: str) -> tuple[float, str] | None:
-    round_id = rnd["round_id"]
+def _measured(data: Readout, rnd: Round, model: str) -> tuple[float, str] | None:
+    round_id = rnd.round_id
     # the sessions the round's own rule left out of its noise stay out here too
-    outliers = int(fmt.policy_get(rnd.get("policy") or {}, "verdict.noise_outliers", 0) or 0)
+    outliers = rnd.policy.verdict.noise_outliers if rnd.policy else 0
     spreads = [
         (drift_free_spread(sessions, outliers), axis)
         for (rid, m, axis), sessions in sorted(data.main_sessions.items())
@@ -228,7 +205,7 @@ def _measured(data: SiteData, rnd: Row, model: str) -> tuple[float, str] | None:
     return max(spreads, key=lambda p: (p[0], p[1])) if spreads else None
 
 
-def _speed_rows(data: SiteData, rnd: Row, evs: list[Evaluation]) -> list[SpeedRow]:
+def _speed_rows(data: Readout, rnd: Round, evs: list[Evaluation]) -> list[SpeedRow]:
     by_model: dict[str, list[tuple[Evaluation, Row]]] = {}
     for ev in evs:
         for c in ev.comparisons:
@@ -241,7 +218,7 @@ def _speed_rows(data: SiteData, rnd: Row, evs: list[Evaluation]) -> list[SpeedRo
             comps = [
                 (ev, c)
                 for ev, c in by_model[model]
-                if (fmt.parse_axis(c["axis"]) or ("",))[0] == kind
+                if (fmt.split_axis(c["axis"]) or ("",))[0] == kind
             ]
             if not comps:
                 continue
@@ -250,7 +227,7 @@ def _speed_rows(data: SiteData, rnd: Row, evs: list[Evaluation]) -> list[SpeedRo
                 noise[c["axis"]] = max(noise.get(c["axis"], 0.0), c["noise"])
             ev, big = max(comps, key=lambda p: (abs(p[1]["delta"]), -p[0].pr))
             top, top_axis = max((v, a) for a, v in noise.items())
-            floor_noise = _policy_floor(rnd, top_axis)
+            floor_noise = rnd.policy.profile.noise_floor(top_axis) if rnd.policy else None
             cells[kind] = KindCell(
                 noise_median=statistics.median(noise.values()),
                 noise_max=top,
@@ -272,51 +249,36 @@ def _speed_rows(data: SiteData, rnd: Row, evs: list[Evaluation]) -> list[SpeedRo
                 flagged.append(f"{' '.join(what)} {fmt.axis_label(c['axis'])} #{ev.pr}")
         measured = _measured(data, rnd, model)
         deltas = [(c["axis"], ev.pr, c["delta"]) for ev, c in by_model[model]]
-        rows.append(SpeedRow(model, rnd["round_id"], cells, flagged, measured, deltas))
+        rows.append(SpeedRow(model, rnd.round_id, cells, flagged, measured, deltas))
     return rows
 
 
-def profiles(data: SiteData) -> list[ProfileCalibration]:
+def profiles(data: Readout) -> list[ProfileCalibration]:
     """One calibration per profile that has A/A rounds; gpu first, then by name."""
-    aa = [r for r in data.rounds if r.get("kind") == "aa"]
-    names = sorted({r["profile"] for r in aa}, key=lambda p: (p != "gpu", p))
+    aa = [r for r in data.rounds if r.kind == "aa"]
+    names = sorted({r.profile for r in aa}, key=lambda p: (p != "gpu", p))
     out = []
     for name in names:
-        rounds = [r for r in aa if r["profile"] == name]
-        gate_round = [r for r in data.rounds if r["profile"] == name][-1]
-        pol = gate_round.get("policy") or {}
-        mult = fmt.policy_get(pol, "verdict.noise_multiplier")
-        xs = fmt.policy_get(pol, "verdict.tiers.XS")
-        floor = fmt.policy_get(pol, "verdict.floor")
-        cal = ProfileCalibration(
-            profile=name,
-            rounds=rounds,
-            gate_round=gate_round,
-            min_noise=_policy_min_noise(gate_round),
-            noise_multiplier=float(mult) if isinstance(mult, int | float) else None,
-            xs_gate=float(xs) if isinstance(xs, int | float) else None,
-            floor=float(floor) if isinstance(floor, int | float) else None,
-            min_noise_axes=fmt.axis_floors(pol),
-        )
+        rounds = [r for r in aa if r.profile == name]
+        gate_round = [r for r in data.rounds if r.profile == name][-1]
+        cal = ProfileCalibration(profile=name, rounds=rounds, gate_round=gate_round)
         for rnd in rounds:
-            evs = data.by_round.get(rnd["round_id"], [])
+            evs = data.by_round.get(rnd.round_id, [])
             cal.speed.extend(_speed_rows(data, rnd, evs))
-            main_rows = {a["model"]: a for a in data.main_accuracy.get(rnd["round_id"], [])}
+            main_rows = {a["model"]: a for a in data.main_accuracy.get(rnd.round_id, [])}
             pr_rows: dict[str, list[Row]] = {}
             for ev in evs:
                 for a in ev.accuracy:
                     pr_rows.setdefault(a["model"], []).append(a)
             for model in sorted(set(main_rows) | set(pr_rows)):
+                policy = gate_round.policy or rnd.policy
+                bars = policy.accuracy.bars(model) if policy else AccuracyBars()
                 cal.accuracy.append(
                     AccuracyRow(
-                        model,
-                        rnd["round_id"],
-                        main_rows.get(model),
-                        pr_rows.get(model, []),
-                        accuracy_bars(pol, model),
+                        model, rnd.round_id, main_rows.get(model), pr_rows.get(model, []), bars
                     )
                 )
-        order = {r["round_id"]: i for i, r in enumerate(rounds)}
+        order = {r.round_id: i for i, r in enumerate(rounds)}
         cal.speed.sort(key=lambda r: (r.model, order[r.round_id]))
         cal.accuracy.sort(key=lambda r: (r.model, order[r.round_id]))
         out.append(cal)

@@ -17,11 +17,11 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from collector.report import best_is_significant
-from sitegen import calibration, charts, tiers
-from sitegen import format as fmt
-from sitegen.escape import block, finalize, script_json, text
-from sitegen.queries import Evaluation, Row, SiteData
+from collector.readout import Evaluation, Round, Row
+from sitegen import calibration, charts, fmt, tiers
+from sitegen.escape import finalize, text
+from sitegen.pr_pages import PRPages, chart
+from sitegen.queries import SiteData
 
 EXPORT_TABLES = [
     "rounds",
@@ -53,38 +53,30 @@ def environment() -> jinja2.Environment:
     )
 
 
-def chart(spec: dict[str, Any], caption: str, cid: str) -> Markup:
-    """A chart container: the spec inline as JSON (works from file://), drawn by sparkboard.js."""
-    return Markup(
-        f'<figure class="sb-chart" id="{text(cid)}"><div class="sb-chart-view"></div>'
-        f'<script type="application/json">{script_json(spec)}</script>'
-        f"<figcaption>{text(caption)}</figcaption></figure>"
-    )
-
-
-class Site:
-    """Everything the templates need, derived once from the database."""
+class Site(PRPages):
+    """Everything the templates need, derived once from the database (the PR and author
+    pages' parts in pr_pages.PRPages)."""
 
     def __init__(self, data: SiteData) -> None:
         self.data = data
         self.env = environment()
         self.rounds = data.rounds
-        self.round_by_id = {r["round_id"]: r for r in data.rounds}
-        self.round_order = {r["round_id"]: i for i, r in enumerate(data.rounds)}
-        self.round_slug = fmt.unique_slugs([r["round_id"] for r in data.rounds])
+        self.round_by_id = data.round_by_id
+        self.round_order = {r.round_id: i for i, r in enumerate(data.rounds)}
+        self.round_slug = fmt.unique_slugs([r.round_id for r in data.rounds])
         self.latest = data.rounds[-1] if data.rounds else None
         # The home page's leaderboards: the newest PR round (never an A/A round) of each
         # (profile, device), the gpu profile first, then the newest first.
         self.boards = leaderboard_rounds(data.rounds)
         self.primary = self.boards[0] if self.boards else None
-        self.aa_rounds = [r for r in data.rounds if r.get("kind") == "aa"]
+        self.aa_rounds = [r for r in data.rounds if r.kind == "aa"]
         # Which round's static chart pr/<n>.svg shows: the PR's evaluation on the first board
         # that measured it (a PR number can be on the gpu and the local board alike).
         self.comment_round: dict[int, str] = {}
         for rnd in self.boards:
-            for ev in data.by_round.get(rnd["round_id"], []):
+            for ev in data.by_round.get(rnd.round_id, []):
                 if ev.comparisons:
-                    self.comment_round.setdefault(ev.pr, rnd["round_id"])
+                    self.comment_round.setdefault(ev.pr, rnd.round_id)
         self.models = sorted({t["model"] for t in data.main_trend})
         self.model_slug = fmt.unique_slugs(self.models)
         self.trend = defaultdict(list)
@@ -92,7 +84,13 @@ class Site:
             self.trend[(row["round_id"], row["model"])].append(row)
         # The rules page's policy: the primary board's round (else the newest round).
         self.policy_round = self.primary or self.latest
-        self.policy = self.policy_round["policy"] if self.policy_round else {}
+        self.policy = self.policy_round.policy if self.policy_round else None
+        # One page per author (authors/<slug>.html): every PR and verdict across rounds.
+        self.authors: dict[str, list[int]] = defaultdict(list)
+        for pr, evs in data.by_pr.items():
+            for author in dict.fromkeys(str(ev.info.get("author") or "") for ev in evs):
+                self.authors[author].append(pr)
+        self.author_slug = fmt.unique_slugs(sorted(self.authors))
         self._templates: dict[str, jinja2.Template] = {}
 
     # --- helpers used by templates -------------------------------------------------------
@@ -136,7 +134,7 @@ class Site:
         if label not in tiers.TIERS:
             return tiers.badge(label, root)  # an unknown label has no page
         return Markup(
-            f'<a href="{root}tiers/{tiers.slug(label)}.html">{tiers.badge(label, root)}</a>'
+            f'<a href="{root}tiers/{tiers.known(label)}.html">{tiers.badge(label, root)}</a>'
         )
 
     def best_axis(self, ev: Evaluation) -> Markup:
@@ -145,18 +143,19 @@ class Site:
         if not v.get("best_axis"):
             return fmt.DASH
         cell = Markup("{} {}").format(v.get("best_model") or "", fmt.axis_label(v["best_axis"]))
-        if not best_is_significant(v, ev.comparisons):
+        if not ev.best_significant:
             cell += Markup(" <em>(not significant)</em>")
         return cell
 
     def gate_summary(self, ev: Evaluation) -> Markup:
-        """'✅ 5 · ❌ 1 (floor)': counts per status, and the gates that did not pass by name."""
+        """'(pass) 5 · (fail) 1 (floor)': counts per status (the theme's icons), and the gates
+        that did not pass by name."""
         counts = Counter(g["status"] for g in ev.gates)
         parts = []
         for status in ("pass", "fail", "warn", "skip"):
             if not counts[status]:
                 continue
-            part = f"{fmt.ICONS[status]} {counts[status]}"
+            part = f"{fmt.icon(status)} {counts[status]}"
             if status in ("fail", "warn"):
                 names = ", ".join(str(text(g["gate"])) for g in ev.gates if g["status"] == status)
                 part += f" ({names})"
@@ -190,7 +189,7 @@ class Site:
                 continue
             by_kind: dict[str, list[Row]] = defaultdict(list)
             for t in sorted(trend, key=lambda t: fmt.axis_order(t["axis"])):
-                parsed = fmt.parse_axis(t["axis"])
+                parsed = fmt.split_axis(t["axis"])
                 by_kind[parsed[0] if parsed else "other"].append(t)
             for kind in ("decode", "prefill", "concurrent", "other"):
                 if kind not in by_kind:
@@ -240,184 +239,6 @@ class Site:
                 break
         return rows
 
-    # --- per-PR ----------------------------------------------------------------------------
-    def context_rows(self, ev: Evaluation, model: str) -> list[Row]:
-        rows = [
-            c
-            for c in ev.comparisons
-            if c["model"] == model and (fmt.parse_axis(c["axis"]) or ("",))[0] != "concurrent"
-        ]
-        return sorted(rows, key=lambda c: fmt.axis_order(c["axis"]))
-
-    def width_rows(self, ev: Evaluation, model: str) -> list[Row]:
-        rows = [
-            c
-            for c in ev.comparisons
-            if c["model"] == model and (fmt.parse_axis(c["axis"]) or ("",))[0] == "concurrent"
-        ]
-        return sorted(rows, key=lambda c: fmt.axis_order(c["axis"]))
-
-    def target_models(self, ev: Evaluation) -> list[str]:
-        models = [c["model"] for c in ev.comparisons if c["role"] == "target"]
-        return sorted(set(models), key=models.index)
-
-    def guard_rows(self, ev: Evaluation) -> list[Row]:
-        return sorted(
-            (c for c in ev.comparisons if c["role"] != "target"),
-            key=lambda c: (c["model"], fmt.axis_order(c["axis"])),
-        )
-
-    def prefill_rows(self, ev: Evaluation) -> list[dict[str, Any]]:
-        pol = self.round_by_id.get(ev.round_id, {}).get("policy", {})
-        drop = fmt.policy_get(pol, "prefill_path.top1_margin|prefill_path.top1_drop", 0.10)
-        factor = fmt.policy_get(pol, "prefill_path.kl_factor", 3.0)
-        add = fmt.policy_get(pol, "prefill_path.kl_margin|prefill_path.kl_add", 0.05)
-        cells: dict[tuple[str, int], dict[str, Row]] = defaultdict(dict)
-        for p in ev.prefill:
-            cells[(p["model"], p["prefix"])][p["side"]] = p
-        rows = []
-        for (model, prefix), sides in sorted(cells.items()):
-            main, pr = sides.get("main"), sides.get("pr")
-            rows.append(
-                {
-                    "model": model,
-                    "prefix": prefix,
-                    "main_top1": main["top1"] if main else None,
-                    "pr_top1": pr["top1"] if pr else None,
-                    "top1_bar": main["top1"] - drop if main else None,
-                    "main_kl": main["kl_mean"] if main else None,
-                    "pr_kl": pr["kl_mean"] if pr else None,
-                    "kl_bar": max(factor * main["kl_mean"], main["kl_mean"] + add)
-                    if main
-                    else None,
-                }
-            )
-        return rows
-
-    def headline(self, ev: Evaluation, root: str) -> list[tuple[str, Markup]]:
-        """The reference comment's metric/value table."""
-        v = ev.verdict or {}
-        rnd = self.round_by_id.get(ev.round_id, {})
-        rows: list[tuple[str, Markup]] = [("label", tiers.badge(ev.label, root))]
-        targets = ev.info.get("targets") or []
-        rows.append(
-            (
-                "target models",
-                Markup(", ".join(self.model_link(m, root) for m in targets)) or fmt.DASH,
-            )
-        )
-        axes = sorted(
-            {c["axis"] for c in ev.comparisons if c["role"] == "target"}, key=fmt.axis_order
-        )
-        if axes:
-            rows.append(
-                (
-                    "scored at",
-                    Markup(
-                        " · ".join(str(fmt.axis_label(a)) for a in axes)
-                        + f" — {len(axes)} axes, each also a regression floor; the label is the best"
-                    ),
-                )
-            )
-        if v.get("best_axis"):
-            significant = best_is_significant(v, ev.comparisons)
-            rows.append(
-                (
-                    "tier from" if significant else "largest change",
-                    Markup(
-                        f"<code>{text(v.get('best_model') or '')} {fmt.axis_label(v['best_axis'])}</code> "
-                        f"({fmt.pct(v.get('best_delta'))}, interval {fmt.interval(v.get('ci_low'), v.get('ci_high'))})"
-                        + ("" if significant else ", not significant")
-                    ),
-                )
-            )
-        for g in ev.gates:
-            rows.append(
-                (f"gate {g['gate']}", Markup(f"{fmt.icon(g['status'])} {text(g['reason'])}"))
-            )
-        for a in ev.accuracy:
-            rows.append(
-                (
-                    f"PPL PR / main ({a['model']})",
-                    Markup(f"{fmt.num(a['ppl_pr'], 4)} / {fmt.num(a['ppl_main'], 4)}"),
-                )
-            )
-        rows.append(("merge-first", Markup("🏁 yes") if v.get("merge_first") else Markup("no")))
-        cost = self.data.costs.get(ev.round_id)
-        pc = cost.prs.get(ev.pr) if cost else None
-        if pc:
-            rows.append(
-                (
-                    "device time",
-                    Markup(
-                        f"{fmt.minutes(pc.total_s)} min: its own sessions {fmt.minutes(pc.own_s)}"
-                        f" + its share of main's {fmt.minutes(pc.main_share_s)} "
-                        f'(<a href="{root}rules.html#cost">how</a>)'
-                    ),
-                )
-            )
-        rows.append(("reason", text(v.get("reason") or "no verdict yet")))
-        cand = ev.candidate or {}
-        rows.append(
-            (
-                "commit",
-                Markup(
-                    f"{fmt.commit(ev.commit)}, measured merged onto <code>main</code> "
-                    f"{fmt.commit(cand.get('main_commit') or rnd.get('main_commit'))}"
-                    f" as {fmt.commit(cand.get('merged_commit'))} (this round's baseline)"
-                ),
-            )
-        )
-        if cand.get("status") and cand["status"] != "ready":
-            rows.append(
-                ("candidate", Markup(f"{text(cand['status'])}: {text(cand.get('detail') or '')}"))
-            )
-        rows.append(
-            ("device", text(f"{rnd.get('device_name') or '?'} · driver {rnd.get('driver') or '?'}"))
-        )
-        return [(text(k), val) for k, val in rows]
-
-    def pr_charts(self, ev: Evaluation) -> list[Markup]:
-        out = []
-        colour = tiers.colour(ev.label)
-        tag = self.rslug(ev.round_id)
-        for model in self.target_models(ev):
-            comps = [c for c in ev.comparisons if c["model"] == model]
-            for kind, title in (
-                ("decode", "context"),
-                ("prefill", "context"),
-                ("concurrent", "concurrency"),
-            ):
-                rows = charts.versus_rows(comps, kind)
-                if not rows:
-                    continue
-                spec = charts.versus(rows, title, colour)
-                caption = (
-                    f"{model}: {kind} tok/s, main vs PR (bars: PR's 95% interval, main's noise)"
-                )
-                out.append(chart(spec, caption, f"chart-{tag}-{fmt.slug(model)}-{kind}"))
-        return out
-
-    def comment_svg(self, ev: Evaluation) -> str | None:
-        """The static chart of `ev` for its PR comment: the best axis's kind, its model."""
-        v = ev.verdict or {}
-        model = v.get("best_model") or next(iter(self.target_models(ev)), None)
-        parsed = fmt.parse_axis(v.get("best_axis") or "")
-        kind = parsed[0] if parsed else "decode"
-        comps = [c for c in ev.comparisons if c["model"] == model]
-        if not comps or not charts.versus_rows(comps, kind):
-            return None
-        return charts.comparison_svg(comps, kind, tiers.colour(ev.label))
-
-    def has_comment_svg(self, ev: Evaluation) -> bool:
-        return bool(ev.comparisons) and self.comment_round.get(ev.pr) == ev.round_id
-
-    def failures(self, ev: Evaluation) -> list[dict[str, Any]]:
-        return [
-            {**f, "log": block(f.get("log_tail"), 2000) if f.get("log_tail") else None}
-            for f in ev.failures
-        ]
-
     # --- pages -----------------------------------------------------------------------------
     def leaderboard_figure(self, round_id: str, cid: str = "chart-leaderboard") -> Markup:
         """The interactive best-delta chart of a round (the interval ink is main's colour, which
@@ -430,30 +251,30 @@ class Site:
         caption = "best delta per PR with its 95% interval, coloured by tier"
         return chart(spec, caption, cid)
 
-    def board_title(self, rnd: Row) -> str:
+    def board_title(self, rnd: Round) -> str:
         """'NVIDIA H200 · gpu profile': what a leaderboard of the home page is about."""
-        return f"{rnd.get('device_name') or 'unknown device'} · {rnd['profile']} profile"
+        return f"{rnd.device_name or 'unknown device'} · {rnd.profile} profile"
 
     def home_page(self, headline_svg: bool) -> str:
         boards = [
             {
                 "round": rnd,
-                "anchor": f"board-{self.rslug(rnd['round_id'])}",
+                "anchor": f"board-{self.rslug(rnd.round_id)}",
                 "chart": self.leaderboard_figure(
-                    rnd["round_id"], f"chart-leaderboard-{self.rslug(rnd['round_id'])}"
+                    rnd.round_id, f"chart-leaderboard-{self.rslug(rnd.round_id)}"
                 ),
             }
             for rnd in self.boards
         ]
         return self.render("home.md.j2", root="", boards=boards, headline_svg=headline_svg)
 
-    def round_page(self, rnd: Row) -> str:
+    def round_page(self, rnd: Round) -> str:
         return self.render(
             "round.md.j2",
             root="../",
             round=rnd,
-            chart=self.leaderboard_figure(rnd["round_id"]),
-            cost=self.data.costs.get(rnd["round_id"]),
+            chart=self.leaderboard_figure(rnd.round_id),
+            cost=self.data.costs.get(rnd.round_id),
         )
 
     def pr_cost(self, ev: Evaluation) -> Markup:
@@ -510,7 +331,7 @@ class Site:
     def tier_members(self) -> dict[str, list[dict[str, Any]]]:
         """Per label: each PR that got it, with the rounds it got it in (newest first)."""
         out: dict[str, dict[int, list[Evaluation]]] = defaultdict(dict)
-        aa = {r["round_id"] for r in self.aa_rounds}
+        aa = {r.round_id for r in self.aa_rounds}
         for pr, evs in self.data.by_pr.items():
             for ev in evs:
                 if ev.round_id in aa:
@@ -539,13 +360,13 @@ class Site:
         return self.render("tier.md.j2", root="../", label=label, rows=rows)
 
     def model_page(self, model: str) -> str:
-        order = {r["round_id"]: i for i, r in enumerate(self.rounds)}
+        order = self.round_order
         kinds: dict[str, list[dict[str, Any]]] = defaultdict(list)
         table: dict[str, dict[str, Row]] = defaultdict(dict)
         for row in self.data.main_trend:
             if row["model"] != model:
                 continue
-            parsed = fmt.parse_axis(row["axis"])
+            parsed = fmt.split_axis(row["axis"])
             if not parsed:
                 continue
             kind, n = parsed
@@ -578,7 +399,7 @@ class Site:
             accuracy=[
                 a
                 for r in self.rounds
-                for a in self.data.main_accuracy.get(r["round_id"], [])
+                for a in self.data.main_accuracy.get(r.round_id, [])
                 if a["model"] == model
             ],
         )
@@ -591,7 +412,7 @@ class Site:
             "rules.md.j2",
             root="",
             policy=self.policy,
-            flat=_flatten(self.policy),
+            flat=_flatten(self.policy_round.policy_raw if self.policy_round else {}),
             calibrations=calibration.profiles(self.data),
         )
 
@@ -609,15 +430,14 @@ class Site:
         )
 
 
-def leaderboard_rounds(rounds: list[Row]) -> list[Row]:
-    """The newest PR round (kind "round") of each (profile, device), gpu profile first, then
-    the newest first. `rounds` is oldest first."""
-    newest: dict[tuple[str, str], tuple[int, Row]] = {}
+def leaderboard_rounds(rounds: list[Round]) -> list[Round]:
+    """The newest leaderboard round (never an A/A round) of each (profile, device), gpu profile
+    first, then the newest first. `rounds` is oldest first."""
+    newest: dict[tuple[str, str], tuple[int, Round]] = {}
     for i, r in enumerate(rounds):
-        if r.get("kind", "round") != "round":
-            continue
-        newest[(r["profile"], r.get("device_name") or "")] = (i, r)
-    picked = sorted(newest.values(), key=lambda p: (p[1]["profile"] != "gpu", -p[0]))
+        if r.leaderboard:
+            newest[(r.profile, r.device_name or "")] = (i, r)
+    picked = sorted(newest.values(), key=lambda p: (p[1].profile != "gpu", -p[0]))
     return [r for _, r in picked]
 
 

@@ -1,31 +1,36 @@
-"""Tier labels: their order, one colour each (badges, charts, legend) and the badge SVGs."""
+"""Label colours: one per verdict label (badges, charts, legend) and the badge SVGs. The labels
+are the collector's (collector.policy.LABELS), shown strongest tier first;
+what a tier's gate is comes from the policy in force (pages.Site.tier_meaning)."""
 
 from __future__ import annotations
 
 from markupsafe import Markup
 
+from collector.policy import LABELS, TIER_NAMES
 from sitegen.escape import text
 
 # label -> (fill, text colour, meaning). Fills are mid-tone so a badge reads on both the light
 # and the dark palette; the text colour is chosen for contrast against the fill.
 TIERS: dict[str, tuple[str, str, str]] = {
-    "XL": ("#7b3fb8", "#ffffff", "speedup of 18% or more"),
-    "L": ("#1f6fc5", "#ffffff", "speedup of 10% or more"),
-    "M": ("#0f8a80", "#ffffff", "speedup of 6% or more"),
-    "S": ("#2f9a3a", "#ffffff", "speedup of 3.5% or more"),
-    "XS": ("#9bbf3a", "#1a1a1a", "speedup of 2% or more"),
+    "XL": ("#7b3fb8", "#ffffff", "speedup tier"),
+    "L": ("#1f6fc5", "#ffffff", "speedup tier"),
+    "M": ("#0f8a80", "#ffffff", "speedup tier"),
+    "S": ("#2f9a3a", "#ffffff", "speedup tier"),
+    "XS": ("#9bbf3a", "#1a1a1a", "speedup tier"),
     "none": ("#8a8f98", "#ffffff", "no significant speedup (passes every gate)"),
     "REJECT": ("#d0312d", "#ffffff", "a gate failed: regression, accuracy, guard or crash"),
     "needs-rebase": ("#f08c00", "#1a1a1a", "does not merge onto the round's main; not measured"),
     "harness-touched": ("#a0522d", "#ffffff", "edits the pinned harness; not measured"),
     "pending": ("#c9b458", "#1a1a1a", "not decided yet"),
 }
-ORDER = list(TIERS)
-PASSING = ["XL", "L", "M", "S", "XS"]
+assert set(TIERS) == set(LABELS), "one colour per collector label"
+ORDER = [*reversed(TIER_NAMES), *(label for label in LABELS if label not in TIER_NAMES)]
+PASSING = list(reversed(TIER_NAMES))  # XL first
 UNKNOWN = ("#555555", "#ffffff", "unknown label")
 
 
-def slug(label: str) -> str:
+def known(label: str) -> str:
+    """The label, or 'unknown' for one the collector does not give (its badge file name)."""
     return label if label in TIERS else "unknown"
 
 
@@ -54,7 +59,7 @@ def badge_svg(label: str) -> str:
 
 def badge(label: str, root: str) -> Markup:
     """An <img> of the label's badge, relative to the page (root is '' or '../')."""
-    name = slug(label)
+    name = known(label)
     return Markup(
         f'<img class="sb-badge" src="{root}assets/badges/{name}.svg" alt="{text(label)}" '
         f'title="{text(label)}" height="18">'

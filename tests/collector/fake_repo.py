@@ -45,14 +45,18 @@ def test_policy_text(hang_timeout: int = 8) -> str:
     # the fake engine's speeds are exact: no box noise to credit
     assert "min_noise = 0.15" in text
     text = text.replace("min_noise = 0.15", "min_noise = 0.0", 1)
-    cpu_timeouts = 'timeouts = { sweep = 300, concurrent = 300, score = 300, "prefill-check" = 300, guard = 300 }'
+    cpu_timeouts = 'timeouts = { sweep = 300, concurrent = 300, score = 300, "prefill-check" = 300, guard = 300, longctx = 300 }'
     assert cpu_timeouts in text
     t = hang_timeout
     text = text.replace(
         cpu_timeouts,
-        f'timeouts = {{ sweep = {t}, concurrent = {t}, score = {t}, "prefill-check" = {t}, guard = {t} }}',
+        f'timeouts = {{ sweep = {t}, concurrent = {t}, score = {t}, "prefill-check" = {t}, guard = {t}, longctx = {t} }}',
         1,
     )
+    # the fake engine has no long-context memory check (tests of it use the real engine)
+    for line in ('long_context = { "tiny" = 8000 }', 'memory_budget_mib = { "tiny" = 256 }'):
+        assert line in text
+        text = text.replace(line, "", 1)
     return text
 
 

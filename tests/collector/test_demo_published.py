@@ -12,8 +12,8 @@ from pathlib import Path
 
 import duckdb
 import pytest
+import synthetic_round as synthetic
 from click.testing import CliRunner
-from sitegen import synthetic
 
 from collector.cli import main
 from collector.store import open_store

@@ -9,7 +9,7 @@ from pathlib import Path
 from collector.harness import Request, run_request
 
 DOC = {
-    "schema_version": 1,
+    "schema_version": 2,
     "model": "tiny",
     "model_id": "fake",
     "engine_commit": "unknown",
@@ -22,6 +22,7 @@ DOC = {
     "contexts": [
         {"ctx": 32, "decode_tokens": 4, "decode_tok_s": [100.0], "prefill_tok_s": [900.0]}
     ],
+    "measured": {"seed": 1, "timing": {"regions": [[0.01, 0.0099]]}},
 }
 
 

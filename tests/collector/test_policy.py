@@ -95,3 +95,11 @@ def test_a_policy_extends_the_default_and_states_only_what_it_changes(tmp_path: 
     f.write_text("extends = 3\n")
     with pytest.raises(PolicyError, match="extends: a policy path"):
         load_policy(f)
+
+
+def test_band_is_the_one_formula_of_how_far_a_ratio_must_leave_one() -> None:
+    rules = load_policy().verdict
+    assert rules.noise_multiplier == 1.5
+    assert rules.band(0.15) == pytest.approx(1.15**1.5)
+    assert rules.band(0.0) == 1.0
+    assert resolve(load_policy(), "gpu").profile.noise_floor("prefill@128") == pytest.approx(0.35)

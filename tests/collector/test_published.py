@@ -5,13 +5,16 @@ everywhere, the rounds are judged under the calibrated gpu policy, and no logits
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from collector.manifest import load_manifest
-from collector.report import list_prs, load_pr, render_markdown
+from collector.readout import Readout, connect, pick_round
+from collector.report import render_markdown
 from collector.store import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,9 +35,9 @@ def test_the_gpu_demo_round_gives_every_pr_its_expected_verdict(store) -> None:
     (rnd,) = store.query_dicts("SELECT * FROM rounds WHERE round_id = ?", [m.round])
     assert rnd["profile"] == "gpu" and rnd["device_name"] == "NVIDIA H200"
     assert rnd["finished_at"] is not None
-    got = {n: load_pr(store, m.round, n) for n in list_prs(store, m.round)}
-    assert {n: v["label"] for n, v in got.items()} == {p.number: p.expect for p in m.pr}
-    assert [n for n, v in got.items() if v["merge_first"]] == [201]
+    got = {ev.pr: ev for ev in Readout.from_connection(store.con).by_round[m.round]}
+    assert {n: ev.label for n, ev in got.items()} == {p.number: p.expect for p in m.pr}
+    assert [n for n, ev in got.items() if ev.merge_first] == [201]
     # the repository's manifest is the stored one, pinned since to the main it measured
     assert rnd["main_commit"] == m.base_ref
     assert tomllib.loads(rnd["manifest_toml"]) == {
@@ -86,8 +89,42 @@ def test_published_without_logits(store) -> None:
 def test_the_comment_names_a_tier_axis_only_when_it_is_significant(store) -> None:
     """#201 (S) got its tier from an axis; #208 (none) has only a largest change, noise."""
     rid = load_manifest(DEMO).manifest.round
-    tier = render_markdown(load_pr(store, rid, 201))
-    neutral = render_markdown(load_pr(store, rid, 208))
+    rd = Readout.from_connection(store.con, [rid])
+    tier = render_markdown(rd.evaluation(rid, 201))
+    neutral = render_markdown(rd.evaluation(rid, 208))
     assert "tier from" in tier and "largest change" not in tier
     assert "largest change" in neutral and "not significant" in neutral
     assert "tier from" not in neutral
+
+
+def test_commands_default_to_the_newest_leaderboard_round() -> None:
+    """Without --round: the newest leaderboard round, never a newer A/A round; with --pr, the
+    newest round that measured that PR (A/A PR #1 lives only in the A/A rounds)."""
+    rid = load_manifest(DEMO).manifest.round
+    store = SimpleNamespace(con=connect(PUBLISHED))
+    assert pick_round(store.con) == rid
+    assert pick_round(store.con, pr=201) == pick_round(store.con, pr=202) == rid
+    assert pick_round(store.con, pr=1) == "2026-11-30-h200-aa3"
+    assert pick_round(store.con, "2026-11-30-h200-aa1", pr=1) == "2026-11-30-h200-aa1"
+    with pytest.raises(LookupError, match="no round measured PR #999"):
+        pick_round(store.con, pr=999)
+    with pytest.raises(LookupError, match="no round 'nope'"):
+        pick_round(store.con, "nope")
+
+
+def test_show_and_comment_find_the_pr_without_a_round() -> None:
+    from click.testing import CliRunner
+
+    from collector.cli import main
+
+    runner = CliRunner()
+    shown = runner.invoke(main, ["show", "--db", str(PUBLISHED)])
+    assert shown.exit_code == 0 and "PR #201 — S" in shown.output and "PR #1 " not in shown.output
+    one = runner.invoke(main, ["show", "--db", str(PUBLISHED), "--pr", "202"])
+    assert one.exit_code == 0 and "PR #202 — REJECT" in one.output
+    comment = runner.invoke(main, ["comment", "--db", str(PUBLISHED), "--pr", "201"])
+    assert comment.exit_code == 0 and "PR \\#201" in comment.output
+    # a dummy model's perplexity (~1e13) is never printed, only its ratio
+    assert "dummy weights: absolute perplexity is meaningless" in comment.output
+    ppl = [ln for ln in comment.output.splitlines() if "PPL PR / main" in ln]
+    assert ppl and not any(re.search(r"\d{5,}", ln.replace(",", "")) for ln in ppl)

@@ -102,9 +102,8 @@ def test_verdicts_of_a_mixed_round(fake_repo: FakeRepo, tmp_path: Path) -> None:
         assert s.query("SELECT count(*) FROM sessions WHERE pr IN (7, 8)")[0][0] == 0
         c = s.query("SELECT pr_commit, merged_commit, main_commit FROM candidates WHERE pr = 1")[0]
         assert all(len(x) == 40 for x in c) and len({*c}) == 3
-        assert (
-            s.query("SELECT count(*) FROM accuracy WHERE pr = 0")[0][0] == 1
-        )  # main-vs-main calibration
+        # main-vs-main calibration: the target and the guard model (guards are scored too)
+        assert s.query("SELECT count(*) FROM accuracy WHERE pr = 0")[0][0] == 2
     # the verdict command recomputes the same labels from the stored evidence
     r2 = CliRunner().invoke(main, ["verdict", "--db", str(db)])
     assert r2.exit_code == 0 and "#3\tREJECT" in r2.output

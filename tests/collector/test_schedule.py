@@ -35,7 +35,9 @@ def test_tasks_targets_and_guards() -> None:
         ("concurrent", "tiny"),
         ("score", "tiny"),
         ("prefill-check", "tiny"),
+        ("longctx", "tiny"),
         ("guard", "tiny:q8_0"),
+        ("score", "tiny:q8_0"),
     ]
     second_pr = slots[3]
     assert [(t.kind, t.model) for t in second_pr.tasks] == [
@@ -44,8 +46,11 @@ def test_tasks_targets_and_guards() -> None:
         ("guard", "tiny:q8_0"),
     ]
     main_kinds = [[t.kind for t in s.tasks] for s in slots if s.side == "main"]
-    assert main_kinds[0] == ["sweep", "concurrent", "score", "prefill-check", "guard"]
-    assert main_kinds[1] == ["sweep", "concurrent", "score", "guard"]
+    # main: the long-context check and the scores twice (calibration), guard models scored too
+    assert main_kinds[0] == [
+        "sweep", "concurrent", "score", "prefill-check", "longctx", "guard", "score",
+    ]  # fmt: skip
+    assert main_kinds[1] == ["sweep", "concurrent", "score", "longctx", "guard", "score"]
     assert main_kinds[2] == ["sweep", "concurrent", "guard"]
 
 

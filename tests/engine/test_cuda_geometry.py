@@ -130,14 +130,16 @@ def test_tensor_core_rings_size_the_dynamic_shared_memory() -> None:
 
 def test_python_defaults_match_the_kernel_sources() -> None:
     """The grids and shared memory sizes follow GEOMETRY_DEFAULTS; the kernels compile with
-    the #define defaults in gemv.cu. The two must agree."""
-    src = (Path(__file__).resolve().parents[2] / "kernels" / "gemv.cu").read_text()
+    the #define defaults in the mat-vec sources (kernels/gemv_*.cu). The two must agree, and
+    each default is defined in one file only."""
+    kernels = Path(__file__).resolve().parents[2] / "kernels"
+    src = "\n".join(p.read_text() for p in sorted(kernels.glob("gemv_*.cu")))
     for name, value in GEOMETRY_DEFAULTS.items():
         if name in ("GEMV_MMA", "GEMV_MMA_Q"):  # read by the Python side only
             continue
-        m = re.search(rf"#ifndef {name}\n#define {name} (\d+)", src)
-        assert m, f"{name} has no #ifndef default in gemv.cu"
-        assert int(m.group(1)) == value, name
+        found = re.findall(rf"#ifndef {name}\n#define {name} (\d+)", src)
+        assert len(found) == 1, f"{name}: {len(found)} #ifndef defaults in kernels/gemv_*.cu"
+        assert int(found[0]) == value, name
 
 
 def test_quantized_rows_per_warp_and_row_blocks() -> None:

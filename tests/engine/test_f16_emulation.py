@@ -1,4 +1,4 @@
-"""engine.cuda.emulation: the CUDA backend's float16 roundings on the NumPy runner."""
+"""engine.tools.emulation: the CUDA backend's float16 roundings on the NumPy runner."""
 
 from __future__ import annotations
 
@@ -6,16 +6,16 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from engine.cuda.emulation import (
+from engine.errors import EngineError
+from engine.models import load_weights
+from engine.numpy_backend import NumpyRunner
+from engine.tools.emulation import (
     Float16Emulation,
     beyond_tie_misses,
     kl_mean,
     main,
     teacher_forced_logits,
 )
-from engine.errors import EngineError
-from engine.models import load_weights
-from engine.numpy_backend import NumpyRunner
 
 
 @pytest.fixture(scope="module")

@@ -9,13 +9,11 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from engine.cli_common import run_group
 from engine.config import ModelConfig
 from engine.errors import EngineError
 from engine.harness import common as harness_io
-from engine.harness.bench import count_decoded, measure_context, measure_width
 from engine.harness.common import cycled, parse_int_list, write_document
-from engine.harness.protocol import ContextSample, WidthRun, parse_document
+from engine.harness.protocol import parse_document
 from engine.harness.score import check_prefix, log_softmax, read_tokens_file, score_tokens
 from engine.runner import Runner
 
@@ -101,60 +99,6 @@ def corpus(n: int = 300) -> list[int]:
 
 
 # --- sweep and concurrent ------------------------------------------------------------------
-
-
-def test_measure_context_records_every_repetition() -> None:
-    runner = FakeRunner()
-    sample = measure_context(runner, corpus(), ctx=50, tokens=7, reps=4, warmup=2)
-    assert isinstance(sample, ContextSample)
-    assert len(sample.decode_tok_s) == 4 and len(sample.prefill_tok_s) == 4
-    assert all(v > 0 for v in sample.decode_tok_s + sample.prefill_tok_s)
-    assert sample.ctx == 50 and sample.decode_tokens == 7
-    # the sequence holds the prompt and the decoded tokens, nothing more
-    assert runner.seq_len(0) == 50 + 7
-
-
-def test_measure_context_refuses_a_decode_that_lost_tokens() -> None:
-    with pytest.raises(harness_io.EngineOutputError, match="decode produced 3 valid tokens of 6"):
-        measure_context(LosesTokens(), corpus(), ctx=20, tokens=6, reps=2)
-
-
-def test_measure_width_counts_every_token_when_nothing_is_lost() -> None:
-    runner = FakeRunner()
-    run = measure_width(runner, corpus(), width=3, prompt_len=20, tokens=9)
-    assert isinstance(run, WidthRun)
-    assert run.tokens_expected == 27 and run.tokens_decoded == 27 and run.complete
-    assert run.tok_s == pytest.approx(27 / run.seconds)
-    # prompts of different lengths: sequence i holds prompt_len + i + tokens
-    assert [runner.seq_len(i) for i in range(3)] == [29, 30, 31]
-    # and different content
-    assert runner.seqs[0][:20] != runner.seqs[1][:20]
-
-
-def test_measure_width_reports_lost_tokens() -> None:
-    run = measure_width(LosesTokens(), corpus(), width=2, prompt_len=10, tokens=8)
-    assert run.tokens_expected == 16
-    assert run.tokens_decoded == 12  # sequence 0 lost its last 4 ids
-    assert not run.complete
-
-
-def test_count_decoded_rejects_out_of_range_ids_and_caps_by_cache_growth() -> None:
-    runner = FakeRunner()
-    runner.reset(2, 64)
-    runner.prefill(0, np.arange(5))
-    runner.prefill(1, np.arange(6))
-    runner.decode([0, 1], np.array([1, 2]))
-    runner.decode([0, 1], np.array([1, 2]))  # both sequences grew by 2
-    out = np.array([[1, 2], [VOCAB, 3], [4, 5]])  # 3 steps claimed, one id out of range
-    # sequence 0: 2 valid ids; sequence 1: 3 valid ids but its cache grew by only 2
-    assert count_decoded(out, [5, 6], runner, tokens=3) == 2 + 2
-    assert count_decoded(out.astype(np.float32), [5, 6], runner, tokens=3) == 2 + 2
-    assert count_decoded(out, [5, 6], runner, tokens=1) == 1 + 1
-    assert count_decoded(np.zeros((3, 3)), [5, 6], runner, tokens=3) == 0  # wrong width
-    assert count_decoded(np.array([[0.5, np.nan]]), [5, 6], runner, tokens=1) == 0
-
-
-# --- score ---------------------------------------------------------------------------------
 
 
 def test_score_positions_match_a_direct_teacher_forced_pass() -> None:
@@ -359,23 +303,6 @@ def test_nvidia_driver_version_is_read_from_proc(tmp_path) -> None:
     assert cpu_model_name(cpu) == "AMD EPYC 9654 96-Core Processor"
 
 
-def test_broken_engine_output_is_exit_1_with_one_line(monkeypatch, capsys, tmp_path) -> None:
-    """Bad input is exit 2; an engine that returns unusable output is exit 1 (the PR's fault)."""
-    import engine.harness.bench
-    import engine.models
-    from engine.harness.bench import bench
-
-    monkeypatch.setattr(engine.models, "open_runner", lambda name, backend: LosesTokens())
-    monkeypatch.setattr(engine.harness.bench, "corpus_prompt_ids", lambda model, vocab: corpus())
-    out = tmp_path / "sweep.json"
-    args = ["sweep", "--model", "tiny", "--ctx", "16", "--tokens", "4", "--out", str(out)]
-    assert run_group(bench, args) == 1
-    err = capsys.readouterr().err
-    assert err.startswith("error: ctx 16: decode produced 2 valid tokens of 4")
-    assert err.count("\n") == 1
-    assert not out.exists()
-
-
 def test_score_rows_ties_and_a_topk_as_large_as_the_vocab() -> None:
     from engine.harness.score import score_rows
 
@@ -388,65 +315,3 @@ def test_score_rows_ties_and_a_topk_as_large_as_the_vocab() -> None:
     assert [i for i, _ in rows[1].topk] == [0, 1, 2, 3]
     assert rows[1].target_logprob == pytest.approx(np.log(0.25), abs=1e-15)
     assert [lp for _, lp in rows[1].topk] == pytest.approx([np.log(0.25)] * 4, abs=1e-15)
-
-
-class FakeClock:
-    """Stands in for time.perf_counter: each timed operation advances it by a scheduled time."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def test_repeat_fastest_runs_until_min_time_and_keeps_the_fastest(monkeypatch) -> None:
-    import engine.harness.bench as bench_module
-
-    clock = FakeClock()
-    monkeypatch.setattr(bench_module.time, "perf_counter", clock)
-    durations = iter([0.030, 0.005, 0.020, 0.001])
-    seen: list[int] = []
-
-    def op(arg: int) -> int:
-        clock.now += next(durations)
-        return arg
-
-    best, results = bench_module.repeat_fastest(
-        FakeRunner(), lambda j: j * 10, op, seen.append, min_time=0.05
-    )
-    assert results == [0, 10, 20] == seen  # 0.030 + 0.005 + 0.020 >= 0.05: three runs
-    assert best == pytest.approx(0.005)
-    once, results = bench_module.repeat_fastest(
-        FakeRunner(), lambda j: j, op, seen.append, min_time=0.0
-    )
-    assert results == [0] and once == pytest.approx(0.001)
-
-
-def test_inner_runs_use_fresh_prompts_and_truncate_back_for_decode() -> None:
-    class Recording(FakeRunner):
-        def __init__(self) -> None:
-            super().__init__()
-            self.prefills: list[tuple[int, ...]] = []
-            self.truncates = 0
-
-        def prefill(self, seq: int, tokens: np.ndarray, all_logits: bool = False) -> np.ndarray:
-            self.prefills.append(tuple(int(t) for t in tokens))
-            return super().prefill(seq, tokens, all_logits)
-
-        def truncate(self, seq: int, length: int) -> None:
-            self.truncates += 1
-            super().truncate(seq, length)
-
-    runner = Recording()
-    sample = measure_context(runner, corpus(), ctx=30, tokens=5, reps=2, min_time=0.02)
-    assert len(sample.decode_tok_s) == 2 and len(sample.prefill_tok_s) == 2
-    assert len(runner.prefills) >= 4  # tiny work: several inner runs per repetition
-    assert len(set(runner.prefills)) > 1  # not the same prompt every time
-    assert runner.truncates >= 2
-    assert runner.seq_len(0) == 30 + 5
-
-    lossy = measure_width(LosesTokens(), corpus(), width=2, prompt_len=10, tokens=8, min_time=0.02)
-    assert lossy.tokens_decoded == 12 and not lossy.complete
-    full = measure_width(FakeRunner(), corpus(), width=3, prompt_len=10, tokens=8, min_time=0.02)
-    assert full.complete and full.tok_s == pytest.approx(24 / full.seconds)

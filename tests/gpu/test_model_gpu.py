@@ -7,7 +7,7 @@ Skipped without CuPy and a GPU.
 
 The dummy models' prompts are random ids. SmolLM2's is a window of the corpus at a random
 offset: on random ids its prefill rows have a long tail. The GPU's float16 roundings (prefill
-GEMM inputs and weights, KV cache), emulated on the CPU (`python -m engine.cuda.emulation`),
+GEMM inputs and weights, KV cache), emulated on the CPU (`python -m engine.tools.emulation`),
 moved a prefill row's logits by 0.067 nats in the median prompt but by more than 0.2 in 7 of
 60 random prompts (up to 1.5; KL up to 2e-4), and by at most 0.093 (KL 4.5e-6) over 50 corpus
 windows. On random ids the test measured how the model amplifies rounding, not the kernels
@@ -20,8 +20,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.cuda.emulation import beyond_tie_misses, kl_mean, teacher_forced_logits
 from engine.errors import EngineError
+from engine.tools.emulation import beyond_tie_misses, kl_mean, teacher_forced_logits
 
 pytestmark = pytest.mark.gpu
 

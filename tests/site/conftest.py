@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from sitegen import synthetic
+import synthetic_round as synthetic
 from sitegen.build import build_site
 
 

@@ -10,8 +10,9 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import duckdb
+import synthetic_round as synthetic
 from click.testing import CliRunner
-from sitegen import synthetic, tiers
+from sitegen import tiers
 from sitegen.build import build_site
 from sitegen.cli import build
 from sitegen.escape import text
@@ -77,9 +78,13 @@ def test_every_page_kind_is_built(built: tuple[Path, Path], small_db: Path) -> N
         assert (out / "assets" / "badges" / f"{label}.svg").read_text().startswith("<svg")
     assert len(list((out / "models").glob("*.html"))) == len(synthetic.MODELS) + 1
     assert (out / "rules.html").is_file() and (out / "data.html").is_file()
-    # the kept config: plain MkDocs, nothing fetched, relative links, no plugins
+    # the kept config: plain MkDocs, nothing fetched, relative links, no plugins (Material's
+    # search cannot run from file://; find.html searches a local index file instead)
     config = json.loads((docs.parent / f"{docs.name}.mkdocs.yml").read_text())
     assert config["theme"]["font"] is False and config["plugins"] == []
+    find = (out / "find.html").read_text()
+    assert '<script src="assets/find-index.js"></script>' in find
+    assert (out / "assets" / "find-index.js").read_text().startswith("window.SB_FIND = [")
     assert config["use_directory_urls"] is False
 
 
@@ -107,9 +112,10 @@ def test_leaderboard_shows_every_field(built: tuple[Path, Path], small_db: Path)
     ]
     assert len(rows) == n
     assert re.search(r"\[[+-]\d+\.\d%, [+-]\d+\.\d%\]", page.plain)  # an interval
-    assert "✅" in page.plain  # gates
+    html_ = (out / "index.html").read_text()
+    assert 'class="sb-icon sb-pass"' in html_ and "<svg" in html_  # gates: the theme's SVG icons
     if winner:
-        assert "🏁 merge-first" in page.plain
+        assert 'class="sb-icon sb-merge-first"' in html_ and "merge-first" in page.plain
     badges = [a for t, a in page.tags if t == "img" and "sb-badge" in (a.get("class") or "")]
     assert len(badges) >= n
     assert (out / "assets" / "charts" / "leaderboard-light.svg").is_file()
@@ -361,3 +367,34 @@ def test_unexpected_rows_still_build(tmp_path: Path) -> None:
     assert "pending" in Page((out / "pr" / "102.html").read_text()).plain
     assert "no-such-round" in Page((out / "pr" / "104.html").read_text()).plain
     test_links_are_relative_and_resolve((tmp_path, out))
+
+
+def test_no_emoji_icons_on_pages(built: tuple[Path, Path]) -> None:
+    """Status icons are inline SVGs of the theme: a browser without an emoji font shows them."""
+    _, out = built
+    for path in pages(out):
+        body = path.read_text()
+        assert not any(e in body for e in ("✅", "❌", "⚠️", "⏭️", "🏁")), path
+
+
+def test_author_pages_and_find_index(built: tuple[Path, Path], small_db: Path) -> None:
+    """A page per author (hostile names escaped, file names safe), linked from the leaderboard
+    and PR pages; the find-a-PR index lists every PR with its author."""
+    _, out = built
+    con = duckdb.connect(str(small_db), read_only=True)
+    authors = {a for (a,) in con.execute("SELECT DISTINCT author FROM prs").fetchall()}
+    prs = {p for (p,) in con.execute("SELECT DISTINCT pr FROM prs").fetchall()}
+    con.close()
+    files = sorted((out / "authors").glob("*.html"))
+    assert len(files) == len(authors)
+    assert all(re.fullmatch(r"[A-Za-z0-9._-]+\.html", f.name) for f in files)
+    index = (out / "index.html").read_text()
+    assert 'href="authors/' in index
+    some_pr = sorted((out / "pr").glob("*.html"))[0].read_text()
+    assert 'href="../authors/' in some_pr
+    for f in files:
+        body = f.read_text()
+        assert "<script>alert" not in body and "onerror=alert" not in body.replace(" ", "")
+    js = (out / "assets" / "find-index.js").read_text()
+    entries = json.loads(js[len("window.SB_FIND = ") : -2])
+    assert {e["pr"] for e in entries} == prs and "<" not in js

@@ -34,7 +34,7 @@ def test_leaderboard_colours_are_the_tier_colours() -> None:
 
 
 def test_slugs_are_safe_and_distinct() -> None:
-    from sitegen.format import unique_slugs
+    from sitegen.fmt import unique_slugs
 
     slugs = unique_slugs(["a/b", "a:b", "../../etc", "index", "", "ok-1"])
     assert len(set(slugs.values())) == 6

@@ -2,7 +2,7 @@ import html
 
 import pytest
 from sitegen.escape import block, finalize, script_json, text
-from sitegen.synthetic import HOSTILE
+from synthetic_round import HOSTILE
 
 SPECIALS = set("<>\"'`[]()!|#{}*_~:@&\\$=^")
 

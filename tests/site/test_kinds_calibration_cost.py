@@ -11,10 +11,12 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from sitegen import calibration, pages, queries, synthetic
-from sitegen import format as fmt
+import synthetic_round as synthetic
+from sitegen import calibration, fmt, pages, queries
 
 from collector.cost import round_cost
+from collector.policy import load_policy, resolve
+from collector.readout import Round, pick_round
 
 TABLES = ["prs", "candidates", "verdicts", "comparisons", "gates", "accuracy", "sessions"]
 GPU_ROUND = "2026-06-04-gpu"  # the newest synthetic PR round of rounds=2
@@ -51,6 +53,20 @@ def mixed(tmp_path_factory: pytest.TempPathFactory) -> pages.Site:
     return pages.Site(queries.load(db))
 
 
+def _round(created: datetime, **r: str) -> Round:
+    return Round(
+        **r,
+        created_at=created,
+        finished_at=None,
+        main_commit=None,
+        base_ref=None,
+        driver=None,
+        policy=None,
+        policy_raw={},
+        row={},
+    )
+
+
 def test_leaderboard_rounds_newest_per_profile_and_device_gpu_first() -> None:
     t = datetime(2026, 11, 30)
     rounds = [
@@ -61,14 +77,13 @@ def test_leaderboard_rounds_newest_per_profile_and_device_gpu_first() -> None:
         {"round_id": "c2", "profile": "cpu", "device_name": "Xeon", "kind": "round"},
         {"round_id": "c3", "profile": "cpu", "device_name": "EPYC", "kind": "round"},
     ]
-    for i, r in enumerate(rounds):
-        r["created_at"] = t + timedelta(hours=i)
-    assert [r["round_id"] for r in pages.leaderboard_rounds(rounds)] == ["g2", "c3", "c2"]
-    assert pages.leaderboard_rounds([r for r in rounds if r["kind"] == "aa"]) == []
+    rounds = [_round(t + timedelta(hours=i), **r) for i, r in enumerate(rounds)]
+    assert [r.round_id for r in pages.leaderboard_rounds(rounds)] == ["g2", "c3", "c2"]
+    assert pages.leaderboard_rounds([r for r in rounds if r.kind == "aa"]) == []
 
 
 def test_round_kinds_read_from_the_manifest(mixed: pages.Site) -> None:
-    kinds = {r["round_id"]: r["kind"] for r in mixed.rounds}
+    kinds = {r.round_id: r.kind for r in mixed.rounds}
     assert kinds[AA_ROUND] == "aa" and kinds["aa-2026-05-30-gpu"] == "aa"
     assert kinds[GPU_ROUND] == "round" and kinds["local-cpu"] == "round"
 
@@ -137,7 +152,7 @@ def calibrated_db(tmp_path: Path) -> Path:
     con.execute("UPDATE samples SET value = 100 WHERE round_id = ?", [aa])
     con.execute(
         "UPDATE samples SET value = 110 WHERE session_id = ? AND axis = 'decode@128'",
-        [f"{aa}/main/0/1/sweep/{model}"],
+        [f"{aa}/main/0/3/sweep/{model}"],
     )
     con.execute(
         "UPDATE rounds SET policy_json = json_merge_patch(policy_json, "
@@ -164,13 +179,13 @@ def test_calibration_shows_the_planted_numbers(tmp_path: Path) -> None:
     assert cells[2] == "1.0% / 4.4%"  # decode noise: median / max, not at the floor
     assert cells[4] == "1.0% / ≤1.0%"  # prefill: every axis at the A/A round's min_noise
     assert cells[5] == "-3.3% &#64;4k"  # the largest A/A delta of prefill
-    assert "❌ XS prefill@4k #1" in html.unescape(cells[-1])
+    assert "sb-fail" in cells[-1] and "XS prefill@4k #1" in html.unescape(cells[-1])
     assert cells[-2] == "10.0% decode@128"  # measured from main's samples, before the floor
     assert "before any floor: 10.0% (" in cal
     assert "Largest noise** any A/A round stored: 4.4%" in cal
-    assert "tier, below the floor or implausible**: 1 ❌" in cal
+    assert f"tier, below the floor or implausible**: 1 {fmt.icon('fail')}" in cal
     acc = next(ln for ln in cal.splitlines() if f">{model}<" in ln and "0.9123" in ln)
-    assert "0.9123 · 0.00420 · ×1.0250" in acc and acc.rstrip().endswith("| ❌ |")
+    assert "0.9123 · 0.00420 · ×1.0250" in acc and acc.rstrip().endswith(f"| {fmt.icon('fail')} |")
     assert "≥0.93 · ≤0.03 · ≤1.02" in acc
 
 
@@ -247,9 +262,16 @@ def test_no_per_axis_floors_no_second_delta(tmp_path: Path) -> None:
 
 
 def test_noise_floors_are_escaped_and_grouped() -> None:
-    out = str(fmt.noise_floors(0.02, {"<b>": 0.1, "decode@8": 0.1, "prefill@64": 0.5}, None))
-    assert out == "min_noise 2.0%; decode@8 and &#60;b&#62;: 10.0%; prefill@64: 50.0%"
-    assert str(fmt.noise_floors(None, {}, 1.5)) == "min_noise –"
+    pol = resolve(load_policy(), "gpu")
+    axes = {"prefill@64": 0.5, "prefill@128": 0.1, "decode@8": 0.1}
+    prof = pol.profile.model_copy(update={"min_noise": 0.02, "min_noise_axes": axes})
+    rules = pol.verdict.model_copy(update={"noise_multiplier": 1.0})
+    out = str(fmt.noise_floors(pol.model_copy(update={"profile": prof, "verdict": rules})))
+    assert out == (
+        "min_noise 2.0% (band +2.0%); decode@8 and prefill@128: 10.0% (band +10.0%); "
+        "prefill@64: 50.0% (band +50.0%)"
+    )
+    assert str(fmt.noise_floors(None)) == "min_noise –"
 
 
 def test_unfinished_round_shows_its_sessions_device(tmp_path: Path) -> None:
@@ -350,7 +372,7 @@ def test_published_calibration_states_its_floors() -> None:
     cal = rules[rules.index("## Calibration") : rules.index("## Cost of a round")]
     gate = next(c for c in calibration.profiles(site.data) if c.profile == "gpu")
     for axis, floor in gate.min_noise_axes.items():
-        band = (1 + floor) ** gate.noise_multiplier - 1
+        band = (1 + floor) ** gate.policy.verdict.noise_multiplier - 1
         assert re.search(
             rf"{axis}( and [a-z]+@[0-9]+)?: {floor * 100:.1f}% \(band \+{band * 100:.1f}%\)", cal
         )
@@ -361,3 +383,29 @@ def test_published_calibration_states_its_floors() -> None:
         assert row.endswith("| unfinished |") == (finished is None)
         assert f"| {pages.text(devices[rid])} |" in row
     assert "in progress" not in rules and "in progress" not in site.rounds_index()
+
+
+def test_default_round_is_the_newest_leaderboard_round(tmp_path: Path) -> None:
+    """collector.readout.pick_round on a constructed database whose newest round is an A/A
+    round: commands default to the newest leaderboard round; --pr N alone to the newest round
+    that measured N (a leaderboard round before an A/A one); --round as asked."""
+    db = synthetic.generate(tmp_path / "d.duckdb", prs=4, rounds=2, aa_rounds=1)
+    con = duckdb.connect(str(db))
+    con.execute(
+        "UPDATE rounds SET created_at = created_at + INTERVAL 30 DAY WHERE round_id LIKE 'aa-%'"
+    )
+    aa = con.execute("SELECT round_id FROM rounds WHERE round_id LIKE 'aa-%'").fetchone()[0]
+    aa_pr = con.execute("SELECT min(pr) FROM prs WHERE round_id = ?", [aa]).fetchone()[0]
+    only_old = con.execute(
+        "SELECT min(pr) FROM prs WHERE round_id = '2026-06-01-gpu' AND pr NOT IN "
+        "(SELECT pr FROM prs WHERE round_id = ?)",
+        [GPU_ROUND],
+    ).fetchone()[0]
+    con.close()
+    con = duckdb.connect(str(db), read_only=True)
+    assert pick_round(con) == GPU_ROUND
+    assert pick_round(con, pr=aa_pr) == aa
+    if only_old is not None:
+        assert pick_round(con, pr=only_old) == "2026-06-01-gpu"
+    assert pick_round(con, aa) == aa
+    con.close()

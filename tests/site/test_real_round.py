@@ -40,7 +40,9 @@ def test_site_from_a_collected_round(tmp_path: Path) -> None:
 
     repo = tmp_path / "engine-repo"
     shutil.copytree(FAKE, repo)
-    shutil.copy(REPO / "engine" / "protocol.py", repo / "engine" / "protocol.py")
+    shutil.copy(
+        REPO / "engine" / "harness" / "protocol.py", repo / "engine" / "harness" / "protocol.py"
+    )
     policy = default_policy_path().read_text().replace("retry_wait_s = 2.0", "retry_wait_s = 0.0")
     (repo / "policy.toml").write_text(policy)
     (repo / ".gitignore").write_text("__pycache__/\n*.duckdb*\n.*.scratch/\n")

@@ -59,7 +59,43 @@
     }
   }
 
+  // Find a PR (find.html): filter the local index (assets/find-index.js sets SB_FIND). Text
+  // goes in through textContent only: titles and authors are hostile.
+  function find() {
+    var input = document.getElementById("sb-find-input");
+    var list = document.getElementById("sb-find-results");
+    if (!input || !list || !window.SB_FIND) {
+      return;
+    }
+    function show() {
+      var words = input.value.toLowerCase().replace(/#/g, "").split(/\s+/).filter(Boolean);
+      list.textContent = "";
+      if (!words.length) {
+        return;
+      }
+      var shown = 0;
+      for (var i = 0; i < window.SB_FIND.length && shown < 50; i++) {
+        var p = window.SB_FIND[i];
+        var hay = (p.pr + " " + p.title + " " + p.author).toLowerCase();
+        if (!words.every(function (w) { return hay.indexOf(w) >= 0; })) {
+          continue;
+        }
+        var li = document.createElement("li");
+        var a = document.createElement("a");
+        a.href = "pr/" + p.pr + ".html";
+        a.textContent = "#" + p.pr + " " + p.title;
+        li.appendChild(a);
+        li.appendChild(document.createTextNode(" — " + p.author + " — " + p.label + " in " + p.round));
+        list.appendChild(li);
+        shown++;
+      }
+    }
+    input.addEventListener("input", show);
+    show();
+  }
+
   function start() {
+    find();
     drawAll();
     var last = isDark();
     new MutationObserver(function () {

@@ -40,7 +40,7 @@ def misbehave(command: str, out: str) -> None:
 
 def header(model: str, backend: str) -> dict:
     return {
-        "schema_version": 1,
+        "schema_version": 2,
         "model": model,
         "model_id": "fake",
         "engine_commit": "unknown",
@@ -56,3 +56,20 @@ def speed(model: str, phase: str) -> float:
 
 def jitter() -> float:
     return 1.0 + random.uniform(-0.004, 0.004)
+
+
+def measured() -> dict:
+    """What the timing parent adds: region timings (the engine's own clock at FORGE_CLOCK of the
+    parent's) and verification margins (WRONG_WORK: nothing agrees with main's model)."""
+    own = getattr(B, "FORGE_CLOCK", 1.0)
+    margin = 5.0 if getattr(B, "WRONG_WORK", False) else 0.0
+    return {
+        "seed": 7,
+        "timing": {"regions": [[0.01, 0.0099 * own]] * 20},
+        "verification": {
+            "reference": "main's fake engine",
+            "decode_margins": [margin] * 40,
+            "prefill_margins": [margin] * 6,
+            "prefill_kl": [0.0] * 6,
+        },
+    }

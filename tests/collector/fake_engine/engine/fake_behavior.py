@@ -4,3 +4,5 @@ SPEED: dict[str, float] = {}  # '<model>/<phase>' (phase: decode, prefill, concu
 FAIL: dict[str, str] = {}  # command ('sweep', 'concurrent', 'score', 'prefill-check') -> behaviour
 ACCURACY_BROKEN: bool = False
 PREFILL_KL: float = 0.001
+FORGE_CLOCK: float = 1.0  # the engine process's own clock reads this share of the real time
+WRONG_WORK: bool = False  # the timed runs' outputs disagree with main's model

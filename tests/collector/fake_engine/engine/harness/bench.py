@@ -1,11 +1,35 @@
-"""A fake `python -m engine.harness.bench` speaking the bench protocol (a collector test fixture)."""
+"""A fake `python -m engine.harness.bench` speaking the bench protocol (a collector test fixture).
+
+Like the real one it is the timing parent: it runs from main's checkout and measures the engine
+of `--engine-checkout` (the PR's), whose engine/fake_behavior.py says how that engine behaves.
+"""
 
 import argparse
+import importlib.util
 import json
 import sys
 
-from engine import fake_behavior as B
-from engine._fake_common import header, jitter, misbehave, speed
+
+def _engine_behaviour() -> None:
+    """Make `engine.fake_behavior` the measured checkout's, as the real harness's child would see."""
+    if "--engine-checkout" not in sys.argv:
+        return
+    checkout = sys.argv[sys.argv.index("--engine-checkout") + 1]
+    spec = importlib.util.spec_from_file_location(
+        "engine.fake_behavior", f"{checkout}/engine/fake_behavior.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules["engine.fake_behavior"] = module
+    import engine
+
+    engine.fake_behavior = module
+
+
+_engine_behaviour()
+
+from engine import fake_behavior as B  # noqa: E402
+from engine._fake_common import header, jitter, measured, misbehave, speed  # noqa: E402
 
 
 def main() -> None:
@@ -20,6 +44,7 @@ def main() -> None:
     ap.add_argument("--prompt-len", type=int, default=16)
     ap.add_argument("--backend", default="auto")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--engine-checkout", default=None)
     misbehave(sys.argv[1], sys.argv[sys.argv.index("--out") + 1])
     a = ap.parse_args()
     doc = header(a.model, a.backend)
@@ -63,6 +88,8 @@ def main() -> None:
                 )
             ws.append({"width": w, "prompt_len": a.prompt_len, "runs": runs})
         doc.update(kind="concurrent", tokens=a.tokens, widths=ws)
+    if a.command in ("sweep", "concurrent"):
+        doc["measured"] = measured()
     else:
         raise SystemExit(f"error: unknown command {a.command}")
     with open(a.out, "w") as f:

@@ -1,7 +1,7 @@
 """The CUDA backend's float16 roundings, emulated on the CPU: how much of a GPU-vs-NumPy logit
 difference they explain, without a GPU.
 
-    python -m engine.cuda.emulation --model smollm2-135m --prompts random --trials 20
+    python -m engine.tools.emulation --model smollm2-135m --prompts random --trials 20
 
 `Float16Emulation` is the NumPy reference runner with the roundings the GPU makes, each one
 switchable: "gemm" rounds every prefill GEMM's activations to float16 (the GPU feeds cuBLAS

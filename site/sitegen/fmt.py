@@ -6,15 +6,19 @@ escaped text, so templates can print the results without escaping them twice.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
-from typing import Any
+from pathlib import Path
 
 from markupsafe import Markup
 
+from collector.axes import is_axis, parse_axis, short_ctx
+from collector.policy import ResolvedPolicy
+from collector.readout import STATUS_ICONS, UNKNOWN_ICON, axis_key
 from sitegen.escape import text
 
-ICONS = {"pass": "✅", "fail": "❌", "warn": "⚠️", "skip": "⏭️"}
+__all__ = ["short_ctx"]  # re-exported for the templates
 DASH = Markup("–")
 
 
@@ -65,13 +69,32 @@ def when(value: object) -> Markup:
     return text(value)
 
 
+@functools.cache
+def _svg(name: str) -> str:
+    """A Material Design icon bundled with the theme, inlined: no font or network needed."""
+    import material  # noqa: PLC0415 - the theme package, only when a page is rendered
+
+    path = Path(material.__file__).parent / "templates" / ".icons" / "material" / f"{name}.svg"
+    return path.read_text(encoding="utf-8").strip()
+
+
+def svg_icon(name: str, cls: str, title: str) -> Markup:
+    """An inline SVG icon of the theme (`name` a Material Design icon) with a tooltip."""
+    return Markup(f'<span class="sb-icon {cls}" title="{text(title)}">{_svg(name)}</span>')
+
+
 def icon(status: str | None) -> Markup:
-    return Markup(ICONS.get(status or "", "❔"))
+    """A gate status (pass, fail, warn, skip) as the theme's SVG icon."""
+    _, name = STATUS_ICONS.get(status or "", UNKNOWN_ICON)
+    return svg_icon(name, f"sb-{slug(status or 'unknown')}", status or "unknown")
 
 
 def status_cell(status: str | None) -> Markup:
-    """✅ pass / ❌ fail / ⚠️ warn / ⏭️ skip (unknown statuses shown escaped)."""
+    """The status's icon and its name (unknown statuses shown escaped)."""
     return Markup(f"{icon(status)} {text(status or 'unknown')}")
+
+
+MERGE_FIRST = ("flag-checkered", "sb-merge-first", "merge-first")
 
 
 def commit(sha: str | None, n: int = 9) -> Markup:
@@ -80,21 +103,14 @@ def commit(sha: str | None, n: int = 9) -> Markup:
     return Markup(f"<code>{text(sha[:n])}</code>")
 
 
-def short_ctx(n: int) -> str:
-    return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
-
-
-_AXIS = re.compile(r"^(decode|prefill|concurrent)@([0-9]+)$")
-
-
-def parse_axis(name: str) -> tuple[str, int] | None:
-    m = _AXIS.match(name or "")
-    return (m.group(1), int(m.group(2))) if m else None
+def split_axis(name: str | None) -> tuple[str, int] | None:
+    """collector.axes.parse_axis, None for a name that is not an axis."""
+    return parse_axis(name) if name and is_axis(name) else None
 
 
 def axis_label(name: str | None) -> Markup:
     """'decode@4096' -> 'decode@4k', 'concurrent@8' -> 'c8'; anything else escaped."""
-    parsed = parse_axis(name or "")
+    parsed = split_axis(name)
     if not parsed:
         return text(name) if name else DASH
     kind, n = parsed
@@ -105,20 +121,13 @@ def axis_label(name: str | None) -> Markup:
 
 def axis_name(name: str | None) -> Markup:
     """An axis by its full name as the policy spells it ('prefill@4096'); anything else escaped."""
-    parsed = parse_axis(name or "")
+    parsed = split_axis(name)
     if not parsed:
         return text(name) if name else DASH
     return Markup(f"{parsed[0]}@{parsed[1]}")
 
 
-def axis_order(name: str) -> tuple[int, int, int]:
-    parsed = parse_axis(name)
-    if not parsed:
-        return (9, 0, 0)
-    kind, n = parsed
-    if kind == "concurrent":
-        return (1, n, 0)
-    return (0, n, 0 if kind == "decode" else 1)
+axis_order = axis_key
 
 
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
@@ -143,38 +152,9 @@ def unique_slugs(values: list[str]) -> dict[str, str]:
     return out
 
 
-def policy_get(policy: dict[str, Any], paths: str, default: Any = None) -> Any:
-    """Look up 'a.b.c' in the policy JSON; 'a.b|c' tries each path in turn. A missing or
-    differently shaped key gives `default`."""
-    for path in paths.split("|"):
-        node: Any = policy
-        for part in path.split("."):
-            if not isinstance(node, dict) or part not in node:
-                break
-            node = node[part]
-        else:
-            return node
-    return default
-
-
 def finished(value: object) -> Markup:
     """A round's finished_at; a published round without one did not finish (it is not running)."""
     return when(value) if value is not None else Markup("unfinished")
-
-
-def band(floor: float | None, multiplier: float | None) -> float | None:
-    """The gain an axis needs at noise `floor`: (1 + floor) ** multiplier - 1."""
-    if floor is None or multiplier is None:
-        return None
-    return (1 + floor) ** multiplier - 1
-
-
-def axis_floors(policy: dict[str, Any]) -> dict[str, float]:
-    """profile.min_noise_axes of a resolved policy: the axes credited a higher noise floor."""
-    axes = policy_get(policy, "profile.min_noise_axes", {})
-    if not isinstance(axes, dict):
-        return {}
-    return {str(k): float(v) for k, v in axes.items() if isinstance(v, int | float)}
 
 
 def _and(names: list[Markup]) -> Markup:
@@ -183,21 +163,26 @@ def _and(names: list[Markup]) -> Markup:
     return Markup(", ").join(names[:-1]) + Markup(" and ") + names[-1]
 
 
-def noise_floors(
-    min_noise: float | None, axes: dict[str, float], multiplier: float | None
-) -> Markup:
+def noise_floors(policy: ResolvedPolicy | None) -> Markup:
     """'min_noise 2.0% (band +3.0%); prefill@128 and prefill@512: 35.0% (band +56.8%)': the
     floors of a policy, each with the band it implies; axes sharing a floor are named together."""
+    if policy is None:
+        return Markup("min_noise –")
 
     def with_band(floor: float) -> Markup:
-        b = band(floor, multiplier)
-        return share(floor) + (Markup(f" (band {pct(b)})") if b is not None else Markup(""))
+        return share(floor) + Markup(f" (band {pct(policy.verdict.band(floor) - 1)})")
 
-    parts = [Markup("min_noise ") + (with_band(min_noise) if min_noise is not None else DASH)]
+    prof = policy.profile
+    parts = [Markup("min_noise ") + with_band(prof.min_noise)]
     by_floor: dict[float, list[str]] = {}
-    for name, floor in axes.items():
+    for name in prof.min_noise_axes:
+        floor = prof.noise_floor(name)
         by_floor.setdefault(floor, []).append(name)
     for floor, names in sorted(by_floor.items()):
         ordered = sorted(names, key=lambda a: (axis_order(a), a))
         parts.append(_and([axis_name(a) for a in ordered]) + Markup(": ") + with_band(floor))
     return Markup("; ").join(parts)
+
+
+def merge_first_icon() -> Markup:
+    return svg_icon(*MERGE_FIRST)

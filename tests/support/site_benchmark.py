@@ -1,9 +1,10 @@
-"""Benchmark: build the site from a synthetic database and report time and page weight.
+"""The site benchmark: build the site from a synthetic database, report time and page weight.
 
-    python -m sitegen.bench --prs 1000 --rounds 20
+    .venv/bin/python tests/support/site_benchmark.py --prs 1000 --rounds 20
 
-Prints the seconds of each stage and the weight of the heaviest PR page (its HTML plus the
-files only it references, i.e. beyond the assets every page shares).
+Prints the seconds of each stage (the synthetic database includes its verdicts, judged by
+collector.verdict) and the weight of the heaviest PR page (its HTML plus the files only it
+references, i.e. beyond the assets every page shares).
 """
 
 from __future__ import annotations
@@ -15,8 +16,7 @@ import time
 from pathlib import Path
 
 import click
-
-from sitegen import synthetic
+import synthetic_round
 from sitegen.build import build_site
 
 
@@ -51,7 +51,7 @@ def main(prs: int, rounds: int, seed: int, workdir: Path | None) -> None:
         base.mkdir(parents=True, exist_ok=True)
         db = base / "bench.duckdb"
         t0 = time.perf_counter()
-        synthetic.generate(db, prs=prs, rounds=rounds, seed=seed)
+        synthetic_round.generate(db, prs=prs, rounds=rounds, seed=seed)
         gen_s = time.perf_counter() - t0
         cpu0 = _cpu_s()
         times = build_site(db, base / "out")
@@ -61,7 +61,7 @@ def main(prs: int, rounds: int, seed: int, workdir: Path | None) -> None:
         median = weights[len(weights) // 2][0] if weights else 0
         click.echo(
             f"cores={os.cpu_count()} prs={prs} rounds={rounds}\n"
-            f"synthetic database: {gen_s:.1f} s\n"
+            f"synthetic database (with verdicts): {gen_s:.1f} s\n"
             f"build: {times['total_s']:.1f} s (docs {times['docs_s']:.1f} s, "
             f"mkdocs {times['mkdocs_s']:.1f} s); CPU {cpu:.1f} s (user+sys, with workers)\n"
             f"load average at the end: {os.getloadavg()[0]:.1f}\n"

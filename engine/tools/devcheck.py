@@ -1,6 +1,6 @@
 """One device-machine cycle: copy bandwidth, then decode and prefill timings per model.
 
-    python -m engine.cuda.devcheck --models llama-1b:f16,llama-8b:q4_0 --ctx 128 [--out F]
+    python -m engine.tools.devcheck --models llama-1b:f16,llama-8b:q4_0 --ctx 128 [--out F]
 
 Prints one table (decode tok/s beside the bandwidth ceiling of the same run) and writes the
 rows as JSON. A developer tool for PERF.md; the harness measures with engine.harness.bench.
@@ -73,6 +73,7 @@ def main(
 ) -> None:
     import cupy as cp
 
+    from engine.cuda.profiling import profile_step, time_graph
     from engine.models import open_runner
 
     dev = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
@@ -95,7 +96,7 @@ def main(
             )
             print(f"{name} decode@{c}: {tps:.1f} tok/s ceiling {ceil_c:.1f}", file=sys.stderr)
         if profile:
-            print_profile(name, 1, r.profile_step(1))
+            print_profile(name, 1, profile_step(r, 1))
         if ablate:
             r.reset(1, 128 + 2000)
             r.prefill(0, np.arange(128) % 1000)
@@ -109,7 +110,7 @@ def main(
                 ("mat-vec only", others),
                 ("no mat-vec", ("gemv_",)),
             ]:
-                ms = r.time_graph(1, skip, reps=20)
+                ms = time_graph(r, 1, skip, reps=20)
                 print(f"  ablate {name:14} {label:14} {ms * 1e3:8.1f} us/step", file=sys.stderr)
                 rows.append(
                     dict(
@@ -122,7 +123,7 @@ def main(
                 dict(model=name, what=f"width{w}", tok_s=tps, ceiling=w * ceiling, ratio=0.0)
             )
             if profile:
-                print_profile(name, w, r.profile_step(w))
+                print_profile(name, w, profile_step(r, w))
         if prefill_n:
             tps = time_prefill(r, prefill_n)
             rows.append(

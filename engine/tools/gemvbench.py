@@ -1,8 +1,8 @@
 """Mat-vec kernel variants timed alone on Llama shapes (developer tool for PERF.md).
 
-    python -m engine.cuda.gemvbench [--variants base,w8,nr2,u16] [--shapes 8b|1b]
+    python -m engine.tools.gemvbench [--variants base,w8,nr2,u16] [--shapes 8b|1b]
 
-Each variant compiles kernels/gemv.cu with other -D values; each (type, shape, mode) runs
+Each variant compiles the mat-vec sources (kernels/gemv_*.cu) with other -D values; each (type, shape, mode) runs
 as a CUDA graph of back-to-back launches over enough weight copies that the L2 cache
 cannot hold them, and reports microseconds per launch and weight bytes per second.
 """
@@ -75,14 +75,14 @@ def main(variants: str, act_rows: int, shapes: str) -> None:
     import cupy as cp
 
     from engine.cuda.geometry import WT_F16, WT_Q4_0, Geometry
-    from engine.cuda.kernels import source_text
+    from engine.cuda.kernels import GEMV_SOURCES, source_text
 
     NULL = np.uint64(0)
     stream = cp.cuda.Stream(non_blocking=True)
     table = []
     for vname in [v for v in variants.split(",") if v]:
         geo = Geometry(VARIANTS[vname])
-        mod = cp.RawModule(code=source_text("gemv.cu"), options=geo.nvrtc_options)
+        mod = cp.RawModule(code=source_text(*GEMV_SOURCES), options=geo.nvrtc_options)
         for wt in (WT_F16, WT_Q4_0):
             for label, rows, cols, mode in SHAPES[shapes]:
                 name, grid, block = geo.launch(wt, rows, cols, act_rows, mode)

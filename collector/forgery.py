@@ -1,0 +1,111 @@
+"""Is a speed session's evidence its own? The two checks behind the `forged` status.
+
+The numbers a verdict uses come from the timing parent (main's pinned harness, a process that
+never imports the PR's code; engine/harness/timing.py). Its document also carries what the
+engine process said about itself and what it produced, and the collector holds both against
+what they must be:
+
+* **timing**: every timed region has the parent's seconds and the engine process's own figure
+  for it. The engine's figure lies inside the parent's interval, so it can only be a little
+  shorter (the two pipe hops). A process whose clock was patched to run slow (or fast) shows it
+  in most regions at once: `forged` when, in the median region, the engine's own time is more than
+  `timing_rel_gap` short of the parent's *and* more than `timing_abs_gap_s` short, or when it is
+  longer than the parent's by more than `timing_rel_over` (impossible for an honest clock).
+* **outputs**: the timed operations' outputs teacher-forced through main's model (verify.py):
+  per generated token and per prefill's argmax, its margin below main's best log-prob. A token
+  within `tie_nats` of main's pick agrees. `forged` ("the timed run computed something else") when
+  even the upper end of a one-sided confidence interval (z = `z`) of the agreement is under the
+  model's accuracy bar `top1_min`, or the prefill digests' mean KL to main is over `kl_max`: a run
+  that took a shortcut while timed, replayed a cached answer or returned another prompt's result.
+The rules and their numbers live here and in policy.toml's `[forgery]`; the gate that reports
+them is the run gate (a `forged` session is the PR's fault, a REJECT at once).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from engine.harness.protocol import ConcurrentResult, LongContextResult, SweepResult
+
+
+class ForgeryRules(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # the engine's own time may be this much shorter than the parent's in the median region ...
+    timing_rel_gap: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.15
+    # ... and this many seconds (pipe hops and a loaded box: measured 0.06 ms median, 0.1 ms p90)
+    timing_abs_gap_s: Annotated[float, Field(ge=0.0)] = 0.0002
+    # an engine figure longer than the parent's by this much in the median region: a fast clock
+    timing_rel_over: Annotated[float, Field(ge=0.0)] = 0.05
+    # a generated token within this many nats of main's best counts as main's pick (ties)
+    tie_nats: Annotated[float, Field(ge=0.0)] = 1e-3
+    # one-sided z of the agreement's confidence bound (2.33: 99%): small samples decide nothing
+    z: Annotated[float, Field(gt=0.0)] = 2.33
+
+
+def timing_problem(regions: list[tuple[float, float]], rules: ForgeryRules) -> str | None:
+    """Why the engine process's own timings betray a clock it changed, or None."""
+    if not regions:
+        return None
+    gaps = [(parent - own) / parent for parent, own in regions]
+    rel = statistics.median(gaps)
+    absolute = statistics.median(parent - own for parent, own in regions)
+    parent_med = statistics.median(p for p, _ in regions) * 1e3
+    own_med = statistics.median(o for _, o in regions) * 1e3
+    if rel > rules.timing_rel_gap and absolute > rules.timing_abs_gap_s:
+        return (
+            f"the engine's own clock read {(1 - rel) * 100:.0f}% of the collector's in the median "
+            f"of {len(regions)} timed regions ({own_med:.3g} ms against {parent_med:.3g} ms; "
+            f"tolerance {rules.timing_rel_gap * 100:.0f}% and {rules.timing_abs_gap_s * 1e3:g} ms): "
+            "its clock was changed"
+        )
+    if -rel > rules.timing_rel_over:
+        return (
+            f"the engine's own clock read {(1 - rel) * 100:.0f}% of the collector's in the median "
+            f"of {len(regions)} timed regions ({own_med:.3g} ms against {parent_med:.3g} ms): longer "
+            "than the interval that contains it, so its clock was changed"
+        )
+    return None
+
+
+def upper_bound(agree: int, n: int, z: float) -> float:
+    """Wilson score upper bound of a proportion."""
+    if n == 0:
+        return 1.0
+    p = agree / n
+    centre = p + z * z / (2 * n)
+    spread = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return min(1.0, (centre + spread) / (1 + z * z / n))
+
+
+def output_problem(
+    doc: SweepResult | ConcurrentResult | LongContextResult,
+    top1_min: float,
+    kl_max: float,
+    rules: ForgeryRules,
+) -> str | None:
+    """Why the timed outputs are not main's model's within the accuracy bars, or None."""
+    if doc.measured is None:
+        return None
+    v = doc.measured.verification
+    if v is None:
+        return "the timed outputs were not verified against main's model"
+    parts = []
+    for what, margins in (("generated tokens", v.decode_margins), ("prefills", v.prefill_margins)):
+        n = len(margins)
+        agree = sum(m <= rules.tie_nats for m in margins)
+        if n and upper_bound(agree, n, rules.z) < top1_min:
+            parts.append(
+                f"{what} agree with main's model on {agree} of {n} ({agree / n:.1%}; bar ≥ {top1_min})"
+            )
+    if v.prefill_kl:
+        kl = statistics.fmean(v.prefill_kl)
+        if kl > kl_max:
+            parts.append(f"prefill logits KL {kl:.4f} from main's (bar ≤ {kl_max})")
+    if not parts:
+        return None
+    return "the timed run computed something else: " + "; ".join(parts)

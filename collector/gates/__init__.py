@@ -1,0 +1,60 @@
+"""The gates of a verdict: one module per kind, each a function of one PR's evidence.
+
+A gate function takes a GateContext (the round's data, the PR, its comparisons, the policy)
+and returns a GateResult: its Gate rows, and the reasons the PR is rejected (hard) or not
+judged yet (soft). verdict.decide_pr runs them in order and turns the reasons into a label.
+Adding a gate: one function in one module here, its kind in GATE_ORDER, one line in
+verdict.PR_GATES. Every gate's text states the rule that decided it with the numbers it read.
+"""
+
+from collector.gates.accuracy import accuracy_gate
+from collector.gates.base import EPS, Gate, GateContext, GateResult, pct, pct_of
+from collector.gates.floor import floor_gate
+from collector.gates.guard import guard_gate
+from collector.gates.implausible import implausible_gate
+from collector.gates.long_context import long_context_gate
+from collector.gates.memory import memory_gate
+from collector.gates.merge import NOT_MERGED, merge_gate
+from collector.gates.prefill_path import prefill_path_gate
+from collector.gates.reference import reference_gate
+from collector.gates.rules import gain_shortfall, loss_shortfall
+from collector.gates.run import run_gate
+
+# Every gate kind, in the order a report lists them (a stored gate is '<kind>' or
+# '<kind>:<model>').
+GATE_ORDER = (
+    "merge",
+    "run",
+    "floor",
+    "implausible",
+    "accuracy",
+    "reference",
+    "prefill-path",
+    "memory",
+    "long-context",
+    "guard",
+    "guard-accuracy",
+)
+
+__all__ = [
+    "EPS",
+    "GATE_ORDER",
+    "NOT_MERGED",
+    "Gate",
+    "GateContext",
+    "GateResult",
+    "accuracy_gate",
+    "floor_gate",
+    "gain_shortfall",
+    "guard_gate",
+    "implausible_gate",
+    "long_context_gate",
+    "loss_shortfall",
+    "memory_gate",
+    "merge_gate",
+    "pct",
+    "pct_of",
+    "prefill_path_gate",
+    "reference_gate",
+    "run_gate",
+]

@@ -1,0 +1,90 @@
+"""accuracy:<model> and guard-accuracy:<model> — the PR's teacher-forced scores against main's,
+per target model and per guard model (sparkinfer #294: a guard model's accuracy broke while its
+target's held).
+
+Top-1 agreement, KL(main || PR) and the perplexity ratio over the evaluation text must each
+stay within the model's bars (policy [accuracy], collector/accuracy.py for the method).
+"""
+
+from __future__ import annotations
+
+import json
+
+from collector.accuracy import AccuracyError, AccuracyResult, compare_dumps
+from collector.gates.base import EPS, GateContext, GateResult
+from collector.policy import AccuracyBars
+
+KIND = "accuracy"
+GUARD_KIND = "guard-accuracy"
+
+
+def accuracy_gate(ctx: GateContext) -> GateResult:
+    out = GateResult()
+    roles = [(m, KIND) for m in ctx.targets] + [(m, GUARD_KIND) for m in ctx.guards]
+    for model, kind in roles:
+        gate = f"{kind}:{model}"
+        if kind == GUARD_KIND and not ctx.data.dumps.get(("pr", ctx.pr, model)):
+            continue  # a round stored before guards were scored
+        main_dumps = ctx.data.dumps.get(("main", 0, model), [])
+        pr_dumps = ctx.data.dumps.get(("pr", ctx.pr, model), [])
+        if not main_dumps:
+            out.warned(
+                gate,
+                "not judged yet: main's score dump is missing (infrastructure, pending)",
+                f"main's score of {model} is missing",
+            )
+            continue
+        if not pr_dumps:
+            out.skipped(gate, f"not judged: the PR has no score dump (see run:{model})")
+            continue
+        try:
+            acc = compare_dumps(json.loads(main_dumps[0]), json.loads(pr_dumps[0]))
+        except AccuracyError as e:
+            out.failed(
+                gate, f"the score dumps cannot be compared: {e}", f"accuracy on {model}: {e}"
+            )
+            continue
+        out.accuracy.append((ctx.pr, model, acc))
+        missed, txt = judge(acc, ctx.policy.accuracy.bars(model))
+        if missed:
+            what = (
+                f"accuracy vs main broke on {model}"
+                if kind == KIND
+                else f"no-regression guard {model}: accuracy broke (top-1 {acc.top1:.4f}, "
+                f"KL {acc.kl:.4f})"
+            )
+            out.failed(
+                gate,
+                f"outside the bar on {', '.join(missed)}: {txt}",
+                f"{what} ({', '.join(missed)}): {txt}",
+            )
+        else:
+            out.passed(gate, f"within every bar: {txt}")
+    return out
+
+
+def judge(acc: AccuracyResult, bars: AccuracyBars) -> tuple[list[str], str]:
+    """The measures outside their bar, and every measure against its bar in words."""
+    checks = [
+        (
+            "top-1",
+            acc.top1 >= bars.top1_min - EPS,
+            f"top-1 {acc.top1:.4f}",
+            "≥",
+            "<",
+            bars.top1_min,
+        ),
+        ("KL", acc.kl <= bars.kl_max + EPS, f"KL {acc.kl:.5f}", "≤", ">", bars.kl_max),
+        (
+            "PPL",
+            acc.ppl_ratio <= bars.ppl_ratio_max + EPS,
+            f"PPL ×{acc.ppl_ratio:.4f} of main",
+            "≤",
+            ">",
+            bars.ppl_ratio_max,
+        ),
+    ]
+    words = " · ".join(
+        f"{value} {ok_op if ok else bad_op} {bar:g}" for _, ok, value, ok_op, bad_op, bar in checks
+    )
+    return [name for name, ok, *_ in checks if not ok], f"{words} over {acc.n_tokens} tokens"

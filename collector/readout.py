@@ -1,0 +1,473 @@
+"""The read model of a sparkboard database: how a stored round is read, in one place.
+
+    rd = Readout.load("data/sparkboard.duckdb")        # or Readout.from_connection(con)
+    rnd = rd.round_by_id["2026-11-30-h200"]            # Round: kind, device, ResolvedPolicy
+    ev = rd.evaluation("2026-11-30-h200", 201)         # Evaluation: verdict, comparisons, gates …
+    rid = pick_round(con, round_id=None, pr=201)       # which round a command means by default
+
+`sparkboard show`/`comment` (collector/report.py) and every page of the site (site/sitegen)
+read rounds through this module. Each table is fetched once, ordered (the same database gives
+the same structures), and grouped in Python: a thousand PRs are a handful of queries. It only
+reads; columns the collector adds later are ignored, columns it has not written read as None.
+
+Rules are never re-derived here: a round's policy is the validated `ResolvedPolicy` it was
+judged under (noise floors, bars, tiers come from it), significance and tiers are the stored
+columns of `comparisons`, and a round's kind is `collector.manifest.round_kind`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+from pydantic import BaseModel, ValidationError
+
+from collector.axes import axis_sort_key, is_axis
+from collector.cost import SESSIONS_SQL, RoundCost, round_cost
+from collector.gates import GATE_ORDER
+from collector.manifest import round_kind
+from collector.policy import TIER_NAMES, PolicyError, ResolvedPolicy, load_policy, resolve
+
+Row = dict[str, Any]
+
+# status -> (emoji for a GitHub comment or a terminal, Material icon the site inlines as SVG)
+STATUS_ICONS: dict[str, tuple[str, str]] = {
+    "pass": ("✅", "check-circle"),
+    "fail": ("❌", "close-circle"),
+    "warn": ("⚠️", "alert"),
+    "skip": ("⏭️", "skip-next-circle"),
+}
+UNKNOWN_ICON = ("❔", "help-circle")
+
+
+class ReadoutError(LookupError):
+    """A round or PR the database does not hold."""
+
+
+# --- rules read from the stored policy ------------------------------------------------------
+
+
+def real_weights(model: str) -> bool:
+    """Whether `model` has trained weights. A dummy model's weights are random, so its absolute
+    perplexity (~1e13) means nothing; only the PR / main ratio does."""
+    try:
+        from engine.dummy import DUMMY_MODELS  # noqa: PLC0415 - the engine is optional here
+    except Exception:
+        return False
+    return model.partition(":")[0] not in DUMMY_MODELS
+
+
+def axis_key(name: str) -> tuple[int, int, int]:
+    """collector.axes' order; a name that is not an axis sorts last."""
+    return axis_sort_key(name) if name and is_axis(name) else (9, 0, 0)
+
+
+def gate_key(gate: str) -> int:
+    """collector.gates' order (a gate 'accuracy:tiny' sorts as 'accuracy')."""
+    kind = gate.split(":", 1)[0]
+    return GATE_ORDER.index(kind) if kind in GATE_ORDER else len(GATE_ORDER)
+
+
+def _filled(model: type[BaseModel], stored: dict, base: dict) -> dict:
+    """`stored` with the required fields it lacks taken from `base` (a field with a default
+    keeps its default: a rule the round did not state is not borrowed from today's policy)."""
+    out = dict(stored)
+    for name, f in model.model_fields.items():
+        sub = f.annotation
+        if name not in out:
+            if f.is_required() and name in base:
+                out[name] = base[name]
+        elif isinstance(out[name], dict) and isinstance(sub, type) and issubclass(sub, BaseModel):
+            out[name] = _filled(sub, out[name], base.get(name) or {})
+    return out
+
+
+def stored_policy(policy_json: str | None, profile: str) -> ResolvedPolicy | None:
+    """A round's policy as it was judged under. A policy stored by an older collector (or a
+    synthetic database) may lack required fields (harness, timeouts): the default policy's fill
+    those alone. None when it cannot be read at all."""
+    try:
+        stored = json.loads(policy_json) if policy_json else None
+    except ValueError:
+        return None
+    if not isinstance(stored, dict):
+        return None
+    tiers = (stored.get("verdict") or {}).get("tiers")
+    if isinstance(tiers, dict) and set(tiers) == set(TIER_NAMES):  # a JSON object has no order
+        stored["verdict"]["tiers"] = {name: tiers[name] for name in TIER_NAMES}
+    try:
+        return ResolvedPolicy.model_validate(stored)
+    except ValidationError:
+        pass
+    try:
+        base = resolve(load_policy(), profile).model_dump()
+        return ResolvedPolicy.model_validate(_filled(ResolvedPolicy, stored, base))
+    except (ValidationError, PolicyError):
+        return None
+
+
+# --- the model --------------------------------------------------------------------------------
+
+
+@dataclass
+class Round:
+    round_id: str
+    kind: str  # "round" or "aa" (main against itself: calibration, never a leaderboard)
+    profile: str
+    created_at: datetime | None
+    finished_at: datetime | None  # None: the round did not finish (cut off)
+    main_commit: str | None
+    base_ref: str | None
+    device_name: str | None
+    driver: str | None
+    policy: ResolvedPolicy | None  # None only for a policy that cannot be read
+    policy_raw: dict[str, Any]  # as stored, for the site's "policy in force" table
+    row: Row  # every column as stored
+
+    @property
+    def leaderboard(self) -> bool:
+        return self.kind == "round"
+
+
+@dataclass
+class Evaluation:
+    """One PR as seen in one round: what was measured and what was decided."""
+
+    round: Round
+    pr: int
+    info: Row  # the prs row: title, author, labels, targets, source, branch, expect
+    candidate: Row | None = None
+    verdict: Row | None = None
+    comparisons: list[Row] = field(default_factory=list)  # targets first, by model and axis
+    gates: list[Row] = field(default_factory=list)  # in GATE_ORDER
+    accuracy: list[Row] = field(default_factory=list)
+    prefill: list[Row] = field(default_factory=list)  # per model, prefix, side (mean of sessions)
+    failures: list[Row] = field(default_factory=list)  # sessions that did not end 'ok'
+    strikes: list[Row] = field(default_factory=list)
+
+    @property
+    def round_id(self) -> str:
+        return self.round.round_id
+
+    @property
+    def label(self) -> str:
+        return self.verdict["label"] if self.verdict else "pending"
+
+    @property
+    def reason(self) -> str:
+        return (self.verdict or {}).get("reason") or "no verdict yet (run sparkboard verdict)"
+
+    @property
+    def merge_first(self) -> bool:
+        return bool((self.verdict or {}).get("merge_first"))
+
+    @property
+    def commit(self) -> str | None:
+        if self.verdict and self.verdict.get("commit"):
+            return self.verdict["commit"]
+        return self.candidate.get("pr_commit") if self.candidate else None
+
+    @property
+    def best_delta(self) -> float | None:
+        return (self.verdict or {}).get("best_delta")
+
+    @property
+    def best_significant(self) -> bool:
+        """Whether the verdict's best axis cleared significance (the stored column). With none
+        that did, the best axis is only the largest change: it gave no tier."""
+        v = self.verdict or {}
+        return any(
+            c["model"] == v.get("best_model")
+            and c["axis"] == v.get("best_axis")
+            and bool(c.get("significant"))
+            for c in self.comparisons
+        )
+
+    @property
+    def target_models(self) -> list[str]:
+        models = [c["model"] for c in self.comparisons if c["role"] == "target"]
+        return sorted(set(models), key=models.index)
+
+
+@dataclass
+class Readout:
+    rounds: list[Round]  # oldest first
+    evaluations: dict[tuple[str, int], Evaluation]
+    by_round: dict[str, list[Evaluation]]  # by PR number
+    by_pr: dict[int, list[Evaluation]]  # oldest round first
+    main_trend: list[Row]  # round_id, model, axis, value (median of main's samples), lo, hi, n
+    main_accuracy: dict[str, list[Row]]  # round -> main against main (pr = 0)
+    costs: dict[str, RoundCost]  # round -> device time of its sessions
+    # A/A rounds only: (round, model, axis) -> (slot, median) of each of main's sessions, the
+    # evidence the verdict's noise is computed from
+    main_sessions: dict[tuple[str, str, str], list[tuple[int, float]]]
+    round_by_id: dict[str, Round] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.round_by_id = {r.round_id: r for r in self.rounds}
+
+    @classmethod
+    def load(cls, path: str | Path, rounds: list[str] | None = None) -> Readout:
+        con = connect(path)
+        try:
+            return cls.from_connection(con, rounds)
+        finally:
+            con.close()
+
+    @classmethod
+    def from_connection(
+        cls, con: duckdb.DuckDBPyConnection, rounds: list[str] | None = None
+    ) -> Readout:
+        """Read every round (or only `rounds`) through an open connection."""
+        return _read(con, rounds)
+
+    def evaluation(self, round_id: str, pr: int) -> Evaluation:
+        ev = self.evaluations.get((round_id, pr))
+        if ev is None:
+            raise ReadoutError(f"no PR #{pr} in round {round_id}")
+        return ev
+
+    @property
+    def leaderboard_rounds(self) -> list[Round]:
+        return [r for r in self.rounds if r.leaderboard]
+
+
+def connect(path: str | Path) -> duckdb.DuckDBPyConnection:
+    """Open read-only; a missing file is an error, never a new empty database."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no database at {path}")
+    return duckdb.connect(str(path), read_only=True)
+
+
+def pick_round(
+    con: duckdb.DuckDBPyConnection, round_id: str | None = None, pr: int | None = None
+) -> str:
+    """The round a command means: `round_id` when given (it must exist); else, with a PR, the
+    newest round that measured that PR (a leaderboard round before a calibration round); else
+    the newest leaderboard round (A/A rounds only when asked for by id, or when there is no
+    other round)."""
+    rounds = _dicts(con, "SELECT round_id, manifest_toml FROM rounds ORDER BY created_at, round_id")
+    if round_id is not None:
+        if not any(r["round_id"] == round_id for r in rounds):
+            raise ReadoutError(f"no round {round_id!r} in the database")
+        return round_id
+    if not rounds:
+        raise ReadoutError("no rounds in the database")
+    labels: dict[str, list[list[str]]] = defaultdict(list)
+    has: dict[str, set[int]] = defaultdict(set)
+    for row in _dicts(con, "SELECT round_id, pr, labels FROM prs ORDER BY round_id, pr"):
+        labels[row["round_id"]].append(list(row["labels"] or []))
+        has[row["round_id"]].add(row["pr"])
+    candidates = [r for r in rounds if pr is None or pr in has[r["round_id"]]]
+    if not candidates:
+        raise ReadoutError(f"no round measured PR #{pr}")
+    # newest last; a leaderboard round wins over any calibration round
+    ranked = sorted(
+        enumerate(candidates),
+        key=lambda p: (
+            round_kind(p[1]["manifest_toml"], labels[p[1]["round_id"]]) == "round",
+            p[0],
+        ),
+    )
+    return ranked[-1][1]["round_id"]
+
+
+# --- reading ----------------------------------------------------------------------------------
+
+
+def _dicts(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> list[Row]:
+    cur = con.execute(sql, params or [])
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+
+def _round(row: Row, pr_labels: list[list[str]]) -> Round:
+    try:
+        raw = json.loads(row["policy_json"]) if row.get("policy_json") else {}
+    except (TypeError, ValueError):
+        raw = {}
+    return Round(
+        round_id=row["round_id"],
+        kind=round_kind(row.get("manifest_toml"), pr_labels),
+        profile=row.get("profile") or "?",
+        created_at=row.get("created_at"),
+        finished_at=row.get("finished_at"),
+        main_commit=row.get("main_commit"),
+        base_ref=row.get("base_ref"),
+        device_name=row.get("device_name"),
+        driver=row.get("driver"),
+        policy=stored_policy(row.get("policy_json"), row.get("profile") or ""),
+        policy_raw=raw if isinstance(raw, dict) else {},
+        row=row,
+    )
+
+
+def _fill_devices(con: duckdb.DuckDBPyConnection, rows: list[Row]) -> None:
+    """A round whose device was never recorded (its last session cut off before it finished)
+    shows the device and driver of its first main session that recorded one."""
+    missing = [r["round_id"] for r in rows if not r.get("device_name")]
+    if not missing:
+        return
+    first: dict[str, Row] = {}
+    for s in _dicts(
+        con,
+        """
+        SELECT round_id, device_name, driver FROM sessions
+        WHERE side = 'main' AND device_name IS NOT NULL AND list_contains(?, round_id)
+        ORDER BY round_id, started_at, slot, session_id
+        """,
+        [missing],
+    ):
+        first.setdefault(s["round_id"], s)
+    for r in rows:
+        seen = first.get(r["round_id"])
+        if not r.get("device_name") and seen:
+            r["device_name"] = seen["device_name"]
+            r["driver"] = r.get("driver") or seen["driver"]
+
+
+def _read(con: duckdb.DuckDBPyConnection, only: list[str] | None) -> Readout:
+    # one filter for every query: all rounds, or the rounds asked for
+    where = "WHERE list_contains($only, round_id)" if only is not None else "WHERE true"
+    params = {"only": only} if only is not None else {}
+
+    def rows(sql: str) -> list[Row]:
+        cur = con.execute(sql.format(where=where), params)
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+    round_rows = rows("SELECT * FROM rounds {where} ORDER BY created_at, round_id")
+    _fill_devices(con, round_rows)
+    infos = rows("SELECT * FROM prs {where} ORDER BY round_id, pr")
+    labels: dict[str, list[list[str]]] = defaultdict(list)
+    for info in infos:
+        labels[info["round_id"]].append(list(info.get("labels") or []))
+    rounds = [_round(r, labels[r["round_id"]]) for r in round_rows]
+    by_id = {r.round_id: r for r in rounds}
+
+    evaluations: dict[tuple[str, int], Evaluation] = {}
+    for info in infos:
+        rid = info["round_id"]
+        if rid not in by_id:  # a PR row of a round missing from `rounds`: shown, never a round
+            by_id[rid] = _round({"round_id": rid}, labels[rid])
+        evaluations[(rid, info["pr"])] = Evaluation(by_id[rid], info["pr"], info)
+
+    def attach(sql: str, put: Any) -> None:
+        for row in rows(sql):
+            ev = evaluations.get((row["round_id"], row["pr"]))
+            if ev is not None:
+                put(ev, row)
+
+    attach("SELECT * FROM candidates {where} ORDER BY round_id, pr", _set("candidate"))
+    attach("SELECT * FROM verdicts {where} ORDER BY round_id, pr", _set("verdict"))
+    attach("SELECT * FROM comparisons {where} ORDER BY round_id, pr", _add("comparisons"))
+    attach("SELECT * FROM gates {where} ORDER BY round_id, pr, gate", _add("gates"))
+    attach(
+        "SELECT * FROM accuracy {where} AND pr <> 0 ORDER BY round_id, pr, model",
+        _add("accuracy"),
+    )
+    # Prefill-path checks, mean over a side's sessions per model and prefix. Main's checks
+    # (pr = 0) are the round's, shared by every PR of it.
+    prefill_sql = """
+        SELECT round_id, pr, model, prefix, side, avg(top1) AS top1, avg(kl_mean) AS kl_mean,
+               max(kl_max) AS kl_max, count(*) AS runs
+        FROM prefill_checks {where} GROUP BY ALL ORDER BY round_id, pr, model, prefix, side
+    """
+    main_prefill: dict[tuple[str, str], list[Row]] = defaultdict(list)
+    for row in rows(prefill_sql):
+        if row["pr"] == 0:
+            main_prefill[(row["round_id"], row["model"])].append({**row, "side": "main"})
+        elif (ev := evaluations.get((row["round_id"], row["pr"]))) is not None:
+            ev.prefill.append(row)
+    attach(
+        """
+        SELECT round_id, pr, session_id, kind, model, status, fault, exit_code, detail, log_tail
+        FROM sessions {where} AND pr <> 0 AND status <> 'ok' ORDER BY round_id, pr, session_id
+        """,
+        _add("failures"),
+    )
+    attach(
+        "SELECT * FROM strikes {where} ORDER BY pr, commit, failure_key, round_id", _add("strikes")
+    )
+    for ev in evaluations.values():
+        ev.comparisons.sort(key=lambda c: (c["role"] != "target", c["model"], axis_key(c["axis"])))
+        ev.gates.sort(key=lambda g: gate_key(g["gate"]))
+        for model in sorted({p["model"] for p in ev.prefill}):
+            ev.prefill.extend(main_prefill.get((ev.round_id, model), []))
+
+    main_trend = rows(
+        """
+        SELECT round_id, model, axis, median(value) AS value, min(value) AS lo,
+               max(value) AS hi, count(*) AS n
+        FROM samples {where} AND side = 'main' GROUP BY ALL ORDER BY round_id, model, axis
+        """
+    )
+    main_accuracy: dict[str, list[Row]] = defaultdict(list)
+    for row in rows("SELECT * FROM accuracy {where} AND pr = 0 ORDER BY round_id, model"):
+        main_accuracy[row["round_id"]].append(row)
+    sessions: dict[str, list[Row]] = defaultdict(list)
+    for row in rows(SESSIONS_SQL):
+        sessions[row["round_id"]].append(row)
+    costs = {r.round_id: round_cost(r.round_id, sessions[r.round_id]) for r in rounds}
+
+    order = {r.round_id: i for i, r in enumerate(rounds)}
+    by_round: dict[str, list[Evaluation]] = defaultdict(list)
+    by_pr: dict[int, list[Evaluation]] = defaultdict(list)
+    for ev in sorted(evaluations.values(), key=lambda e: (order.get(e.round_id, -1), e.pr)):
+        by_round[ev.round_id].append(ev)
+        by_pr[ev.pr].append(ev)
+    return Readout(
+        rounds=rounds,
+        evaluations=evaluations,
+        by_round=dict(by_round),
+        by_pr=dict(sorted(by_pr.items())),
+        main_trend=main_trend,
+        main_accuracy=dict(main_accuracy),
+        costs=costs,
+        main_sessions=_main_sessions(con, [r.round_id for r in rounds if r.kind == "aa"]),
+    )
+
+
+def _set(name: str) -> Any:
+    return lambda ev, row: setattr(ev, name, row)
+
+
+def _add(name: str) -> Any:
+    return lambda ev, row: getattr(ev, name).append(row)
+
+
+def _main_sessions(
+    con: duckdb.DuckDBPyConnection, aa: list[str]
+) -> dict[tuple[str, str, str], list[tuple[int, float]]]:
+    """The sessions the verdict reads (collector/verdict.py: RoundData), one median each, of
+    the A/A rounds `aa`."""
+    out: dict[tuple[str, str, str], list[tuple[int, float]]] = defaultdict(list)
+    if not aa:
+        return {}
+    for row in _dicts(
+        con,
+        """
+        SELECT s.round_id, s.model, s.axis, x.slot, median(s.value) AS value
+        FROM samples s JOIN sessions x USING (session_id)
+        WHERE s.side = 'main' AND x.status IN ('ok', 'implausible', 'incomplete')
+          AND list_contains(?, s.round_id)
+        GROUP BY s.round_id, s.model, s.axis, s.session_id, x.slot
+        ORDER BY s.round_id, s.model, s.axis, x.slot
+        """,
+        [aa],
+    ):
+        out[(row["round_id"], row["model"], row["axis"])].append((row["slot"], row["value"]))
+    return dict(out)
+
+
+def prefill_bars(policy: ResolvedPolicy, main_top1: float, main_kl: float) -> tuple[float, float]:
+    """(least PR top-1, most PR KL) the prefill-path gate allows beside main's own check; the
+    rule of collector.verdict (until PrefillPathRules carries it)."""
+    pp = policy.prefill_path
+    return main_top1 - pp.top1_margin, max(pp.kl_factor * main_kl, main_kl + pp.kl_margin)

@@ -1,0 +1,54 @@
+"""Measuring hooks on a CupyRunner's decode step (engine/tools/devcheck.py uses them): the
+time of each kernel of one eager step, and graph replays with kernel groups left out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cupy as cp
+
+
+def profile_step(runner: Any, rows: int = 1) -> dict[str, float]:
+    """Microseconds per kernel name for one eager decode step (advances the rows by one)."""
+    step, launch = runner.ready_step(), runner.launcher
+    launch.trace = []
+    try:
+        with launch.stream:
+            step.issue(rows)
+        launch.stream.synchronize()
+        out: dict[str, float] = {}
+        for name, a, b in launch.trace:
+            out[name] = out.get(name, 0.0) + cp.cuda.get_elapsed_time(a, b) * 1e3
+    finally:
+        launch.trace = None
+    return out
+
+
+def time_graph(runner: Any, rows: int, skip: tuple[str, ...] = (), reps: int = 50) -> float:
+    """Milliseconds per replay of a decode-step graph captured without the `skip` kernels
+    (kernel-name prefixes).
+
+    A measuring tool (leave-one-stage-out timings): the results of such a step are wrong,
+    and each replay that keeps argmax_advance moves the rows on by one token.
+    """
+    step, launch = runner.ready_step(), runner.launcher
+    stream = launch.stream
+    launch.skip = tuple(skip)
+    try:
+        with stream:
+            stream.begin_capture()
+            try:
+                step.issue(rows)
+            finally:
+                graph = stream.end_capture()
+    finally:
+        launch.skip = ()
+    for _ in range(3):
+        graph.launch(stream)
+    a, b = cp.cuda.Event(), cp.cuda.Event()
+    a.record(stream)
+    for _ in range(reps):
+        graph.launch(stream)
+    b.record(stream)
+    b.synchronize()
+    return cp.cuda.get_elapsed_time(a, b) / reps

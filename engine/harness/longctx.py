@@ -1,0 +1,125 @@
+"""The long-context memory check, run by the timing parent (`bench.py longctx`).
+
+sparkinfer #1154 gained +35% decode by keeping a second copy of some weights resident; at the
+model's full context that copy left too little memory for batched prefill, and every long prompt
+fell back to a path 60x slower. A speed table at short contexts cannot see it. This check holds
+the engine process to a memory budget that the timing parent enforces from outside — on the CPU
+the process's data segment (RLIMIT_DATA, set before it starts: NumPy's arrays live there), on
+the GPU by holding all device memory but the budget itself before the engine starts — and asks
+for one prefill of `ctx` tokens and `tokens` decode steps after it, both timed and verified like
+any other measurement. Main must complete; the collector judges the PR against main (a failure
+where main completes, or a prefill far slower than main's there, is a REJECT).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from engine.harness.common import corpus_prompt_ids
+from engine.harness.measure import Bench, warm_up
+from engine.harness.memory import MemoryWatch
+from engine.harness.protocol import LongContextResult, Measured, TimingReport, VerificationReport
+from engine.harness.reaper import kill_leftovers
+from engine.harness.timing import Challenges, EngineDied, EngineProcess, Sample
+
+DEVICE_HEADROOM = 0  # bytes of device memory left free beyond the budget
+
+
+class DeviceBallast:
+    """All free device memory but `budget`, held by this process while the engine runs."""
+
+    def __init__(self, budget: int) -> None:
+        import cupy
+
+        free, _total = cupy.cuda.runtime.memGetInfo()
+        self.block = cupy.empty(max(0, free - budget - DEVICE_HEADROOM), dtype=cupy.uint8)
+
+    def release(self) -> None:
+        import cupy
+
+        del self.block
+        cupy.get_default_memory_pool().free_all_blocks()
+
+
+@dataclass
+class LongContextRun:
+    model: str
+    backend: str
+    ctx: int
+    tokens: int
+    budget: int
+    completed: bool = False
+    failure: str | None = None
+    prefill_s: float | None = None
+    decode_s: float | None = None
+    groups: list[list[Sample]] = field(default_factory=list)
+    regions: list[tuple[float, float]] = field(default_factory=list)
+    seed: int = 0
+    memory: object = None
+    verification: VerificationReport | None = None
+
+    def run(self, checkout: Path) -> None:
+        ballast = DeviceBallast(self.budget) if self.backend == "cupy" else None
+        limit = None if ballast else self.budget
+        try:
+            engine = EngineProcess(
+                checkout, self.model, self.backend, data_limit=limit, raise_on_death=True
+            )
+            self._measure(engine)
+        except EngineDied as e:
+            self.failure = (
+                f"{e} while prefilling {self.ctx} tokens and decoding {self.tokens} within "
+                f"{self.budget / 2**20:.0f} MiB"
+            )
+        finally:
+            if ballast is not None:
+                ballast.release()
+            kill_leftovers()
+
+    def _measure(self, engine: EngineProcess) -> None:
+        watch = MemoryWatch(engine.pid, gpu=self.backend == "cupy")
+        challenges = Challenges()
+        self.seed = challenges.seed
+        try:
+            material = np.asarray(corpus_prompt_ids(self.model, engine.vocab))
+            b = Bench(engine, challenges, material, 0.0, watch=watch)
+            warm_up(b)
+            engine.reset(1, self.ctx + self.tokens + 1)
+            sample, self.prefill_s = engine.prefill(0, b.prompt(self.ctx))
+            first = b.first_tokens(1)
+            ids, self.decode_s = engine.decode([0], first, self.tokens)
+            self.groups = [
+                [sample],
+                [Sample(prompt=sample.prompt, first=int(first[0]), ids=ids[:, 0])],
+            ]
+            self.completed = True
+        finally:
+            self.memory = watch.stop()
+            self.regions = [(r.parent_s, r.inproc_s) for r in engine.timeline.regions]
+            with contextlib.suppress(EngineDied):
+                engine.close()
+
+    def document(self, head: dict) -> LongContextResult:
+        measured = None
+        if self.regions:
+            measured = Measured(
+                seed=self.seed,
+                timing=TimingReport(regions=self.regions),
+                verification=self.verification,
+                memory=self.memory,  # type: ignore[arg-type]
+            )
+        return LongContextResult(
+            **head,
+            ctx=self.ctx,
+            tokens=self.tokens,
+            budget_bytes=self.budget,
+            completed=self.completed,
+            failure=self.failure,
+            prefill_tok_s=self.ctx / self.prefill_s if self.completed and self.prefill_s else None,
+            decode_tok_s=self.tokens / self.decode_s if self.completed and self.decode_s else None,
+            measured=measured,
+        )

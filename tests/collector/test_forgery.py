@@ -1,0 +1,137 @@
+"""Evidence a PR's process could forge: the clock, the outputs, main's checkout, the box."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from fake_repo import FakeRepo, pr
+
+from collector.cli import main
+from collector.collect import collect
+from collector.forgery import ForgeryRules, output_problem, timing_problem, upper_bound
+from collector.store import open_store
+from engine.harness.protocol import SweepResult
+
+RULES = ForgeryRules()
+
+
+def test_an_honest_clock_is_a_little_short_of_the_collectors() -> None:
+    regions = [(0.00126, 0.00120)] * 50 + [(0.020, 0.001)] * 3  # a few bursts of load
+    assert timing_problem(regions, RULES) is None
+
+
+def test_a_slowed_clock_is_forged() -> None:
+    why = timing_problem([(0.0013, 0.00065)] * 40, RULES)
+    assert why and "50% of the collector's" in why and "clock was changed" in why
+
+
+def test_a_fast_clock_is_forged() -> None:
+    why = timing_problem([(0.0010, 0.0013)] * 40, RULES)
+    assert why and "longer than the interval" in why
+
+
+def test_sub_tolerance_gaps_on_tiny_regions_are_not_forgery() -> None:
+    # 30% short but only 0.1 ms: pipe hops on a loaded box, not a patched clock
+    assert timing_problem([(0.00033, 0.00023)] * 40, RULES) is None
+
+
+def test_wilson_bound() -> None:
+    assert upper_bound(0, 24, 2.33) < 0.25
+    assert upper_bound(22, 24, 2.33) > 0.93
+    assert upper_bound(10, 10, 2.33) == pytest.approx(1.0)
+
+
+def _doc(decode: list[float], prefill: list[float], kl: list[float]) -> SweepResult:
+    raw = {
+        "schema_version": 2,
+        "model": "tiny",
+        "model_id": "x",
+        "engine_commit": "unknown",
+        "device": {"backend": "numpy", "name": "cpu"},
+        "started_at": "2026-12-01T00:00:00Z",
+        "wall_s": 1.0,
+        "kind": "sweep",
+        "tokens": 4,
+        "reps": 1,
+        "contexts": [
+            {"ctx": 32, "decode_tokens": 4, "decode_tok_s": [1.0], "prefill_tok_s": [1.0]}
+        ],
+        "measured": {
+            "seed": 1,
+            "timing": {"regions": [[0.01, 0.01]]},
+            "verification": {
+                "reference": "main",
+                "decode_margins": decode,
+                "prefill_margins": prefill,
+                "prefill_kl": kl,
+            },
+        },
+    }
+    return SweepResult.model_validate(raw)
+
+
+def test_outputs_that_agree_within_ties_pass() -> None:
+    doc = _doc([0.0] * 30 + [0.005, 0.5], [0.0] * 6, [1e-5] * 6)
+    assert output_problem(doc, 0.93, 0.03, RULES) is None
+
+
+def test_outputs_of_another_computation_are_forged() -> None:
+    why = output_problem(_doc([2.0] * 20 + [0.0] * 4, [0.0] * 6, [0.0] * 6), 0.93, 0.03, RULES)
+    assert why and why.startswith("the timed run computed something else")
+    assert "4 of 24" in why
+    why = output_problem(_doc([0.0] * 24, [0.0] * 6, [0.9] * 6), 0.93, 0.03, RULES)
+    assert why and "KL 0.9000" in why
+
+
+def test_unverified_outputs_are_refused() -> None:
+    doc = _doc([], [], []).model_copy(
+        update={"measured": _doc([], [], []).measured.model_copy(update={"verification": None})}
+    )
+    assert "not verified" in (output_problem(doc, 0.93, 0.03, RULES) or "")
+
+
+@pytest.mark.slow
+def test_forgeries_in_a_round(fake_repo: FakeRepo, tmp_path: Path) -> None:
+    r = fake_repo
+    pidfile = tmp_path / "daemon.pid"
+    cases = {
+        21: ("slow-clock", "FORGE_CLOCK = 0.5", "REJECT"),
+        22: ("other-work", "WRONG_WORK = True", "REJECT"),
+        # the timing parent runs from main's checkout: write a start-up hook there
+        23: (
+            "tamper",
+            "import pathlib as _p\n_p.Path('sitecustomize.py').write_text('# evil\\n')",
+            "REJECT",
+        ),
+        # a daemon that outlives its session: killed, and the PR is judged on its numbers
+        24: (
+            "daemon",
+            "import subprocess as _s\n"
+            f"_d = _s.Popen(['sleep', '300'], start_new_session=True)\n"
+            f"open({str(pidfile)!r}, 'a').write(str(_d.pid) + '\\n')",
+            "none",
+        ),
+    }
+    for branch, behaviour, _label in cases.values():
+        r.branch(branch, behaviour)
+    m = r.manifest("forge", [pr(n, b) for n, (b, *_rest) in cases.items()])
+    db = tmp_path / "f.duckdb"
+    assert collect(m, db, progress=False) == 0
+    res = CliRunner().invoke(main, ["show", "--db", str(db), "--round", "forge", "--json"])
+    out = {d["pr"]: d for d in json.loads(res.output)}
+    assert {n: out[n]["label"] for n in cases} == {n: c[2] for n, c in cases.items()}
+    assert "clock was changed" in out[21]["reason"]
+    assert "computed something else" in out[22]["reason"]
+    assert "main's checkout" in out[23]["reason"] and "sitecustomize.py" in out[23]["reason"]
+    with open_store(db, read_only=True) as s:
+        statuses = {
+            row[0] for row in s.query("SELECT status FROM sessions WHERE pr IN (21, 22, 23)")
+        }
+    assert "forged" in statuses
+    for pid in map(int, pidfile.read_text().split()):
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

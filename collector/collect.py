@@ -44,7 +44,16 @@ from engine.harness.protocol import (
 )
 
 # Statuses that end a session for good; 'infra' sessions are tried again on the next run.
-FINISHED = ("ok", "crash", "timeout", "malformed", "incomplete", "implausible", "forged")
+FINISHED = (
+    "ok",
+    "crash",
+    "timeout",
+    "malformed",
+    "incomplete",
+    "implausible",
+    "forged",
+    "diverged",
+)
 
 
 class RoundError(Exception):
@@ -542,17 +551,20 @@ def _collect(
     return infra_left
 
 
-def forged_evidence(doc: object, model: str, policy: ResolvedPolicy) -> str | None:
-    """Why a speed document's numbers are not the PR's own honest work (collector/forgery.py)."""
+def forged_evidence(doc: object, model: str, policy: ResolvedPolicy) -> tuple[str, str] | None:
+    """(status, why) when a speed document's numbers are not the PR's own honest work
+    (collector/forgery.py): 'forged' (its clock), 'diverged' (its outputs are not main's model's)."""
     if isinstance(doc, LongContextResult) and doc.measured is None:
         return None  # it died before any timed work: the long-context gate judges that
     if not isinstance(doc, SweepResult | ConcurrentResult | LongContextResult):
         return None
     rules = policy.forgery
     bars = policy.accuracy.bars(model)
-    return timing_problem(doc.measured.timing.regions, rules) or output_problem(
-        doc, bars.top1_min, bars.kl_max, rules
-    )
+    clock = timing_problem(doc.measured.timing.regions, rules)
+    if clock:
+        return "forged", clock
+    outputs = output_problem(doc, bars.top1_min, bars.kl_max, rules)
+    return ("diverged", outputs) if outputs else None
 
 
 class BoxGuard:
@@ -616,9 +628,9 @@ def _one(
     if tampered and task.side == "pr":
         o.status, o.detail = "forged", tampered
     elif o.status == "ok" and task.kind in ("sweep", "guard", "concurrent", "longctx"):
-        why = forged_evidence(o.document, task.model, policy)
-        if why:
-            o.status, o.detail = "forged", why
+        found = forged_evidence(o.document, task.model, policy)
+        if found:
+            o.status, o.detail = found
     if task.side == "pr" and o.status == "ok" and task.kind in ("sweep", "guard", "concurrent"):
         why = _implausible(
             store,

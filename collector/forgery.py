@@ -1,4 +1,4 @@
-"""Is a speed session's evidence its own? The two checks behind the `forged` status.
+"""Is a speed session's evidence its own? The checks behind the `forged` and `diverged` statuses.
 
 The numbers a verdict uses come from the timing parent (main's pinned harness, a process that
 never imports the PR's code; engine/harness/timing.py). Its document also carries what the
@@ -13,12 +13,12 @@ what they must be:
   longer than the parent's by more than `timing_rel_over` (impossible for an honest clock).
 * **outputs**: the timed operations' outputs teacher-forced through main's model (verify.py):
   per generated token and per prefill's argmax, its margin below main's best log-prob. A token
-  within `tie_nats` of main's pick agrees. `forged` ("the timed run computed something else") when
+  within `tie_nats` of main's pick agrees. `diverged` ("the timed run computed something else") when
   even the upper end of a one-sided confidence interval (z = `z`) of the agreement is under the
   model's accuracy bar `top1_min`, or the prefill digests' mean KL to main is over `kl_max`: a run
   that took a shortcut while timed, replayed a cached answer or returned another prompt's result.
 The rules and their numbers live here and in policy.toml's `[forgery]`; the gate that reports
-them is the run gate (a `forged` session is the PR's fault, a REJECT at once).
+them is the run gate (a `forged` or `diverged` session is the PR's fault, a REJECT at once).
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 
 from engine.harness.protocol import ConcurrentResult, LongContextResult, SweepResult
+
+MIN_REGIONS = 2
 
 
 class ForgeryRules(BaseModel):
@@ -49,8 +51,8 @@ class ForgeryRules(BaseModel):
 
 def timing_problem(regions: list[tuple[float, float]], rules: ForgeryRules) -> str | None:
     """Why the engine process's own timings betray a clock it changed, or None."""
-    if not regions:
-        return None
+    if len(regions) < MIN_REGIONS:
+        return None  # too few to tell a clock from one slow pipe hop
     gaps = [(parent - own) / parent for parent, own in regions]
     rel = statistics.median(gaps)
     absolute = statistics.median(parent - own for parent, own in regions)

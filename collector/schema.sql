@@ -2,7 +2,7 @@
 --
 -- History: 1 -> 2 added table score_dumps, sessions.attempts, comparisons.n_main/n_pr, and the
 -- session status 'incomplete' (a concurrent width that lost tokens). 2 -> 3 added sessions.seed
--- and the session status 'forged' (collector/forgery.py, collector/sandbox.py).
+-- and the session statuses 'forged' and 'diverged' (collector/forgery.py, collector/sandbox.py).
 -- An older database is migrated on open; a newer or unknown one is refused.
 --
 -- The collector writes every table; the verdict engine writes comparisons, gates and
@@ -69,7 +69,7 @@ CREATE TABLE IF NOT EXISTS sessions (
     started_at   TIMESTAMP NOT NULL,
     wall_s       DOUBLE NOT NULL,
     exit_code    INTEGER,                -- NULL when killed on timeout
-    status       VARCHAR NOT NULL,       -- 'ok' | 'crash' | 'timeout' | 'malformed' | 'incomplete' | 'implausible' | 'forged' | 'infra'
+    status       VARCHAR NOT NULL,       -- 'ok' | 'crash' | 'timeout' | 'malformed' | 'incomplete' | 'implausible' | 'forged' | 'diverged' | 'infra'
     fault        VARCHAR NOT NULL,       -- 'none' | 'pr' | 'infra'
     detail       VARCHAR,                -- why the status, in plain words
     log_tail     VARCHAR,                -- last lines of stderr, untrusted

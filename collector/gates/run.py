@@ -27,6 +27,7 @@ AT_ONCE = {
     "malformed": "output that is not the protocol's answer is a REJECT at once",
     "implausible": "a claim beyond the implausible-gain guard is a REJECT at once",
     "forged": "a forged measurement is a REJECT at once",
+    "diverged": "a timed run that computed something else than main's model is a REJECT at once",
 }
 
 

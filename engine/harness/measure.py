@@ -85,7 +85,7 @@ def warm_up(b: Bench) -> None:
     """One untimed pass through prefill and decode so compilation stays out of the timings."""
     b.engine.reset(1, WARMUP_PROMPT + WARMUP_STEPS + 1)
     b.engine.prefill(0, b.prompt(WARMUP_PROMPT), timed=False)
-    b.engine.decode([0], b.first_tokens(1), WARMUP_STEPS)
+    b.engine.decode([0], b.first_tokens(1), WARMUP_STEPS, timed=False)  # first calls: not timed
 
 
 def measure_context(b: Bench, ctx: int, tokens: int, reps: int, warmup: int) -> ContextSample:

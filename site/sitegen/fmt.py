@@ -116,6 +116,8 @@ def axis_label(name: str | None) -> Markup:
     kind, n = parsed
     if kind == "concurrent":
         return Markup(f"c{n}")
+    if not n:  # memory after load: no context
+        return Markup(kind)
     return Markup(f"{kind}@{short_ctx(n)}")
 
 

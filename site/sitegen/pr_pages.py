@@ -35,7 +35,9 @@ class PRPages:
         rows = [
             c
             for c in ev.comparisons
-            if c["model"] == model and (fmt.split_axis(c["axis"]) or ("",))[0] != "concurrent"
+            if c["model"] == model
+            and c["role"] != "memory"
+            and (fmt.split_axis(c["axis"]) or ("",))[0] != "concurrent"
         ]
         return sorted(rows, key=lambda c: fmt.axis_order(c["axis"]))
 
@@ -53,7 +55,14 @@ class PRPages:
 
     def guard_rows(self, ev: Evaluation) -> list[Row]:
         return sorted(
-            (c for c in ev.comparisons if c["role"] != "target"),
+            (c for c in ev.comparisons if c["role"] == "guard"),
+            key=lambda c: (c["model"], fmt.axis_order(c["axis"])),
+        )
+
+    def memory_rows(self, ev: Evaluation) -> list[Row]:
+        """Memory of the engine process (bytes, lower is better), read from outside it."""
+        return sorted(
+            (c for c in ev.comparisons if c["role"] == "memory"),
             key=lambda c: (c["model"], fmt.axis_order(c["axis"])),
         )
 

@@ -59,7 +59,29 @@ def test_manifest_check_command() -> None:
 
 # Why each REJECT is a REJECT: the gate that must fail. 102 loses tiny's prefill (the floor),
 # 103 is no longer the same model, 104 slows its guard, 107 crashes.
-FAILING_GATE = {102: "floor", 103: "accuracy:tiny", 104: "guard:tiny:q8_0", 107: "run:tiny"}
+# 110-112 forge their measurement (a patched clock, a shortcut taken only while benchmarked, a
+# cached prefill), 113 keeps a decode table resident that breaks the long-context memory check
+# (#1154), 114 breaks only its guard's accuracy (#294), 116 puts a small error into the math.
+FAILING_GATE = {
+    102: "floor",
+    103: "accuracy:tiny",
+    104: "guard:tiny:q8_0",
+    107: "run:tiny",
+    110: "run:tiny",
+    111: "run:tiny",
+    112: "run:tiny",
+    113: "long-context:tiny",
+    114: "guard-accuracy:tiny:q8_0",
+    116: "accuracy:tiny",
+}
+# What the reason of a forgery must say was caught.
+CAUGHT = {
+    110: "clock was changed",
+    111: "computed something else",
+    112: "computed something else",
+    113: "long-context memory check",
+    114: "no-regression guard tiny:q8_0: accuracy broke",
+}
 # 109 (XL too, usually the faster) carries the blocking label `hold`. Which of the two is
 # faster is a measurement, not asserted here: one round on this box had 109 at +48.5% and
 # 101 at +49.7% (its prefill gain short of the noise). The rule that skips a faster held PR
@@ -78,6 +100,8 @@ def check_demo_round(out: list[dict]) -> list[str]:
         gates = {g["gate"]: g["status"] for g in d["gates"]}
         if n in FAILING_GATE and gates.get(FAILING_GATE[n]) != "fail":
             wrong.append(f"#{n}: gate {FAILING_GATE[n]} did not fail: {gates}")
+        if n in CAUGHT and CAUGHT[n] not in d["reason"]:
+            wrong.append(f"#{n}: the reason does not say {CAUGHT[n]!r}: {d['reason']}")
     mf = [d["pr"] for d in out if d["merge_first"]]
     if mf != [MERGE_FIRST]:
         wrong.append(f"merge-first went to {mf}, expected [{MERGE_FIRST}]")

@@ -52,11 +52,14 @@ class InProcessEngine:
         topk = [(i, float(lp[i])) for i in top_k(lp, 8)]
         return Sample(prompt=ids, argmax=int(np.argmax(logits)), topk=topk), seconds
 
-    def decode(self, seqs: list[int], first: np.ndarray, steps: int) -> tuple[np.ndarray, float]:
+    def decode(
+        self, seqs: list[int], first: np.ndarray, steps: int, timed: bool = True
+    ) -> tuple[np.ndarray, float]:
         t0 = time.perf_counter()
         ids = np.asarray(self.runner.decode_greedy(seqs, first, steps))
         seconds = time.perf_counter() - t0 + 1e-6
-        self.timeline.regions.append(Region(seconds, seconds))
+        if timed:
+            self.timeline.regions.append(Region(seconds, seconds))
         if ((ids < 0) | (ids >= self.vocab)).any():
             raise EngineOutputError("decode produced ids outside the vocabulary")
         return ids, seconds

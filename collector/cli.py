@@ -69,17 +69,41 @@ def main() -> None:
     help="Where worktrees go (default: next to the database); removed afterwards.",
 )
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def collect(manifest: Path, db: Path, scratch: Path | None, quiet: bool) -> None:
+@click.option(
+    "--cluster",
+    default=None,
+    metavar="local|auto|ray://HOST:PORT",
+    help="Cut the round into shards, one per GPU of a Ray cluster (pip install 'sparkboard[cluster]').",
+)
+@click.option(
+    "--gpus",
+    type=click.IntRange(min=1),
+    default=None,
+    help="With --cluster local: GPUs to declare (logical ones on a CPU box); else: at most this many.",
+)
+def collect(
+    manifest: Path,
+    db: Path,
+    scratch: Path | None,
+    quiet: bool,
+    cluster: str | None,
+    gpus: int | None,
+) -> None:
     """Run (or resume) the round MANIFEST into --db, then decide its verdicts.
 
     Re-running the same command resumes: finished sessions are not repeated. Exits 3 when some
-    sessions failed for infrastructure (run it again to retry them).
+    sessions failed for infrastructure (run it again to retry them). With --cluster, each GPU
+    measures its own shard of the PRs beside its own main sessions; this process alone writes --db.
     """
     from collector.collect import RoundError
     from collector.collect import collect as run_collect
 
+    if gpus is not None and cluster is None:
+        raise click.UsageError("--gpus goes with --cluster")
     try:
-        left = run_collect(manifest, db, scratch=scratch, progress=not quiet)
+        left = run_collect(
+            manifest, db, scratch=scratch, progress=not quiet, cluster=cluster, gpus=gpus
+        )
     except (*USER_ERRORS, RoundError) as e:
         raise _fail(e) from None
     if left:

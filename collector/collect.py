@@ -12,6 +12,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -32,7 +33,7 @@ from collector.forgery import output_problem, timing_problem
 from collector.harness import Outcome, Request, run_request
 from collector.manifest import LoadedManifest, ManifestError, load_manifest
 from collector.policy import ResolvedPolicy, load_policy, resolve
-from collector.schedule import Slot, Task, plan_round
+from collector.schedule import Task, plan_shards
 from collector.stats import is_implausible, median
 from collector.store import Store, open_store
 from engine.harness.protocol import (
@@ -202,7 +203,7 @@ def samples_of(doc: object) -> list[tuple[str, int, float]]:
 
 
 def _implausible(
-    store: Store, round_id: str, model: str, samples: list, limit: float
+    store: Store, round_id: str, shard: int, model: str, samples: list, limit: float
 ) -> str | None:
     """A PR axis above `limit` x main's median so far is a broken measurement.
 
@@ -217,9 +218,9 @@ def _implausible(
             r[0]
             for r in store.query(
                 "SELECT s.value FROM samples s JOIN sessions x USING (session_id) "
-                "WHERE s.round_id = ? AND s.side = 'main' AND s.model = ? AND s.axis = ? "
-                "AND x.status = 'ok'",
-                [round_id, model, ax],
+                "WHERE s.round_id = ? AND x.shard = ? AND s.side = 'main' AND s.model = ? "
+                "AND s.axis = ? AND x.status = 'ok'",
+                [round_id, shard, model, ax],
             )
         ]
         if main_vals and is_implausible(main_vals, vals, limit):
@@ -228,8 +229,29 @@ def _implausible(
     return None
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where a session ran: the GPU (as CUDA_VISIBLE_DEVICES names it, its UUID where nvidia-smi
+    gives one) and the host; collector/cluster.py finds it."""
+
+    host: str
+    gpu_index: int | None = None
+    gpu_uuid: str | None = None
+    pid: int = 0  # the process that ran the session (a shard's worker)
+
+    def __str__(self) -> str:
+        gpu = "no GPU" if self.gpu_index is None else f"GPU {self.gpu_index}"
+        return f"{self.host} {gpu}" + (f" ({self.gpu_uuid})" if self.gpu_uuid else "")
+
+
 def write_session(
-    store: Store, round_id: str, task: Task, commit: str, o: Outcome, main_fails_too: bool = False
+    store: Store,
+    round_id: str,
+    task: Task,
+    commit: str,
+    o: Outcome,
+    main_fails_too: bool = False,
+    placement: Placement | None = None,
 ) -> None:
     """The session row, its raw samples, and its score dump or prefill checks: one transaction."""
     doc = o.document
@@ -267,8 +289,9 @@ def write_session(
         con.execute(
             "INSERT INTO sessions (session_id, round_id, side, pr, slot, kind, model, commit, "
             "started_at, wall_s, exit_code, status, fault, detail, log_tail, device_name, driver, "
-            "vram_free_after_load, vram_peak, kv_cache_bytes, document, attempts, seed) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "vram_free_after_load, vram_peak, kv_cache_bytes, document, attempts, seed, shard, "
+            "gpu_index, gpu_uuid, host) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 task.session_id,
                 round_id,
@@ -293,6 +316,10 @@ def write_session(
                 doc_json,
                 o.attempts,
                 seed,
+                task.shard,
+                placement.gpu_index if placement else None,
+                placement.gpu_uuid if placement else None,
+                placement.host if placement else None,
             ],
         )
         if samples:
@@ -435,8 +462,16 @@ def collect(
     scratch: Path | None = None,
     log: Callable[[str], None] = lambda s: click.echo(s, err=True),
     progress: bool = True,
+    cluster: str | None = None,
+    gpus: int | None = None,
+    hook: Callable | None = None,
 ) -> int:
-    """Run (or resume) a round. Returns the number of sessions still failing for infrastructure."""
+    """Run (or resume) a round. Returns the number of sessions still failing for infrastructure.
+
+    `cluster` ('local', 'auto' or 'ray://HOST:PORT'): cut the round into shards, one per GPU of
+    a Ray cluster (collector/cluster.py; `gpus`: how many, declared on a local instance); this
+    process stays the only writer of the database. `hook`: called after each session a shard's
+    worker hands back (tests kill a worker from it)."""
     loaded = load_manifest(manifest_path)
     m = loaded.manifest
     policy = resolve(load_policy(loaded.policy_path), m.profile)
@@ -449,7 +484,14 @@ def collect(
         except GitError as e:
             raise ManifestError(f"manifest {loaded.path}: engine_repo: {e}") from None
         try:
-            return _collect(store, ws, loaded, policy, scratch, db_path, log, progress)
+            if cluster is None:
+                return _collect(store, ws, loaded, policy, scratch, db_path, log, progress)
+            from collector import cluster as ray_cluster  # noqa: PLC0415 - Ray only when asked
+
+            with ray_cluster.connect(cluster, gpus, log) as conn:
+                return _collect(
+                    store, ws, loaded, policy, scratch, db_path, log, progress, conn, hook
+                )
         finally:
             ws.cleanup()
     finally:
@@ -465,6 +507,8 @@ def _collect(
     db_path: Path,
     log: Callable[[str], None],
     progress: bool,
+    conn: object | None = None,
+    hook: Callable | None = None,
 ) -> int:
     m = loaded.manifest
     main_commit, tips = preflight(loaded, ws)  # every ref and patch checked: nothing measured yet
@@ -473,7 +517,6 @@ def _collect(
         f"round {m.round}: main {main_commit[:12]} ({m.base_ref}), {len(m.pr)} PRs, profile {m.profile}"
     )
     main_checkout = ws.add_worktree("main", main_commit)
-    guard = BoxGuard(main_checkout, log)
     cands: list[Candidate] = []
     for p in m.pr:
         c = build_candidate(
@@ -489,7 +532,10 @@ def _collect(
     _record_candidates(store, m.round, cands)
     by_pr = {c.pr: c for c in cands}
     measurable = [(p.number, list(p.targets)) for p in m.pr if by_pr[p.number].measurable]
-    slots = plan_round(m.round, measurable, policy.profile)
+    gpus = getattr(conn, "gpus", 1)
+    plans = plan_shards(
+        m.round, measurable, policy.profile, _shard_count(store, m.round, gpus, len(measurable))
+    )
     finished = {
         r[0]
         for r in store.query(
@@ -498,38 +544,43 @@ def _collect(
             [m.round, *FINISHED],
         )
     }
-    tasks = [(s, t) for s in slots for t in s.tasks]
-    todo = [(s, t) for s, t in tasks if t.session_id not in finished]
-    if len(todo) < len(tasks):
-        log(f"resuming: {len(tasks) - len(todo)} of {len(tasks)} sessions already finished")
-    infra_left = 0
+    tasks = [t for plan in plans for s in plan for t in s.tasks]
+    todo = [[t for s in plan for t in s.tasks if t.session_id not in finished] for plan in plans]
+    n_todo = sum(map(len, todo))
+    if n_todo < len(tasks):
+        log(f"resuming: {len(tasks) - n_todo} of {len(tasks)} sessions already finished")
+
+    def bench(shard: int) -> Bench:
+        """A shard's own main checkout and scratch: shards on one host run side by side."""
+        main = main_checkout if shard == 0 else ws.add_worktree(f"main-s{shard}", main_commit)
+        work = scratch / ("work" if conn is None else f"work-s{shard}")
+        return Bench(ws.repo, main, main_commit, policy, work, (db_path.parent,))
+
+    def commit_of(task: Task) -> str:
+        return main_commit if task.side == "main" else str(by_pr[task.pr].merged_commit)
+
     # Once a PR has failed for its own reasons, its later tasks in the round still run: each
     # session is evidence, and a verdict shows every failing axis.
     bar_ctx = (
-        click.progressbar(
-            todo,
-            label="measuring",
-            file=sys.stderr,
-            item_show_func=lambda st: st[1].session_id.split("/", 1)[1] if st else None,
-        )
+        click.progressbar(length=n_todo, label="measuring", file=sys.stderr, item_show_func=str)
         if progress
-        else contextlib.nullcontext(todo)
+        else contextlib.nullcontext(None)
     )
     with bar_ctx as bar:
-        for slot, task in bar:
-            infra_left += _one(
-                store,
-                ws,
-                slot,
-                task,
-                main_checkout,
-                guard,
-                by_pr,
-                main_commit,
-                policy,
-                scratch,
-                db_path,
-                log,
+
+        def done(task: Task, o: Outcome, placement: Placement | None) -> int:
+            failed = record(store, task, commit_of(task), o, policy, log, placement)
+            if bar is not None:
+                bar.update(1, task.session_id.split("/", 1)[1])
+            return failed
+
+        if conn is None:
+            infra_left = _run_here(bench(0), [t for shard in todo for t in shard], by_pr, done, log)
+        else:
+            from collector import cluster as ray_cluster  # noqa: PLC0415 - Ray only when asked
+
+            infra_left = ray_cluster.run_shards(
+                conn, todo, bench, _pr_checkout(by_pr), done, log, hook
             )
     if infra_left == 0:
         dev = store.query(
@@ -549,6 +600,48 @@ def _collect(
     for v in verdict_mod.decide_round(store, m.round):
         log(f"  #{v.pr}: {v.label}" + (" (merge-first)" if v.merge_first else ""))
     return infra_left
+
+
+def _shard_count(store: Store, round_id: str, gpus: int, n_prs: int) -> int:
+    """The shards a round is cut into: fixed when it starts (its session ids depend on them), so
+    a resume on more, fewer or no GPUs of a cluster measures the same plan."""
+    row = store.query("SELECT shards FROM rounds WHERE round_id = ?", [round_id])
+    if row and row[0][0] is not None:
+        return int(row[0][0])
+    started = store.query("SELECT 1 FROM sessions WHERE round_id = ? LIMIT 1", [round_id])
+    n = 1 if started else max(1, min(gpus, n_prs))
+    with store.transaction() as con:
+        con.execute("UPDATE rounds SET shards = ? WHERE round_id = ?", [n, round_id])
+    return n
+
+
+def _pr_checkout(by_pr: dict[int, Candidate]) -> Callable[[Task], Path | None]:
+    """A task's checkout: the PR's merge result, or None for main (each shard has its own)."""
+
+    def of(task: Task) -> Path | None:
+        if task.side == "main":
+            return None
+        cand = by_pr[task.pr]
+        assert cand.checkout is not None and cand.merged_commit is not None
+        return cand.checkout
+
+    return of
+
+
+def _run_here(
+    bench: Bench,
+    todo: list[Task],
+    by_pr: dict[int, Candidate],
+    done: Callable[[Task, Outcome, Placement | None], int],
+    log: Callable[[str], None],
+) -> int:
+    """Every session in this process, one after another (a sharded round's shards in turn)."""
+    from collector.cluster import here  # noqa: PLC0415 - nvidia-smi's answer, no Ray
+
+    guard = BoxGuard(bench.main_checkout, log)
+    placement = here()
+    checkout = _pr_checkout(by_pr)
+    return sum(done(t, measure(bench, guard, t, checkout(t)), placement) for t in todo)
 
 
 def forged_evidence(doc: object, model: str, policy: ResolvedPolicy) -> tuple[str, str] | None:
@@ -600,41 +693,54 @@ class BoxGuard:
         return "changed files outside its checkout: " + "; ".join(found) + " (restored)"
 
 
-def _one(
-    store: Store,
-    ws: Workspace,
-    slot: Slot,
-    task: Task,
-    main_checkout: Path,
-    guard: BoxGuard,
-    by_pr: dict[int, Candidate],
-    main_commit: str,
-    policy: ResolvedPolicy,
-    scratch: Path,
-    db_path: Path,
-    log: Callable[[str], None],
-) -> int:
-    if task.side == "main":
-        checkout, commit = main_checkout, main_commit
-    else:
-        cand = by_pr[task.pr]
-        assert cand.checkout is not None and cand.merged_commit is not None
-        checkout, commit = cand.checkout, cand.merged_commit
-    work = scratch / "work"
+@dataclass(frozen=True)
+class Bench:
+    """What one GPU's sessions need; picklable, so a shard's worker gets its own."""
+
+    repo: Path
+    main_checkout: Path
+    main_commit: str
+    policy: ResolvedPolicy
+    work: Path
+    disk_paths: tuple[Path, ...]
+
+
+def measure(bench: Bench, guard: BoxGuard, task: Task, checkout: Path | None) -> Outcome:
+    """One session where its GPU is, and what only that box can judge: what the session changed
+    outside its checkout, and whether its numbers are its own honest work. `checkout` None: main."""
+    checkout = checkout or bench.main_checkout
     if task.side == "pr":  # its own earlier process may have rewritten them on disk
-        pin_harness(checkout, ws.repo, main_commit, policy.harness.paths)
-    o = run_task(task, checkout, work, policy, [db_path.parent], main_checkout)
+        pin_harness(checkout, bench.repo, bench.main_commit, bench.policy.harness.paths)
+    o = run_task(
+        task, checkout, bench.work, bench.policy, list(bench.disk_paths), bench.main_checkout
+    )
     tampered = guard.after_session(task)
     if tampered and task.side == "pr":
         o.status, o.detail = "forged", tampered
     elif o.status == "ok" and task.kind in ("sweep", "guard", "concurrent", "longctx"):
-        found = forged_evidence(o.document, task.model, policy)
+        found = forged_evidence(o.document, task.model, bench.policy)
         if found:
             o.status, o.detail = found
+    return o
+
+
+def record(
+    store: Store,
+    task: Task,
+    commit: str,
+    o: Outcome,
+    policy: ResolvedPolicy,
+    log: Callable[[str], None],
+    placement: Placement | None = None,
+) -> int:
+    """What needs the round's evidence (a gain beyond main's range, main failing the same way:
+    main of the task's own shard), then the session written; 1 when it failed for infrastructure."""
+    round_id = slot_round(task)
     if task.side == "pr" and o.status == "ok" and task.kind in ("sweep", "guard", "concurrent"):
         why = _implausible(
             store,
-            slot_round(task),
+            round_id,
+            task.shard,
             task.model,
             samples_of(o.document),
             policy.verdict.implausible_gain,
@@ -645,10 +751,11 @@ def _one(
     if task.side == "pr" and not o.ok and o.status != "implausible":
         main_fails_too = bool(
             store.query(
-                "SELECT 1 FROM sessions WHERE round_id = ? AND side = 'main' AND list_contains(?, kind) "
-                "AND model = ? AND status <> 'ok'",
+                "SELECT 1 FROM sessions WHERE round_id = ? AND shard = ? AND side = 'main' "
+                "AND list_contains(?, kind) AND model = ? AND status <> 'ok'",
                 [
-                    slot_round(task),
+                    round_id,
+                    task.shard,
                     ["sweep", "guard"] if task.kind in ("sweep", "guard") else [task.kind],
                     task.model,
                 ],
@@ -656,7 +763,7 @@ def _one(
         )
         if main_fails_too:
             o.detail += " (main fails the same way in this round)"
-    write_session(store, slot_round(task), task, commit, o, main_fails_too)
+    write_session(store, round_id, task, commit, o, main_fails_too, placement)
     if not o.ok:
         who = "main" if task.side == "main" else f"PR #{task.pr}"
         log(f"  {who} {task.kind} {task.model}: {o.status}: {o.detail}")

@@ -7,6 +7,11 @@ as evenly as possible between them, so every PR session has a main session on ea
 
 Every task has a stable id '<round>/<side>/<pr>/<slot>/<kind>/<model>': a re-run of the same
 manifest skips the tasks already finished.
+
+A round over several GPUs is cut into shards (`plan_shards`), one per GPU: each shard is a
+set of PRs planned exactly as above with its OWN main sessions (a PR is only ever compared
+with main measured on its GPU), its ids prefixed '<round>/s<shard>/…'. PRs are dealt out by
+expected cost (MODEL_COST), the costliest first, each to the cheapest shard so far.
 """
 
 from __future__ import annotations
@@ -18,6 +23,11 @@ from collector.policy import Profile
 
 MAIN_SCORE_SESSIONS = 2  # main scores twice: its dump, and main-vs-main calibration
 
+# Device minutes per PR by target model, from `sparkboard cost` of the published H200 round
+# (data/demo/gpu/README.md): the 8B's full sweep prefills 16k and 32k tokens three times.
+MODEL_COST: dict[str, float] = {"llama-8b:q4_0": 3.7, "llama-1b:f16": 2.6, "smollm2-135m": 2.5}
+DEFAULT_COST = 1.0  # any other model (the CPU profile's small ones)
+
 
 @dataclass(frozen=True)
 class Task:
@@ -27,6 +37,7 @@ class Task:
     slot: int
     kind: str  # 'sweep' | 'concurrent' | 'score' | 'prefill-check' | 'guard' | 'longctx'
     model: str
+    shard: int = 0  # the GPU's share of the round this task belongs to
 
 
 @dataclass(frozen=True)
@@ -57,12 +68,22 @@ def _tasks(
     score: bool,
     prefill: bool,
     long_context: tuple[str, ...] = (),
+    shard: int | None = None,
 ) -> tuple[Task, ...]:
     out: list[Task] = []
+    prefix = round_id if shard is None else f"{round_id}/s{shard}"
 
     def add(kind: str, model: str) -> None:
         out.append(
-            Task(f"{round_id}/{side}/{pr}/{slot}/{kind}/{model}", side, pr, slot, kind, model)
+            Task(
+                f"{prefix}/{side}/{pr}/{slot}/{kind}/{model}",
+                side,
+                pr,
+                slot,
+                kind,
+                model,
+                shard or 0,
+            )
         )
 
     for m in full:
@@ -83,8 +104,41 @@ def _tasks(
     return tuple(out)
 
 
-def plan_round(round_id: str, prs: list[tuple[int, list[str]]], profile: Profile) -> list[Slot]:
-    """prs: (number, targets) of every measurable PR, in manifest order."""
+def pr_cost(targets: list[str]) -> float:
+    """A PR's expected device minutes: the sum over its target models."""
+    return sum(MODEL_COST.get(m, DEFAULT_COST) for m in targets)
+
+
+def split_prs(prs: list[tuple[int, list[str]]], n_shards: int) -> list[list[tuple[int, list[str]]]]:
+    """The PRs dealt into n_shards by expected cost (costliest first, each to the cheapest
+    shard so far, ties to the lower shard), each shard's PRs kept in manifest order.
+    Deterministic: the same manifest and shard count give the same shards on every resume."""
+    load = [0.0] * n_shards
+    where: dict[int, int] = {}
+    for i, (_num, targets) in sorted(enumerate(prs), key=lambda e: (-pr_cost(e[1][1]), e[0])):
+        k = min(range(n_shards), key=lambda j: (load[j], j))
+        where[i] = k
+        load[k] += pr_cost(targets)
+    return [[p for i, p in enumerate(prs) if where[i] == k] for k in range(n_shards)]
+
+
+def plan_shards(
+    round_id: str, prs: list[tuple[int, list[str]]], profile: Profile, n_shards: int
+) -> list[list[Slot]]:
+    """One plan per shard; a single shard keeps the unsharded ids (old rounds resume)."""
+    if n_shards <= 1:
+        return [plan_round(round_id, prs, profile)]
+    return [
+        plan_round(round_id, part, profile, shard=k)
+        for k, part in enumerate(split_prs(prs, n_shards))
+    ]
+
+
+def plan_round(
+    round_id: str, prs: list[tuple[int, list[str]]], profile: Profile, shard: int | None = None
+) -> list[Slot]:
+    """prs: (number, targets) of every measurable PR, in manifest order. `shard`: this plan is
+    one shard of a sharded round (ids '<round>/s<shard>/…')."""
     if not prs:
         return []
     n = len(prs)
@@ -130,6 +184,7 @@ def plan_round(round_id: str, prs: list[tuple[int, list[str]]], profile: Profile
                     score=main_nth < MAIN_SCORE_SESSIONS,
                     prefill=main_nth == 0,
                     long_context=checked if main_nth < MAIN_SCORE_SESSIONS else (),
+                    shard=shard,
                 ),
             )
         )
@@ -157,6 +212,7 @@ def plan_round(round_id: str, prs: list[tuple[int, list[str]]], profile: Profile
                         score=nth == 0,
                         prefill=nth == 0,
                         long_context=checked if nth == 0 else (),
+                        shard=shard,
                     ),
                 )
             )

@@ -1,8 +1,11 @@
--- sparkboard's one store. Schema version 3 (collector/store.py: SCHEMA_VERSION, MIGRATIONS).
+-- sparkboard's one store. Schema version 4 (collector/store.py: SCHEMA_VERSION, MIGRATIONS).
 --
 -- History: 1 -> 2 added table score_dumps, sessions.attempts, comparisons.n_main/n_pr, and the
 -- session status 'incomplete' (a concurrent width that lost tokens). 2 -> 3 added sessions.seed
 -- and the session statuses 'forged' and 'diverged' (collector/forgery.py, collector/sandbox.py).
+-- 3 -> 4 added rounds.shards and sessions.shard, gpu_index, gpu_uuid, host (a round cut into
+-- shards, one per GPU, each PR judged against the main sessions of its own shard:
+-- collector/cluster.py).
 -- An older database is migrated on open; a newer or unknown one is refused.
 --
 -- The collector writes every table; the verdict engine writes comparisons, gates and
@@ -27,7 +30,8 @@ CREATE TABLE IF NOT EXISTS rounds (
     policy_json   JSON NOT NULL,         -- the policy in force, resolved for the profile
     device_name   VARCHAR,               -- e.g. 'NVIDIA H200' or the CPU model
     driver        VARCHAR,
-    manifest_toml VARCHAR NOT NULL       -- the manifest as read, for reproduction
+    manifest_toml VARCHAR NOT NULL,      -- the manifest as read, for reproduction
+    shards        INTEGER                -- how many shards (GPUs) the round was cut into; NULL: one
 );
 
 -- A PR as seen in one round (titles and labels change between rounds).
@@ -58,7 +62,8 @@ CREATE TABLE IF NOT EXISTS candidates (
 
 -- One harness subprocess run. side 'main' sessions have pr = 0.
 CREATE TABLE IF NOT EXISTS sessions (
-    session_id   VARCHAR PRIMARY KEY,    -- '<round>/<side>/<pr>/<slot>/<kind>/<model>'
+    session_id   VARCHAR PRIMARY KEY,    -- '<round>/<side>/<pr>/<slot>/<kind>/<model>', or with
+                                         -- several shards '<round>/s<shard>/<side>/<pr>/<slot>/…'
     round_id     VARCHAR NOT NULL,
     side         VARCHAR NOT NULL,       -- 'main' | 'pr'
     pr           INTEGER NOT NULL,
@@ -80,7 +85,11 @@ CREATE TABLE IF NOT EXISTS sessions (
     kv_cache_bytes BIGINT,
     document     JSON,                   -- the parsed document (score positions dropped: see score_dumps)
     attempts     INTEGER,                -- subprocess runs it took (retries of infrastructure failures)
-    seed         BIGINT                  -- a speed session's challenge seed (its prompts derive from it)
+    seed         BIGINT,                 -- a speed session's challenge seed (its prompts derive from it)
+    shard        INTEGER DEFAULT 0,      -- the shard (one GPU's PRs and their own main sessions)
+    gpu_index    INTEGER,                -- the GPU it ran on (CUDA_VISIBLE_DEVICES), NULL: none known
+    gpu_uuid     VARCHAR,                -- that GPU's UUID where nvidia-smi gives one
+    host         VARCHAR                 -- the machine it ran on
 );
 
 -- Raw measurements: one row per repetition (or per complete concurrent run).

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import duckdb
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # Statements that take a database from version N to N + 1, run before schema.sql (whose
 # CREATE TABLE IF NOT EXISTS then adds any new table).
@@ -27,6 +27,13 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE comparisons ADD COLUMN IF NOT EXISTS n_pr INTEGER",
     ],
     2: ["ALTER TABLE sessions ADD COLUMN IF NOT EXISTS seed BIGINT"],
+    3: [
+        "ALTER TABLE rounds ADD COLUMN IF NOT EXISTS shards INTEGER",
+        "ALTER TABLE sessions ADD COLUMN IF NOT EXISTS shard INTEGER DEFAULT 0",
+        "ALTER TABLE sessions ADD COLUMN IF NOT EXISTS gpu_index INTEGER",
+        "ALTER TABLE sessions ADD COLUMN IF NOT EXISTS gpu_uuid VARCHAR",
+        "ALTER TABLE sessions ADD COLUMN IF NOT EXISTS host VARCHAR",
+    ],
 }
 
 

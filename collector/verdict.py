@@ -144,14 +144,20 @@ def compare_axis(
     return c
 
 
-class RoundData:
-    """Everything a round's verdict needs, read once."""
+# Which sessions a shard's verdicts read: every PR's, and main's of that shard only (a PR is
+# only ever compared with main measured on its own GPU). `x` is the sessions table.
+OF_SHARD = "(x.side <> 'main' OR x.shard = ?)"
 
-    def __init__(self, store: Store, round_id: str) -> None:
+
+class RoundData:
+    """Everything a round's verdict needs, read once; in a sharded round, one shard's view."""
+
+    def __init__(self, store: Store, round_id: str, shard: int = 0) -> None:
         rows = store.query_dicts("SELECT * FROM rounds WHERE round_id = ?", [round_id])
         if not rows:
             raise LookupError(f"no round {round_id!r} in {store.path}")
         self.round = rows[0]
+        self.shard = shard
         self.policy = ResolvedPolicy.model_validate_json(self.round["policy_json"])
         self.prs = store.query_dicts("SELECT * FROM prs WHERE round_id = ? ORDER BY pr", [round_id])
         self.candidates = {
@@ -160,8 +166,8 @@ class RoundData:
         }
         self.sessions = store.query_dicts(
             "SELECT session_id, side, pr, slot, kind, model, status, fault, detail, exit_code "
-            "FROM sessions WHERE round_id = ? ORDER BY slot, session_id",
-            [round_id],
+            f"FROM sessions x WHERE round_id = ? AND {OF_SHARD} ORDER BY slot, session_id",
+            [round_id, shard],
         )
         self.slots = {s["session_id"]: s["slot"] for s in self.sessions}
         # keyed by the shape of the run too: a guard sweep (one context in a fresh process) and
@@ -170,32 +176,34 @@ class RoundData:
         self.samples: dict[tuple, list[tuple[str, float]]] = defaultdict(list)
         for sid, side, pr, model, ax, kind, val in store.query(
             "SELECT s.session_id, s.side, s.pr, s.model, s.axis, x.kind, s.value FROM samples s "
-            "JOIN sessions x USING (session_id) WHERE s.round_id = ? "
+            f"JOIN sessions x USING (session_id) WHERE s.round_id = ? AND {OF_SHARD} "
             "AND x.status IN ('ok', 'implausible', 'incomplete') ORDER BY s.session_id, s.axis, s.rep",
-            [round_id],
+            [round_id, shard],
         ):
             shape = "guard" if kind == "guard" else "full"
             self.samples[(side, pr, model, ax, shape)].append((sid, val))
         self.dumps: dict[tuple, list[str]] = defaultdict(list)
         for side, pr, model, doc in store.query(
             "SELECT d.side, d.pr, d.model, d.document FROM score_dumps d JOIN sessions x "
-            "USING (session_id) WHERE d.round_id = ? ORDER BY x.slot",
-            [round_id],
+            f"USING (session_id) WHERE d.round_id = ? AND {OF_SHARD} ORDER BY x.slot",
+            [round_id, shard],
         ):
             self.dumps[(side, pr, model)].append(doc)
         self.checks: dict[tuple, dict[int, tuple[float, float]]] = defaultdict(dict)
         for side, pr, model, prefix, top1, kl in store.query(
             "SELECT c.side, c.pr, c.model, c.prefix, c.top1, c.kl_mean FROM prefill_checks c "
-            "JOIN sessions x USING (session_id) WHERE c.round_id = ? ORDER BY x.slot DESC",
-            [round_id],
+            f"JOIN sessions x USING (session_id) WHERE c.round_id = ? AND {OF_SHARD} "
+            "ORDER BY x.slot DESC",
+            [round_id, shard],
         ):
             self.checks[(side, pr, model)][prefix] = (top1, kl)  # the earliest session wins
         # the long-context memory checks' documents, in schedule order
         self.longctx: dict[tuple, list[LongContextResult]] = defaultdict(list)
         for side, pr, model, doc in store.query(
-            "SELECT side, pr, model, document FROM sessions WHERE round_id = ? AND kind = 'longctx' "
-            "AND status = 'ok' AND document IS NOT NULL ORDER BY slot",
-            [round_id],
+            "SELECT side, pr, model, document FROM sessions x WHERE round_id = ? "
+            f"AND kind = 'longctx' AND status = 'ok' AND document IS NOT NULL AND {OF_SHARD} "
+            "ORDER BY slot",
+            [round_id, shard],
         ):
             self.longctx[(side, pr, model)].append(LongContextResult.model_validate_json(doc))
         # strikes of earlier rounds: (pr, commit, failure key) -> how many rounds struck it
@@ -435,8 +443,16 @@ def adopt_policy(store: Store, round_id: str, policy: Policy) -> None:
 def decide_round(store: Store, round_id: str) -> list[Verdict]:
     """Judge every PR of a round from its stored evidence and store the judgement."""
     _require_dumps(store, round_id)
-    data = RoundData(store, round_id)
-    verdicts = [decide_pr(data, p) for p in data.prs]
+    # each PR judged in its shard's view (main of its own GPU); a PR not yet measured in shard 0's
+    shard_of = dict(
+        store.query(
+            "SELECT pr, min(shard) FROM sessions WHERE round_id = ? AND side = 'pr' GROUP BY pr",
+            [round_id],
+        )
+    )
+    views = {k: RoundData(store, round_id, k) for k in sorted({0, *shard_of.values()})}
+    data = views[0]
+    verdicts = [decide_pr(views[shard_of.get(p["pr"], 0)], p) for p in data.prs]
     winner = choose_merge_first(verdicts, {p["pr"]: p for p in data.prs}, data.policy)
     for v in verdicts:
         v.merge_first = v.pr == winner

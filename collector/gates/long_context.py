@@ -69,11 +69,11 @@ def long_context_gate(ctx: GateContext) -> GateResult:
         if ratio < floor:
             out.failed(
                 gate,
-                f"completed {where}, but its prefill is below {pct_of(floor)} of main's: {words}",
+                f"completed {where}, but its prefill is below {floor:.0%} of main's: {words}",
                 f"long-context check of {model}: under the {mib(doc.budget_bytes)} budget the "
                 f"PR's prefill of {doc.ctx:,} tokens falls to {pct_of(ratio)} of main's (a slower "
                 f"path): {words}",
             )
             continue
-        out.passed(gate, f"completed {where}, prefill at least {pct_of(floor)} of main's: {words}")
+        out.passed(gate, f"completed {where}, prefill at least {floor:.0%} of main's: {words}")
     return out

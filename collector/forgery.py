@@ -25,11 +25,14 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from engine.harness.protocol import ConcurrentResult, LongContextResult, SweepResult
+
+if TYPE_CHECKING:
+    from collector.policy import ResolvedPolicy
 
 MIN_REGIONS = 2
 
@@ -111,3 +114,19 @@ def output_problem(
     if not parts:
         return None
     return "the timed run computed something else: " + "; ".join(parts)
+
+
+def forged_evidence(doc: object, model: str, policy: ResolvedPolicy) -> tuple[str, str] | None:
+    """(status, why) when a speed document's numbers are not the PR's own honest work
+    (collector/forgery.py): 'forged' (its clock), 'diverged' (its outputs are not main's model's)."""
+    if isinstance(doc, LongContextResult) and doc.measured is None:
+        return None  # it died before any timed work: the long-context gate judges that
+    if not isinstance(doc, SweepResult | ConcurrentResult | LongContextResult):
+        return None
+    rules = policy.forgery
+    bars = policy.accuracy.bars(model)
+    clock = timing_problem(doc.measured.timing.regions, rules)
+    if clock:
+        return "forged", clock
+    outputs = output_problem(doc, bars.top1_min, bars.kl_max, rules)
+    return ("diverged", outputs) if outputs else None

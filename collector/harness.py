@@ -8,7 +8,7 @@ code; the PR's engine runs in its child (engine/harness/timing.py). Its output i
 document is read from --out (size-capped) and parsed strictly with engine.harness.protocol; stderr is
 kept only as a short tail. Every run has a timeout; on expiry the whole process group is killed.
 
-Classification (DESIGN "Classify failures"):
+Classification (collector/README.md, "Failure classification"):
   ok           a valid document that answers the request
   crash        non-zero exit (exit code kept) or death by a signal (exit_code < 0)
   timeout      still running at the deadline (exit_code NULL)

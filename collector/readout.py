@@ -9,6 +9,8 @@
 read rounds through this module. Each table is fetched once, ordered (the same database gives
 the same structures), and grouped in Python: a thousand PRs are a handful of queries. It only
 reads; columns the collector adds later are ignored, columns it has not written read as None.
+Its types (`Round`, `Evaluation`) live in readout_model.py, the stored policy's reading in
+stored_policy.py; both are importable from here.
 
 Rules are never re-derived here: a round's policy is the validated `ResolvedPolicy` it was
 judged under (noise floors, bars, tiers come from it), significance and tiers are the stored
@@ -20,20 +22,34 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import duckdb
-from pydantic import BaseModel, ValidationError
 
 from collector.axes import axis_sort_key, is_axis
 from collector.cost import SESSIONS_SQL, RoundCost, round_cost
 from collector.gates import GATE_ORDER
 from collector.manifest import round_kind
-from collector.policy import TIER_NAMES, PolicyError, ResolvedPolicy, load_policy, resolve
+from collector.readout_model import Evaluation, ReadoutError, Round, Row
+from collector.stored_policy import prefill_bars, stored_policy
 
-Row = dict[str, Any]
+__all__ = [
+    "STATUS_ICONS",
+    "UNKNOWN_ICON",
+    "Evaluation",
+    "Readout",
+    "ReadoutError",
+    "Round",
+    "Row",
+    "axis_key",
+    "connect",
+    "gate_key",
+    "pick_round",
+    "prefill_bars",
+    "real_weights",
+    "stored_policy",
+]
 
 # status -> (emoji for a GitHub comment or a terminal, Material icon the site inlines as SVG)
 STATUS_ICONS: dict[str, tuple[str, str]] = {
@@ -45,11 +61,7 @@ STATUS_ICONS: dict[str, tuple[str, str]] = {
 UNKNOWN_ICON = ("❔", "help-circle")
 
 
-class ReadoutError(LookupError):
-    """A round or PR the database does not hold."""
-
-
-# --- rules read from the stored policy ------------------------------------------------------
+# --- rules of order and weights (the stored policy itself: collector/stored_policy.py) -------
 
 
 def real_weights(model: str) -> bool:
@@ -73,125 +85,7 @@ def gate_key(gate: str) -> int:
     return GATE_ORDER.index(kind) if kind in GATE_ORDER else len(GATE_ORDER)
 
 
-def _filled(model: type[BaseModel], stored: dict, base: dict) -> dict:
-    """`stored` with the required fields it lacks taken from `base` (a field with a default
-    keeps its default: a rule the round did not state is not borrowed from today's policy)."""
-    out = dict(stored)
-    for name, f in model.model_fields.items():
-        sub = f.annotation
-        if name not in out:
-            if f.is_required() and name in base:
-                out[name] = base[name]
-        elif isinstance(out[name], dict) and isinstance(sub, type) and issubclass(sub, BaseModel):
-            out[name] = _filled(sub, out[name], base.get(name) or {})
-    return out
-
-
-def stored_policy(policy_json: str | None, profile: str) -> ResolvedPolicy | None:
-    """A round's policy as it was judged under. A policy stored by an older collector (or a
-    synthetic database) may lack required fields (harness, timeouts): the default policy's fill
-    those alone. None when it cannot be read at all."""
-    try:
-        stored = json.loads(policy_json) if policy_json else None
-    except ValueError:
-        return None
-    if not isinstance(stored, dict):
-        return None
-    tiers = (stored.get("verdict") or {}).get("tiers")
-    if isinstance(tiers, dict) and set(tiers) == set(TIER_NAMES):  # a JSON object has no order
-        stored["verdict"]["tiers"] = {name: tiers[name] for name in TIER_NAMES}
-    try:
-        return ResolvedPolicy.model_validate(stored)
-    except ValidationError:
-        pass
-    try:
-        base = resolve(load_policy(), profile).model_dump()
-        return ResolvedPolicy.model_validate(_filled(ResolvedPolicy, stored, base))
-    except (ValidationError, PolicyError):
-        return None
-
-
-# --- the model --------------------------------------------------------------------------------
-
-
-@dataclass
-class Round:
-    round_id: str
-    kind: str  # "round" or "aa" (main against itself: calibration, never a leaderboard)
-    profile: str
-    created_at: datetime | None
-    finished_at: datetime | None  # None: the round did not finish (cut off)
-    main_commit: str | None
-    base_ref: str | None
-    device_name: str | None
-    driver: str | None
-    policy: ResolvedPolicy | None  # None only for a policy that cannot be read
-    policy_raw: dict[str, Any]  # as stored, for the site's "policy in force" table
-    row: Row  # every column as stored
-
-    @property
-    def leaderboard(self) -> bool:
-        return self.kind == "round"
-
-
-@dataclass
-class Evaluation:
-    """One PR as seen in one round: what was measured and what was decided."""
-
-    round: Round
-    pr: int
-    info: Row  # the prs row: title, author, labels, targets, source, branch, expect
-    candidate: Row | None = None
-    verdict: Row | None = None
-    comparisons: list[Row] = field(default_factory=list)  # targets first, by model and axis
-    gates: list[Row] = field(default_factory=list)  # in GATE_ORDER
-    accuracy: list[Row] = field(default_factory=list)
-    prefill: list[Row] = field(default_factory=list)  # per model, prefix, side (mean of sessions)
-    failures: list[Row] = field(default_factory=list)  # sessions that did not end 'ok'
-    strikes: list[Row] = field(default_factory=list)
-
-    @property
-    def round_id(self) -> str:
-        return self.round.round_id
-
-    @property
-    def label(self) -> str:
-        return self.verdict["label"] if self.verdict else "pending"
-
-    @property
-    def reason(self) -> str:
-        return (self.verdict or {}).get("reason") or "no verdict yet (run sparkboard verdict)"
-
-    @property
-    def merge_first(self) -> bool:
-        return bool((self.verdict or {}).get("merge_first"))
-
-    @property
-    def commit(self) -> str | None:
-        if self.verdict and self.verdict.get("commit"):
-            return self.verdict["commit"]
-        return self.candidate.get("pr_commit") if self.candidate else None
-
-    @property
-    def best_delta(self) -> float | None:
-        return (self.verdict or {}).get("best_delta")
-
-    @property
-    def best_significant(self) -> bool:
-        """Whether the verdict's best axis cleared significance (the stored column). With none
-        that did, the best axis is only the largest change: it gave no tier."""
-        v = self.verdict or {}
-        return any(
-            c["model"] == v.get("best_model")
-            and c["axis"] == v.get("best_axis")
-            and bool(c.get("significant"))
-            for c in self.comparisons
-        )
-
-    @property
-    def target_models(self) -> list[str]:
-        models = [c["model"] for c in self.comparisons if c["role"] == "target"]
-        return sorted(set(models), key=models.index)
+# --- the model (Round and Evaluation: collector/readout_model.py) -----------------------------
 
 
 @dataclass
@@ -332,34 +226,67 @@ def _fill_devices(con: duckdb.DuckDBPyConnection, rows: list[Row]) -> None:
             r["driver"] = r.get("driver") or seen["driver"]
 
 
-def _read(con: duckdb.DuckDBPyConnection, only: list[str] | None) -> Readout:
-    # one filter for every query: all rounds, or the rounds asked for
-    where = "WHERE list_contains($only, round_id)" if only is not None else "WHERE true"
-    params = {"only": only} if only is not None else {}
+class _Tables:
+    """Every query of one read goes through one filter: all rounds, or the rounds asked for."""
 
-    def rows(sql: str) -> list[Row]:
-        cur = con.execute(sql.format(where=where), params)
+    def __init__(self, con: duckdb.DuckDBPyConnection, only: list[str] | None) -> None:
+        self.con = con
+        self.where = "WHERE list_contains($only, round_id)" if only is not None else "WHERE true"
+        self.params = {"only": only} if only is not None else {}
+
+    def rows(self, sql: str) -> list[Row]:
+        cur = self.con.execute(sql.format(where=self.where), self.params)
         names = [d[0] for d in cur.description]
         return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
-    round_rows = rows("SELECT * FROM rounds {where} ORDER BY created_at, round_id")
-    _fill_devices(con, round_rows)
-    infos = rows("SELECT * FROM prs {where} ORDER BY round_id, pr")
+
+def _read(con: duckdb.DuckDBPyConnection, only: list[str] | None) -> Readout:
+    t = _Tables(con, only)
+    rounds, evaluations = _read_rounds(t)
+    _attach_evidence(t, evaluations)
+    main_trend, main_accuracy, costs = _read_main(t, rounds)
+    order = {r.round_id: i for i, r in enumerate(rounds)}
+    by_round: dict[str, list[Evaluation]] = defaultdict(list)
+    by_pr: dict[int, list[Evaluation]] = defaultdict(list)
+    for ev in sorted(evaluations.values(), key=lambda e: (order.get(e.round_id, -1), e.pr)):
+        by_round[ev.round_id].append(ev)
+        by_pr[ev.pr].append(ev)
+    return Readout(
+        rounds=rounds,
+        evaluations=evaluations,
+        by_round=dict(by_round),
+        by_pr=dict(sorted(by_pr.items())),
+        main_trend=main_trend,
+        main_accuracy=main_accuracy,
+        costs=costs,
+        main_sessions=_main_sessions(con, [r.round_id for r in rounds if r.kind == "aa"]),
+    )
+
+
+def _read_rounds(t: _Tables) -> tuple[list[Round], dict[tuple[str, int], Evaluation]]:
+    """The rounds (oldest first) and one empty Evaluation per `prs` row."""
+    round_rows = t.rows("SELECT * FROM rounds {where} ORDER BY created_at, round_id")
+    _fill_devices(t.con, round_rows)
+    infos = t.rows("SELECT * FROM prs {where} ORDER BY round_id, pr")
     labels: dict[str, list[list[str]]] = defaultdict(list)
     for info in infos:
         labels[info["round_id"]].append(list(info.get("labels") or []))
     rounds = [_round(r, labels[r["round_id"]]) for r in round_rows]
     by_id = {r.round_id: r for r in rounds}
-
     evaluations: dict[tuple[str, int], Evaluation] = {}
     for info in infos:
         rid = info["round_id"]
         if rid not in by_id:  # a PR row of a round missing from `rounds`: shown, never a round
             by_id[rid] = _round({"round_id": rid}, labels[rid])
         evaluations[(rid, info["pr"])] = Evaluation(by_id[rid], info["pr"], info)
+    return rounds, evaluations
+
+
+def _attach_evidence(t: _Tables, evaluations: dict[tuple[str, int], Evaluation]) -> None:
+    """Each PR's rows of every other table, onto its Evaluation, in a stable order."""
 
     def attach(sql: str, put: Any) -> None:
-        for row in rows(sql):
+        for row in t.rows(sql):
             ev = evaluations.get((row["round_id"], row["pr"]))
             if ev is not None:
                 put(ev, row)
@@ -372,19 +299,7 @@ def _read(con: duckdb.DuckDBPyConnection, only: list[str] | None) -> Readout:
         "SELECT * FROM accuracy {where} AND pr <> 0 ORDER BY round_id, pr, model",
         _add("accuracy"),
     )
-    # Prefill-path checks, mean over a side's sessions per model and prefix. Main's checks
-    # (pr = 0) are the round's, shared by every PR of it.
-    prefill_sql = """
-        SELECT round_id, pr, model, prefix, side, avg(top1) AS top1, avg(kl_mean) AS kl_mean,
-               max(kl_max) AS kl_max, count(*) AS runs
-        FROM prefill_checks {where} GROUP BY ALL ORDER BY round_id, pr, model, prefix, side
-    """
-    main_prefill: dict[tuple[str, str], list[Row]] = defaultdict(list)
-    for row in rows(prefill_sql):
-        if row["pr"] == 0:
-            main_prefill[(row["round_id"], row["model"])].append({**row, "side": "main"})
-        elif (ev := evaluations.get((row["round_id"], row["pr"]))) is not None:
-            ev.prefill.append(row)
+    main_prefill = _attach_prefill(t, evaluations)
     attach(
         """
         SELECT round_id, pr, session_id, kind, model, status, fault, exit_code, detail, log_tail
@@ -401,7 +316,32 @@ def _read(con: duckdb.DuckDBPyConnection, only: list[str] | None) -> Readout:
         for model in sorted({p["model"] for p in ev.prefill}):
             ev.prefill.extend(main_prefill.get((ev.round_id, model), []))
 
-    main_trend = rows(
+
+def _attach_prefill(
+    t: _Tables, evaluations: dict[tuple[str, int], Evaluation]
+) -> dict[tuple[str, str], list[Row]]:
+    """Prefill-path checks, mean over a side's sessions per model and prefix: a PR's onto its
+    Evaluation; main's (pr = 0) returned per (round, model), shared by every PR of the round."""
+    prefill_sql = """
+        SELECT round_id, pr, model, prefix, side, avg(top1) AS top1, avg(kl_mean) AS kl_mean,
+               max(kl_max) AS kl_max, count(*) AS runs
+        FROM prefill_checks {where} GROUP BY ALL ORDER BY round_id, pr, model, prefix, side
+    """
+    main_prefill: dict[tuple[str, str], list[Row]] = defaultdict(list)
+    for row in t.rows(prefill_sql):
+        if row["pr"] == 0:
+            main_prefill[(row["round_id"], row["model"])].append({**row, "side": "main"})
+        elif (ev := evaluations.get((row["round_id"], row["pr"]))) is not None:
+            ev.prefill.append(row)
+    return main_prefill
+
+
+def _read_main(
+    t: _Tables, rounds: list[Round]
+) -> tuple[list[Row], dict[str, list[Row]], dict[str, RoundCost]]:
+    """Per round: main's trend (median of its samples per model and axis), main against main
+    accuracy (pr = 0), and the device time of its sessions."""
+    main_trend = t.rows(
         """
         SELECT round_id, model, axis, median(value) AS value, min(value) AS lo,
                max(value) AS hi, count(*) AS n
@@ -409,29 +349,13 @@ def _read(con: duckdb.DuckDBPyConnection, only: list[str] | None) -> Readout:
         """
     )
     main_accuracy: dict[str, list[Row]] = defaultdict(list)
-    for row in rows("SELECT * FROM accuracy {where} AND pr = 0 ORDER BY round_id, model"):
+    for row in t.rows("SELECT * FROM accuracy {where} AND pr = 0 ORDER BY round_id, model"):
         main_accuracy[row["round_id"]].append(row)
     sessions: dict[str, list[Row]] = defaultdict(list)
-    for row in rows(SESSIONS_SQL):
+    for row in t.rows(SESSIONS_SQL):
         sessions[row["round_id"]].append(row)
     costs = {r.round_id: round_cost(r.round_id, sessions[r.round_id]) for r in rounds}
-
-    order = {r.round_id: i for i, r in enumerate(rounds)}
-    by_round: dict[str, list[Evaluation]] = defaultdict(list)
-    by_pr: dict[int, list[Evaluation]] = defaultdict(list)
-    for ev in sorted(evaluations.values(), key=lambda e: (order.get(e.round_id, -1), e.pr)):
-        by_round[ev.round_id].append(ev)
-        by_pr[ev.pr].append(ev)
-    return Readout(
-        rounds=rounds,
-        evaluations=evaluations,
-        by_round=dict(by_round),
-        by_pr=dict(sorted(by_pr.items())),
-        main_trend=main_trend,
-        main_accuracy=dict(main_accuracy),
-        costs=costs,
-        main_sessions=_main_sessions(con, [r.round_id for r in rounds if r.kind == "aa"]),
-    )
+    return main_trend, dict(main_accuracy), costs
 
 
 def _set(name: str) -> Any:
@@ -464,10 +388,3 @@ def _main_sessions(
     ):
         out[(row["round_id"], row["model"], row["axis"])].append((row["slot"], row["value"]))
     return dict(out)
-
-
-def prefill_bars(policy: ResolvedPolicy, main_top1: float, main_kl: float) -> tuple[float, float]:
-    """(least PR top-1, most PR KL) the prefill-path gate allows beside main's own check; the
-    rule of collector.verdict (until PrefillPathRules carries it)."""
-    pp = policy.prefill_path
-    return main_top1 - pp.top1_margin, max(pp.kl_factor * main_kl, main_kl + pp.kl_margin)

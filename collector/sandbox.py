@@ -20,9 +20,15 @@ from __future__ import annotations
 import hashlib
 import site
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from engine.harness.reaper import become_subreaper, kill_leftovers  # noqa: F401 (re-exported)
+from collector.errors import RoundError
+from engine.harness.reaper import become_subreaper, kill_leftovers
+
+if TYPE_CHECKING:
+    from collector.schedule import Task
 
 GIT_TIMEOUT_S = 60
 
@@ -75,3 +81,36 @@ def fingerprint() -> dict[str, str]:
 
 def fingerprint_changes(before: dict[str, str], after: dict[str, str]) -> list[str]:
     return sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
+
+
+class BoxGuard:
+    """Between sessions: kill what a session left running, and check that main's checkout and
+    the interpreter's start-up hooks are as they were (collector/sandbox.py)."""
+
+    def __init__(self, main_checkout: Path, log: Callable[[str], None]) -> None:
+        self.main_checkout = main_checkout
+        self.log = log
+        self.subreaper = become_subreaper()
+        self.prints = fingerprint()
+
+    def after_session(self, task: Task) -> str | None:
+        """What the session changed outside its own checkout (restored), or None."""
+        who = "main" if task.side == "main" else f"PR #{task.pr}"
+        left = kill_leftovers()
+        if left:
+            self.log(f"  {who} {task.kind} {task.model}: killed {left} processes it left running")
+        found = []
+        changed = checkout_changes(self.main_checkout)
+        if changed:
+            restore_checkout(self.main_checkout)
+            found.append("main's checkout (" + ", ".join(changed[:5]) + ")")
+        hooks = fingerprint_changes(self.prints, fingerprint())
+        if hooks:
+            raise RoundError(
+                f"{who}'s {task.kind} session changed files every Python process on this box "
+                f"trusts ({', '.join(hooks[:5])}): the box can no longer be trusted; restore them "
+                "and start a new round"
+            )
+        if not found:
+            return None
+        return "changed files outside its checkout: " + "; ".join(found) + " (restored)"

@@ -1,7 +1,8 @@
-"""Every write of a round's judgement to the store: one function per kind of record.
+"""Every write to the store: one function per kind of record, each one transaction.
 
-The rules (verdict.py, gates/) compute; this module alone turns their results into rows, each
-public function one transaction. A round's derived tables (comparisons, gates, verdicts,
+The collector measures (collect.py) and the rules judge (verdict.py, gates/); this module alone
+turns what they found into rows: a round and its PRs, candidates, each session with its raw
+samples, score dump or prefill checks, and a round's judgement. A round's derived tables (comparisons, gates, verdicts,
 accuracy) are replaced whole, so judging a round again leaves no stale row; strikes are kept
 across rounds (INSERT OR IGNORE: judging a round twice counts it once).
 """
@@ -9,15 +10,28 @@ across rounds (INSERT OR IGNORE: judging a round twice counts it once).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import duckdb
 
+from collector.axes import axis
 from collector.store import Store
+from engine.harness.protocol import (
+    ConcurrentResult,
+    PrefillCheckResult,
+    ScoreResult,
+    SweepResult,
+)
 
 if TYPE_CHECKING:
     from collector.accuracy import AccuracyResult
+    from collector.candidates import Candidate
+    from collector.harness import Outcome
+    from collector.manifest import LoadedManifest
+    from collector.policy import ResolvedPolicy
+    from collector.schedule import Task
     from collector.verdict import Comparison, Verdict
 
 Connection = duckdb.DuckDBPyConnection
@@ -111,3 +125,174 @@ def _verdict(con: Connection, round_id: str, v: Verdict, decided_at: datetime) -
             decided_at,
         ],
     )
+
+
+# --- sessions: what the collector measured ----------------------------------------------------
+
+
+def samples_of(doc: object) -> list[tuple[str, int, float]]:
+    """(axis, rep, tok/s) of every raw measurement in a document."""
+    out: list[tuple[str, int, float]] = []
+    if isinstance(doc, SweepResult):
+        for c in doc.contexts:
+            out += [(axis("decode", c.ctx), i, v) for i, v in enumerate(c.decode_tok_s)]
+            out += [(axis("prefill", c.ctx), i, v) for i, v in enumerate(c.prefill_tok_s)]
+            # memory, read from outside the engine process: one value per session
+            if c.host_peak:
+                out.append((axis("mem-peak", c.ctx), 0, float(c.host_peak)))
+            if c.gpu_peak:
+                out.append((axis("vram-peak", c.ctx), 0, float(c.gpu_peak)))
+        mem = doc.measured.memory
+        if mem is not None and mem.host_after_load:
+            out.append(("mem-load", 0, float(mem.host_after_load)))
+        if mem is not None and mem.gpu_after_load:
+            out.append(("vram-load", 0, float(mem.gpu_after_load)))
+    elif isinstance(doc, ConcurrentResult):
+        for w in doc.widths:
+            complete = [r for r in w.runs if r.complete]
+            out += [(axis("concurrent", w.width), i, r.tok_s) for i, r in enumerate(complete)]
+    return out
+
+
+@dataclass
+class Placement:
+    """Where a session ran: the GPU (as CUDA_VISIBLE_DEVICES names it, its UUID where nvidia-smi
+    gives one) and the host; collector/cluster.py finds it."""
+
+    host: str
+    gpu_index: int | None = None
+    gpu_uuid: str | None = None
+    pid: int = 0  # the process that ran the session (a shard's worker)
+
+    def __str__(self) -> str:
+        gpu = "no GPU" if self.gpu_index is None else f"GPU {self.gpu_index}"
+        return f"{self.host} {gpu}" + (f" ({self.gpu_uuid})" if self.gpu_uuid else "")
+
+
+def _fault(task: Task, o: Outcome, main_fails_too: bool) -> str:
+    if o.status == "ok":
+        return "none"
+    if task.side == "main" or o.status == "infra" or main_fails_too:
+        return "infra"  # main failing (or a PR failing just as main does) is not the PR's doing
+    return "pr"
+
+
+def _session_row(
+    round_id: str,
+    task: Task,
+    commit: str,
+    o: Outcome,
+    fault: str,
+    placement: Placement | None,
+) -> list:
+    """The sessions row of an outcome (its document stored whole, a score dump without the
+    positions, which go to score_dumps)."""
+    doc = o.document
+    device = driver = vram = doc_json = seed = None
+    if doc is not None:
+        measured = getattr(doc, "measured", None)
+        seed = measured.seed if measured is not None else None
+        device, driver = doc.device.name, doc.device.driver
+        vram = getattr(doc, "vram", None)
+        if isinstance(doc, SweepResult):
+            vram = next((c.vram for c in doc.contexts if c.vram is not None), None)
+        exclude = {"positions", "tokens"} if isinstance(doc, ScoreResult) else set()
+        doc_json = doc.model_dump_json(exclude=exclude)
+    here = placement or Placement(host="")
+    return [
+        task.session_id, round_id, task.side, task.pr, task.slot, task.kind, task.model, commit,
+        o.started_at, o.wall_s, o.exit_code, o.status, fault, o.detail, o.log_tail, device, driver,
+        vram.free_after_load_bytes if vram else None, vram.peak_bytes if vram else None,
+        vram.kv_cache_bytes if vram else None, doc_json, o.attempts, seed, task.shard,
+        here.gpu_index, here.gpu_uuid, here.host or None,
+    ]  # fmt: skip
+
+
+SESSION_COLUMNS = (
+    "session_id, round_id, side, pr, slot, kind, model, commit, started_at, wall_s, exit_code, "
+    "status, fault, detail, log_tail, device_name, driver, vram_free_after_load, vram_peak, "
+    "kv_cache_bytes, document, attempts, seed, shard, gpu_index, gpu_uuid, host"
+)
+
+
+def write_session(
+    store: Store,
+    round_id: str,
+    task: Task,
+    commit: str,
+    o: Outcome,
+    main_fails_too: bool = False,
+    placement: Placement | None = None,
+) -> None:
+    """The session row, its raw samples, and its score dump or prefill checks: one transaction
+    (a session written again replaces every row of its earlier attempt)."""
+    doc, sid = o.document, task.session_id
+    row = _session_row(round_id, task, commit, o, _fault(task, o, main_fails_too), placement)
+    samples = samples_of(doc) if o.status in ("ok", "implausible", "incomplete") else []
+    with store.transaction() as con:
+        for table in ("samples", "score_dumps", "prefill_checks", "sessions"):
+            con.execute(f"DELETE FROM {table} WHERE session_id = ?", [sid])
+        marks = ", ".join("?" * len(row))
+        con.execute(f"INSERT INTO sessions ({SESSION_COLUMNS}) VALUES ({marks})", row)
+        head = [sid, round_id, task.side, task.pr, task.model]
+        if samples:
+            con.executemany(
+                "INSERT INTO samples VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [[*head, ax, rep, v] for ax, rep, v in samples],
+            )
+        if o.status == "ok" and isinstance(doc, ScoreResult):
+            dump = [*head, len(doc.positions), doc.model_dump_json()]
+            con.execute("INSERT INTO score_dumps VALUES (?, ?, ?, ?, ?, ?, ?)", dump)
+        if o.status == "ok" and isinstance(doc, PrefillCheckResult):
+            con.executemany(
+                "INSERT INTO prefill_checks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [[*head, p.prefix, p.top1, p.kl_mean, p.kl_max] for p in doc.prefixes],
+            )
+
+
+# --- rounds and candidates -------------------------------------------------------------------
+
+
+def record_round(
+    store: Store, loaded: LoadedManifest, policy: ResolvedPolicy, main_commit: str, new: bool
+) -> None:
+    """The round (when `new`) and its PRs as the manifest states them, verbatim."""
+    m = loaded.manifest
+    with store.transaction() as con:
+        if new:
+            con.execute(
+                "INSERT INTO rounds (round_id, created_at, finished_at, engine_repo, base_ref, "
+                "main_commit, profile, policy_json, device_name, driver, manifest_toml) "
+                "VALUES (?, ?, NULL, ?, ?, ?, ?, ?, NULL, NULL, ?)",
+                [m.round, _now(), str(loaded.repo), m.base_ref, main_commit, m.profile,
+                 policy.model_dump_json(), loaded.text],
+            )  # fmt: skip
+        for p in m.pr:
+            con.execute(
+                "INSERT OR REPLACE INTO prs (round_id, pr, title, author, labels, targets, source, "
+                "branch, expect) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [m.round, p.number, p.title, p.author, list(p.labels), list(p.targets), p.source,
+                 p.branch, p.expect],
+            )  # fmt: skip
+
+
+def record_candidates(store: Store, round_id: str, cands: list[Candidate]) -> None:
+    with store.transaction() as con:
+        for c in cands:
+            con.execute(
+                "INSERT OR REPLACE INTO candidates (round_id, pr, pr_commit, main_commit, "
+                "merged_commit, status, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [round_id, c.pr, c.pr_commit, c.main_commit, c.merged_commit, c.status, c.detail],
+            )
+
+
+def finish_round(store: Store, round_id: str, device: str | None, driver: str | None) -> None:
+    with store.transaction() as con:
+        con.execute(
+            "UPDATE rounds SET finished_at = ?, device_name = ?, driver = ? WHERE round_id = ?",
+            [_now(), device, driver, round_id],
+        )
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)

@@ -18,14 +18,18 @@ import time
 from pathlib import Path
 
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_DUMPABLE = 4
 
 
 def become_subreaper() -> bool:
-    """Orphaned descendants are re-parented to this process (Linux); False elsewhere."""
+    """Orphaned descendants are re-parented to this process, and this process is made
+    non-dumpable: another process of the same (non-root) user can then no longer read its memory
+    (its seed) through /proc or ptrace (Linux); False elsewhere."""
     if not sys.platform.startswith("linux"):
         return False
     try:
         libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
         return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False

@@ -28,6 +28,7 @@ from engine.errors import EngineOutputError
 from engine.harness.wire import WireError, pack_ids, recv, send, unpack_ids
 
 QUIT_WAIT_S = 30.0
+SPRINKLE = 32  # a prompt gets one random id per this many positions
 
 
 class Challenges:
@@ -44,11 +45,13 @@ class Challenges:
         return int.from_bytes(digest, "little") % n
 
     def prompt(self, material: np.ndarray, length: int, vocab: int) -> np.ndarray:
-        """`length` ids of the corpus from a random place, the first one a random id: a prefix
-        cache or a table of answers computed ahead cannot match it."""
+        """`length` ids of the corpus from a random place, with random ids at the first and the
+        last position and at one position in every SPRINKLE: neither a prefix cache nor a table
+        of answers computed ahead for every place in the corpus can match it."""
         start = self.below(len(material))
         ids = material[(np.arange(length) + start) % len(material)].copy()
-        ids[0] = self.below(vocab)
+        for pos in {0, length - 1, *(self.below(length) for _ in range(length // SPRINKLE))}:
+            ids[pos] = self.below(vocab)
         return ids
 
 

@@ -18,10 +18,11 @@ import jinja2
 from markupsafe import Markup
 
 from collector.readout import Evaluation, Round, Row
-from sitegen import calibration, charts, fmt, tiers
+from sitegen import calibration, fmt, tiers
 from sitegen.escape import finalize, text
-from sitegen.pr_pages import PRPages, chart
+from sitegen.pr_pages import PRPages
 from sitegen.queries import SiteData
+from sitegen.round_pages import RoundPages
 
 EXPORT_TABLES = [
     "rounds",
@@ -53,9 +54,10 @@ def environment() -> jinja2.Environment:
     )
 
 
-class Site(PRPages):
-    """Everything the templates need, derived once from the database (the PR and author
-    pages' parts in pr_pages.PRPages)."""
+class Site(RoundPages, PRPages):
+    """Everything the templates need, derived once from the database (the leaderboard, round,
+    tier and model pages' parts in round_pages.RoundPages; the PR and author pages' parts in
+    pr_pages.PRPages)."""
 
     def __init__(self, data: SiteData) -> None:
         self.data = data
@@ -170,91 +172,7 @@ class Site(PRPages):
     def eval_anchor(self, ev: Evaluation) -> str:
         return f"#round-{self.rslug(ev.round_id)}"
 
-    # --- leaderboard ------------------------------------------------------------------------
-    def ranked(self, round_id: str) -> list[Evaluation]:
-        evs = self.data.by_round.get(round_id, [])
-
-        def key(ev: Evaluation) -> tuple:
-            # By verdict: tier order (XL first, then none, REJECT, unmeasured), then delta.
-            return (tiers.rank_key(ev.label), -_delta(ev), ev.pr)
-
-        return sorted(evs, key=key)
-
-    def baseline(self, round_id: str) -> list[dict[str, Any]]:
-        """main's medians of the round, one row per model and kind of axis."""
-        rows = []
-        for model in self.models:
-            trend = self.trend.get((round_id, model))
-            if not trend:
-                continue
-            by_kind: dict[str, list[Row]] = defaultdict(list)
-            for t in sorted(trend, key=lambda t: fmt.axis_order(t["axis"])):
-                parsed = fmt.split_axis(t["axis"])
-                by_kind[parsed[0] if parsed else "other"].append(t)
-            for kind in ("decode", "prefill", "concurrent", "other"):
-                if kind not in by_kind:
-                    continue
-                values = " · ".join(
-                    f"{fmt.axis_label(t['axis']).split('@')[-1]}: {fmt.num(t['value'], 1)}"
-                    for t in by_kind[kind]
-                )
-                rows.append({"model": model, "kind": kind, "values": Markup(values)})
-        return rows
-
-    def leaderboard_rows(self, round_id: str) -> list[dict[str, Any]]:
-        rows = []
-        for rank, ev in enumerate(self.ranked(round_id), start=1):
-            v = ev.verdict or {}
-            rows.append(
-                {
-                    "rank": rank,
-                    "ev": ev,
-                    "model": v.get("best_model"),
-                    "axis": v.get("best_axis"),
-                    "delta": v.get("best_delta"),
-                    "lo": v.get("ci_low"),
-                    "hi": v.get("ci_high"),
-                    "merge_first": bool(v.get("merge_first")),
-                }
-            )
-        return rows
-
-    def leaderboard_chart_rows(self, round_id: str, limit: int = 40) -> list[dict[str, Any]]:
-        rows = []
-        for row in self.leaderboard_rows(round_id):
-            if row["delta"] is None or row["ev"].label not in tiers.TIERS:
-                continue
-            rows.append(
-                {
-                    "pr": f"#{row['ev'].pr}",
-                    "rank": row["rank"],
-                    "tier": row["ev"].label,
-                    "axis": str(fmt.axis_label(row["axis"])),
-                    "delta": round(row["delta"], 5),
-                    "lo": round(row["lo"] if row["lo"] is not None else row["delta"], 5),
-                    "hi": round(row["hi"] if row["hi"] is not None else row["delta"], 5),
-                }
-            )
-            if len(rows) >= limit:
-                break
-        return rows
-
     # --- pages -----------------------------------------------------------------------------
-    def leaderboard_figure(self, round_id: str, cid: str = "chart-leaderboard") -> Markup:
-        """The interactive best-delta chart of a round (the interval ink is main's colour, which
-        sparkboard.js lightens on the dark palette)."""
-        look = dict(charts.LIGHT, ink=charts.MAIN_COLOUR)
-        spec = charts.leaderboard(self.leaderboard_chart_rows(round_id), look)
-        spec.pop("config", None)  # vega-embed's light or dark theme styles the axes
-        spec.pop("background", None)
-        spec["width"] = 560  # a fixed width: "container" cannot go with a per-PR row height
-        caption = "best delta per PR with its 95% interval, coloured by tier"
-        return chart(spec, caption, cid)
-
-    def board_title(self, rnd: Round) -> str:
-        """'NVIDIA H200 · gpu profile': what a leaderboard of the home page is about."""
-        return f"{rnd.device_name or 'unknown device'} · {rnd.profile} profile"
-
     def home_page(self, headline_svg: bool) -> str:
         boards = [
             {
@@ -267,42 +185,6 @@ class Site(PRPages):
             for rnd in self.boards
         ]
         return self.render("home.md.j2", root="", boards=boards, headline_svg=headline_svg)
-
-    def round_page(self, rnd: Round) -> str:
-        return self.render(
-            "round.md.j2",
-            root="../",
-            round=rnd,
-            chart=self.leaderboard_figure(rnd.round_id),
-            cost=self.data.costs.get(rnd.round_id),
-        )
-
-    def pr_cost(self, ev: Evaluation) -> Markup:
-        """The PR's device minutes in its round (own sessions + its share of main's)."""
-        c = self.data.costs.get(ev.round_id)
-        pc = c.prs.get(ev.pr) if c else None
-        return Markup(fmt.minutes(pc.total_s)) if pc else fmt.DASH
-
-    def cost_summary(self, cost: Any) -> Markup:
-        """'12.3 device minutes in all: main 4.1 (9 sessions), the PRs' own 8.2; 9 PRs measured,
-        1.4 minutes per PR'."""
-        out = (
-            f"{fmt.minutes(cost.total_s)} device minutes in all: main {fmt.minutes(cost.main_s)} "
-            f"({int(cost.main_sessions)} sessions), the PRs' own sessions {fmt.minutes(cost.pr_s)}"
-        )
-        if cost.prs:
-            n = len(cost.prs)
-            out += (
-                f"; {n} PR{'s' if n != 1 else ''} measured, "
-                f"{fmt.minutes(cost.per_pr_s)} minutes per PR"
-            )
-        return Markup(out)
-
-    def cost_kinds(self, cost: Any) -> list[str]:
-        return list(dict.fromkeys([*cost.main_by_kind, *cost.pr_by_kind]))
-
-    def rounds_index(self) -> str:
-        return self.render("rounds.md.j2", root="../")
 
     def pr_page(self, pr: int) -> str:
         evs = list(reversed(self.data.by_pr[pr]))  # newest first
@@ -327,85 +209,6 @@ class Site(PRPages):
                 }
             )
         return {"pr": pr, "evaluations": out}
-
-    def tier_members(self) -> dict[str, list[dict[str, Any]]]:
-        """Per label: each PR that got it, with the rounds it got it in (newest first)."""
-        out: dict[str, dict[int, list[Evaluation]]] = defaultdict(dict)
-        aa = {r.round_id for r in self.aa_rounds}
-        for pr, evs in self.data.by_pr.items():
-            for ev in evs:
-                if ev.round_id in aa:
-                    continue  # main against itself: calibration, not a PR's tier
-                out[ev.label].setdefault(pr, []).append(ev)
-        result: dict[str, list[dict[str, Any]]] = {}
-        for label, prs in out.items():
-            rows = []
-            for pr, evs in prs.items():
-                last = evs[-1]
-                rows.append({"pr": pr, "latest": last, "evs": list(reversed(evs))})
-            rows.sort(
-                key=lambda r: (
-                    -self.round_order.get(r["latest"].round_id, 0),
-                    -_delta(r["latest"]),
-                    r["pr"],
-                )
-            )
-            result[label] = rows
-        return result
-
-    def tiers_index(self, members: dict[str, list[dict[str, Any]]]) -> str:
-        return self.render("tiers.md.j2", root="../", members=members)
-
-    def tier_page(self, label: str, rows: list[dict[str, Any]]) -> str:
-        return self.render("tier.md.j2", root="../", label=label, rows=rows)
-
-    def model_page(self, model: str) -> str:
-        order = self.round_order
-        kinds: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        table: dict[str, dict[str, Row]] = defaultdict(dict)
-        for row in self.data.main_trend:
-            if row["model"] != model:
-                continue
-            parsed = fmt.split_axis(row["axis"])
-            if not parsed:
-                continue
-            kind, n = parsed
-            series = f"c{n}" if kind == "concurrent" else fmt.short_ctx(n)
-            kinds[kind].append(
-                {
-                    "round": row["round_id"],
-                    "order": order.get(row["round_id"], 0),
-                    "series": series,
-                    "series_order": n,
-                    "value": round(row["value"], 3),
-                }
-            )
-            table[row["round_id"]][row["axis"]] = row
-        figures = []
-        for kind in ("decode", "prefill", "concurrent"):
-            if kinds[kind]:
-                spec = charts.trend(kinds[kind], kind)
-                figures.append(
-                    chart(spec, f"main's median {kind} tok/s per round", f"chart-trend-{kind}")
-                )
-        axes = sorted({a for r in table.values() for a in r}, key=fmt.axis_order)
-        return self.render(
-            "model.md.j2",
-            root="../",
-            model=model,
-            figures=figures,
-            axes=axes,
-            table=table,
-            accuracy=[
-                a
-                for r in self.rounds
-                for a in self.data.main_accuracy.get(r.round_id, [])
-                if a["model"] == model
-            ],
-        )
-
-    def models_index(self) -> str:
-        return self.render("models.md.j2", root="../")
 
     def rules_page(self) -> str:
         return self.render(
@@ -439,10 +242,6 @@ def leaderboard_rounds(rounds: list[Round]) -> list[Round]:
             newest[(r.profile, r.device_name or "")] = (i, r)
     picked = sorted(newest.values(), key=lambda p: (p[1].profile != "gpu", -p[0]))
     return [r for _, r in picked]
-
-
-def _delta(ev: Evaluation) -> float:
-    return (ev.verdict or {}).get("best_delta") or 0.0
 
 
 def _flatten(node: Any, prefix: str = "") -> list[tuple[str, str]]:

@@ -102,7 +102,8 @@ class PRPages:
             )
         )
         axes = sorted(
-            {c["axis"] for c in ev.comparisons if c["role"] == "target"}, key=fmt.axis_order
+            {c["axis"] for c in ev.comparisons if c["role"] == "target"},
+            key=lambda a: (fmt.axis_order(a), a),
         )
         if axes:
             rows.append(

@@ -104,7 +104,7 @@ def test_commands_default_to_the_newest_leaderboard_round() -> None:
     store = SimpleNamespace(con=connect(PUBLISHED))
     assert pick_round(store.con) == rid
     assert pick_round(store.con, pr=201) == pick_round(store.con, pr=202) == rid
-    assert pick_round(store.con, pr=1) == "2026-11-30-h200-aa3"
+    assert pick_round(store.con, pr=1) == "2026-12-01-h200-aa4"  # the newest A/A round
     assert pick_round(store.con, "2026-11-30-h200-aa1", pr=1) == "2026-11-30-h200-aa1"
     with pytest.raises(LookupError, match="no round measured PR #999"):
         pick_round(store.con, pr=999)

@@ -45,6 +45,7 @@ def main() -> None:
     ap.add_argument("--backend", default="auto")
     ap.add_argument("--out", required=True)
     ap.add_argument("--engine-checkout", default=None)
+    ap.add_argument("--memory-budget", type=int, default=1)
     misbehave(sys.argv[1], sys.argv[sys.argv.index("--out") + 1])
     a = ap.parse_args()
     doc = header(a.model, a.backend)
@@ -88,10 +89,19 @@ def main() -> None:
                 )
             ws.append({"width": w, "prompt_len": a.prompt_len, "runs": runs})
         doc.update(kind="concurrent", tokens=a.tokens, widths=ws)
-    if a.command in ("sweep", "concurrent"):
-        doc["measured"] = measured()
+    elif a.command == "longctx":  # the long-context memory check: it completes
+        doc.update(
+            kind="longctx",
+            ctx=int(a.ctx),
+            tokens=a.tokens,
+            budget_bytes=a.memory_budget,
+            completed=True,
+            prefill_tok_s=5000.0 * speed(a.model, "prefill") * jitter(),
+            decode_tok_s=1000.0 * speed(a.model, "decode") * jitter(),
+        )
     else:
         raise SystemExit(f"error: unknown command {a.command}")
+    doc["measured"] = measured()
     with open(a.out, "w") as f:
         json.dump(doc, f)
 

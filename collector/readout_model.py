@@ -1,0 +1,95 @@
+"""The types of the read model (collector/readout.py): a stored round and one PR as seen in it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from collector.policy import ResolvedPolicy
+
+Row = dict[str, Any]
+
+
+class ReadoutError(LookupError):
+    """A round or PR the database does not hold."""
+
+
+@dataclass
+class Round:
+    round_id: str
+    kind: str  # "round" or "aa" (main against itself: calibration, never a leaderboard)
+    profile: str
+    created_at: datetime | None
+    finished_at: datetime | None  # None: the round did not finish (cut off)
+    main_commit: str | None
+    base_ref: str | None
+    device_name: str | None
+    driver: str | None
+    policy: ResolvedPolicy | None  # None only for a policy that cannot be read
+    policy_raw: dict[str, Any]  # as stored, for the site's "policy in force" table
+    row: Row  # every column as stored
+
+    @property
+    def leaderboard(self) -> bool:
+        return self.kind == "round"
+
+
+@dataclass
+class Evaluation:
+    """One PR as seen in one round: what was measured and what was decided."""
+
+    round: Round
+    pr: int
+    info: Row  # the prs row: title, author, labels, targets, source, branch, expect
+    candidate: Row | None = None
+    verdict: Row | None = None
+    comparisons: list[Row] = field(default_factory=list)  # targets first, by model and axis
+    gates: list[Row] = field(default_factory=list)  # in GATE_ORDER
+    accuracy: list[Row] = field(default_factory=list)
+    prefill: list[Row] = field(default_factory=list)  # per model, prefix, side (mean of sessions)
+    failures: list[Row] = field(default_factory=list)  # sessions that did not end 'ok'
+    strikes: list[Row] = field(default_factory=list)
+
+    @property
+    def round_id(self) -> str:
+        return self.round.round_id
+
+    @property
+    def label(self) -> str:
+        return self.verdict["label"] if self.verdict else "pending"
+
+    @property
+    def reason(self) -> str:
+        return (self.verdict or {}).get("reason") or "no verdict yet (run sparkboard verdict)"
+
+    @property
+    def merge_first(self) -> bool:
+        return bool((self.verdict or {}).get("merge_first"))
+
+    @property
+    def commit(self) -> str | None:
+        if self.verdict and self.verdict.get("commit"):
+            return self.verdict["commit"]
+        return self.candidate.get("pr_commit") if self.candidate else None
+
+    @property
+    def best_delta(self) -> float | None:
+        return (self.verdict or {}).get("best_delta")
+
+    @property
+    def best_significant(self) -> bool:
+        """Whether the verdict's best axis cleared significance (the stored column). With none
+        that did, the best axis is only the largest change: it gave no tier."""
+        v = self.verdict or {}
+        return any(
+            c["model"] == v.get("best_model")
+            and c["axis"] == v.get("best_axis")
+            and bool(c.get("significant"))
+            for c in self.comparisons
+        )
+
+    @property
+    def target_models(self) -> list[str]:
+        models = [c["model"] for c in self.comparisons if c["role"] == "target"]
+        return sorted(set(models), key=models.index)

@@ -1,0 +1,92 @@
+"""What each kind of session asks the harness: the command line and the shape of the answer.
+
+A task (schedule.py) becomes one `harness.Request`: the profile's numbers turned into the bench
+protocol's options, and what a valid document must answer (contexts, widths, prefixes). Speed
+requests (sweep, guard, concurrent, longctx) are `timed`: the collector runs them from main's
+checkout, measuring the PR's engine (harness.py).
+"""
+
+from __future__ import annotations
+
+from collector.harness import Request
+from collector.policy import ResolvedPolicy
+from collector.schedule import Task
+
+
+def build_request(task: Task, policy: ResolvedPolicy) -> Request:
+    builders = {
+        "sweep": _sweep,
+        "guard": _sweep,
+        "concurrent": _concurrent,
+        "score": _score,
+        "prefill-check": _prefill_check,
+        "longctx": _longctx,
+    }
+    if task.kind not in builders:
+        raise ValueError(f"unknown task kind {task.kind!r}")
+    return builders[task.kind](task, policy)
+
+
+def _common(task: Task, policy: ResolvedPolicy) -> dict:
+    prof = policy.profile
+    return {
+        "model": task.model,
+        "timeout_s": prof.timeouts[task.kind],
+        "backend": prof.backend,
+        "env": tuple(sorted(prof.env.items())),
+    }
+
+
+def _args(task: Task, policy: ResolvedPolicy) -> list[str]:
+    return ["--model", task.model, "--backend", policy.profile.backend]
+
+
+def _sweep(task: Task, policy: ResolvedPolicy) -> Request:
+    prof = policy.profile
+    guard = task.kind == "guard"
+    ctxs = (prof.guard_ctx_for(task.model),) if guard else prof.contexts_for(task.model)
+    argv = [*policy.harness.bench, "sweep", *_args(task, policy)]
+    argv += ["--ctx", ",".join(map(str, ctxs)), "--tokens", str(prof.tokens)]
+    argv += ["--reps", str(prof.reps)]
+    argv += [] if prof.warmup is None else ["--warmup", str(prof.warmup)]
+    common = _common(task, policy)
+    return Request("sweep", argv=argv, contexts=ctxs, reps=prof.reps, timed=True, **common)
+
+
+def _concurrent(task: Task, policy: ResolvedPolicy) -> Request:
+    prof = policy.profile
+    argv = [*policy.harness.bench, "concurrent", *_args(task, policy)]
+    argv += ["--widths", ",".join(map(str, prof.widths)), "--tokens", str(prof.concurrent_tokens)]
+    argv += ["--runs", str(prof.concurrent_runs), "--prompt-len", str(prof.prompt_len)]
+    return Request(
+        "concurrent",
+        argv=argv,
+        widths=tuple(prof.widths),
+        runs=prof.concurrent_runs,
+        timed=True,
+        **_common(task, policy),
+    )
+
+
+def _score(task: Task, policy: ResolvedPolicy) -> Request:
+    argv = [*policy.harness.score, "score", *_args(task, policy)]
+    argv += ["--text-file", policy.profile.score_text, "--topk", str(policy.accuracy.topk)]
+    return Request("score", argv=argv, **_common(task, policy))
+
+
+def _prefill_check(task: Task, policy: ResolvedPolicy) -> Request:
+    prof = policy.profile
+    argv = [*policy.harness.score, "prefill-check", *_args(task, policy)]
+    argv += ["--prefix", ",".join(map(str, prof.prefill_prefixes))]
+    argv += ["--positions", str(prof.prefill_positions)]
+    prefixes = tuple(prof.prefill_prefixes)
+    return Request("prefill-check", argv=argv, prefixes=prefixes, **_common(task, policy))
+
+
+def _longctx(task: Task, policy: ResolvedPolicy) -> Request:
+    prof = policy.profile
+    budget = prof.memory_budget_mib[task.model] * 2**20
+    argv = [*policy.harness.bench, "longctx", *_args(task, policy)]
+    argv += ["--ctx", str(prof.long_context[task.model]), "--tokens", "4"]
+    argv += ["--memory-budget", str(budget)]
+    return Request("longctx", argv=argv, timed=True, **_common(task, policy))

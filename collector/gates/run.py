@@ -78,8 +78,22 @@ def _one_model(ctx: GateContext, model: str, out: GateResult) -> None:
         return
     status = "fail" if any(f.rejects for f in failures) else "warn"
     out.gates.append(Gate(gate, status, "; ".join(f.words for f in failures)))
-    out.hard += [f.reason for f in failures if f.rejects]
+    out.hard += _first_of_each(ctx, model, [f for f in failures if f.rejects])
     out.soft += [f.reason for f in failures if not f.rejects]
+
+
+def _first_of_each(ctx: GateContext, model: str, failures: list[Failure]) -> list[str]:
+    """The verdict's reason names each kind of failure once (the gate's text lists them all):
+    the first session's words, and in how many of the PR's sessions it happened."""
+    by_kind: dict[str, list[str]] = {}
+    for f in failures:
+        key = f.reason.split(":", 1)[0]  # '<model> <kind> <status>'
+        by_kind.setdefault(key, []).append(f.reason)
+    return [
+        reasons[0]
+        + (f" (and in {len(reasons) - 1} more of its sessions)" if len(reasons) > 1 else "")
+        for reasons in by_kind.values()
+    ]
 
 
 def _failure(ctx: GateContext, model: str, s: dict) -> Failure:

@@ -211,8 +211,9 @@ def show(db: Path, round_id: str | None, pr: int | None, as_json: bool) -> None:
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON object, minutes throughout.")
 def cost(db: Path, round_id: str | None, as_json: bool) -> None:
-    """Device minutes of a round: per PR its own sessions plus an even share of main's, and
-    where the time goes (by kind of session, main and PRs). From sessions.wall_s."""
+    """Device minutes of a round: per PR its own sessions plus an even share of main's (its own
+    shard's main in a sharded round), and where the time goes (by kind of session, main and
+    PRs). From sessions.wall_s."""
     from collector.cost import load_cost
     from collector.readout import pick_round
     from collector.report import render_cost

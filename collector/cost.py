@@ -3,14 +3,16 @@
 A PR's cost is the device time of its full evaluation: its own sessions (sweeps, concurrent
 widths, score, prefill check, guard sweeps) plus an even share of main's sessions, since main is
 measured only to be compared with the PRs: main's wall time divided by the number of PRs that
-ran at least one session in the round. A PR that was never measured (needs-rebase,
-harness-touched) costs nothing and takes no share. Failed sessions count (the device was busy
-all the same); only the last attempt of a retried session is stored, so earlier attempts do not.
+ran at least one session in the round. In a round cut into shards (one per GPU, each with its
+own main: collector/cluster.py) a PR shares only its own shard's main, among that shard's
+measured PRs. A PR that was never measured (needs-rebase, harness-touched) costs nothing and
+takes no share. Failed sessions count (the device was busy all the same); only the last attempt
+of a retried session is stored, so earlier attempts do not.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +32,7 @@ class PRCost:
     own_by_kind: dict[str, float]  # seconds of the PR's own sessions, per kind
     main_share_by_kind: dict[str, float]  # its share of main's seconds, per kind
     sessions: int
+    shard: int = 0  # whose main it shares (and was compared with): its own shard's
 
     @property
     def own_s(self) -> float:
@@ -102,40 +105,51 @@ class RoundCost:
 
 
 def round_cost(round_id: str, sessions: Iterable[Mapping[str, Any]]) -> RoundCost:
-    """The cost of one round from its session rows (side, pr, kind, wall_s; optionally n, the
-    number of sessions a pre-aggregated row stands for). Rows of other rounds are ignored when
-    they carry a round_id."""
-    main: dict[str, float] = defaultdict(float)
+    """The cost of one round from its session rows (side, pr, kind, wall_s; optionally shard,
+    0 when absent, and n, the number of sessions a pre-aggregated row stands for). Rows of
+    other rounds are ignored when they carry a round_id."""
+    main: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))  # by shard
     own: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     counts: dict[int, int] = defaultdict(int)
+    shard_of: dict[int, int] = {}  # a PR's shard (its sessions name one; the lowest if not)
     main_n = 0
     for s in sessions:
         if s.get("round_id", round_id) != round_id:
             continue
         wall = float(s.get("wall_s") or 0.0)
         n = int(s.get("n", 1))
+        shard = int(s.get("shard") or 0)
         if s["side"] == "main":
-            main[s["kind"]] += wall
+            main[shard][s["kind"]] += wall
             main_n += n
         else:
-            own[int(s["pr"])][s["kind"]] += wall
-            counts[int(s["pr"])] += n
-    cost = RoundCost(round_id, main_by_kind=_ordered(main), main_sessions=main_n)
+            pr = int(s["pr"])
+            own[pr][s["kind"]] += wall
+            counts[pr] += n
+            shard_of[pr] = min(shard, shard_of.get(pr, shard))
+    main_total: dict[str, float] = defaultdict(float)
+    for by_kind in main.values():
+        for k, v in by_kind.items():
+            main_total[k] += v
+    cost = RoundCost(round_id, main_by_kind=_ordered(main_total), main_sessions=main_n)
     pr_total: dict[str, float] = defaultdict(float)
     for by_kind in own.values():
         for k, v in by_kind.items():
             pr_total[k] += v
     cost.pr_by_kind = _ordered(pr_total)
-    if own:
-        share = {k: v / len(own) for k, v in cost.main_by_kind.items()}
-        for pr in sorted(own):
-            cost.prs[pr] = PRCost(pr, _ordered(own[pr]), dict(share), counts[pr])
+    in_shard = Counter(shard_of.values())
+    for pr in sorted(own):
+        shard = shard_of[pr]
+        mine = _ordered(main.get(shard, {}))
+        share = {k: v / in_shard[shard] for k, v in mine.items()}
+        cost.prs[pr] = PRCost(pr, _ordered(own[pr]), share, counts[pr], shard)
     return cost
 
 
 SESSIONS_SQL = """
-    SELECT round_id, side, pr, kind, sum(wall_s) AS wall_s, count(*) AS n
-    FROM sessions {where} GROUP BY ALL ORDER BY round_id, side, pr, kind
+    SELECT round_id, side, pr, kind, coalesce(shard, 0) AS shard, sum(wall_s) AS wall_s,
+           count(*) AS n
+    FROM sessions {where} GROUP BY ALL ORDER BY round_id, side, pr, kind, shard
 """
 
 

@@ -100,6 +100,9 @@ class Readout:
     # A/A rounds only: (round, model, axis) -> (slot, median) of each of main's sessions, the
     # evidence the verdict's noise is computed from
     main_sessions: dict[tuple[str, str, str], list[tuple[int, float]]]
+    # rounds on several GPUs only: round -> main's median per GPU (shard, host, gpu_index,
+    # gpu_uuid), model and axis, with its n; a calibration figure of the GPUs, never a verdict's
+    main_by_gpu: dict[str, list[Row]] = field(default_factory=dict)
     round_by_id: dict[str, Round] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -234,8 +237,8 @@ class _Tables:
         self.where = "WHERE list_contains($only, round_id)" if only is not None else "WHERE true"
         self.params = {"only": only} if only is not None else {}
 
-    def rows(self, sql: str) -> list[Row]:
-        cur = self.con.execute(sql.format(where=self.where), self.params)
+    def rows(self, sql: str, **params: Any) -> list[Row]:
+        cur = self.con.execute(sql.format(where=self.where), {**self.params, **params})
         names = [d[0] for d in cur.description]
         return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
@@ -244,6 +247,7 @@ def _read(con: duckdb.DuckDBPyConnection, only: list[str] | None) -> Readout:
     t = _Tables(con, only)
     rounds, evaluations = _read_rounds(t)
     _attach_evidence(t, evaluations)
+    main_by_gpu = _read_gpus(t, evaluations)
     main_trend, main_accuracy, costs = _read_main(t, rounds)
     order = {r.round_id: i for i, r in enumerate(rounds)}
     by_round: dict[str, list[Evaluation]] = defaultdict(list)
@@ -260,6 +264,7 @@ def _read(con: duckdb.DuckDBPyConnection, only: list[str] | None) -> Readout:
         main_accuracy=main_accuracy,
         costs=costs,
         main_sessions=_main_sessions(con, [r.round_id for r in rounds if r.kind == "aa"]),
+        main_by_gpu=main_by_gpu,
     )
 
 
@@ -356,6 +361,33 @@ def _read_main(
         sessions[row["round_id"]].append(row)
     costs = {r.round_id: round_cost(r.round_id, sessions[r.round_id]) for r in rounds}
     return main_trend, dict(main_accuracy), costs
+
+
+def _read_gpus(t: _Tables, evaluations: dict[tuple[str, int], Evaluation]) -> dict[str, list[Row]]:
+    """Each PR's shard onto its Evaluation (whose main it was compared with) and, for the rounds
+    whose sessions ran on more than one GPU (shard, host, gpu_index, gpu_uuid), main's median
+    per GPU, model and axis. A round from before shards is shard 0 on no known GPU: one GPU."""
+    gpus: dict[str, set[tuple]] = defaultdict(set)
+    for r in t.rows(
+        "SELECT DISTINCT round_id, pr, coalesce(shard, 0) AS shard, host, gpu_index, gpu_uuid "
+        "FROM sessions {where} ORDER BY ALL"
+    ):
+        gpus[r["round_id"]].add((r["shard"], r["host"], r["gpu_index"], r["gpu_uuid"]))
+        if (ev := evaluations.get((r["round_id"], r["pr"]))) is not None and ev.shard is None:
+            ev.shard = r["shard"]
+    several = sorted(rid for rid, places in gpus.items() if len(places) > 1)
+    out: dict[str, list[Row]] = defaultdict(list)
+    for row in t.rows(MAIN_BY_GPU_SQL, several=several) if several else []:
+        out[row["round_id"]].append(row)
+    return dict(out)
+
+
+MAIN_BY_GPU_SQL = """
+    SELECT s.round_id, coalesce(x.shard, 0) AS shard, x.host, x.gpu_index, x.gpu_uuid,
+           s.model, s.axis, median(s.value) AS value, count(*) AS n
+    FROM (SELECT * FROM samples {where} AND side = 'main' AND list_contains($several, round_id)) s
+    JOIN sessions x USING (session_id) GROUP BY ALL ORDER BY ALL
+"""
 
 
 def _set(name: str) -> Any:

@@ -50,6 +50,7 @@ class Evaluation:
     prefill: list[Row] = field(default_factory=list)  # per model, prefix, side (mean of sessions)
     failures: list[Row] = field(default_factory=list)  # sessions that did not end 'ok'
     strikes: list[Row] = field(default_factory=list)
+    shard: int | None = None  # whose main it was compared with (None: never measured)
 
     @property
     def round_id(self) -> str:

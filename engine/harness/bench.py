@@ -57,7 +57,6 @@ from engine.harness.memory import MemoryWatch
 from engine.harness.protocol import ConcurrentResult, Measured, SweepResult, TimingReport
 from engine.harness.reaper import become_subreaper, kill_leftovers
 from engine.harness.timing import Challenges, EngineProcess
-from engine.harness.verify import verify
 from engine.harness.verify import verify as verify_outputs
 from engine.models import model_id
 
@@ -304,7 +303,7 @@ def run_session(
     if do_verify:
         progress(f"verifying {len(b.checks.groups)} timed operations against this checkout's model")
         reference = f"main's engine at {engine_commit()[:12]}"
-        report = verify(open_model(model, resolved), b.checks.groups, reference)
+        report = verify_outputs(open_model(model, resolved), b.checks.groups, reference)
     timing = TimingReport(regions=[(r.parent_s, r.inproc_s) for r in engine.timeline.regions])
     measured = Measured(seed=b.challenges.seed, timing=timing, verification=report, memory=memory)
     me = SimpleNamespace(backend=resolved, model_id=model_id(model))

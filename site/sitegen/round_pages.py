@@ -109,7 +109,7 @@ class RoundPages:
         """'NVIDIA H200 · gpu profile': what a leaderboard of the home page is about."""
         return f"{rnd.device_name or 'unknown device'} · {rnd.profile} profile"
 
-    # --- round pages and their cost --------------------------------------------------------
+    # --- round pages, their GPUs and their cost ---------------------------------------------
     def round_page(self, rnd: Round) -> str:
         return self.render(
             "round.md.j2",
@@ -117,7 +117,51 @@ class RoundPages:
             round=rnd,
             chart=self.leaderboard_figure(rnd.round_id),
             cost=self.data.costs.get(rnd.round_id),
+            gpus=self.main_per_gpu(rnd.round_id),
+            shards=self.shard_prs(rnd.round_id),
         )
+
+    def main_per_gpu(self, round_id: str) -> list[dict[str, Any]]:
+        """Per model, main's median per GPU on a few axes (decode at the smallest and largest
+        context, prefill at the largest) and the spread between GPUs (largest / smallest − 1).
+        Empty for a round on one GPU."""
+        by_model: dict[str, list[Row]] = defaultdict(list)
+        for row in self.data.main_by_gpu.get(round_id, []):
+            by_model[row["model"]].append(row)
+        out = []
+        for model in sorted(by_model, key=lambda m: (m not in self.models, m)):
+            rows = by_model[model]
+            axes = _gpu_axes({r["axis"] for r in rows})
+            gpus: dict[tuple, dict[str, float]] = defaultdict(dict)
+            for r in rows:
+                if r["axis"] in axes:
+                    gpus[(r["shard"], r["host"], r["gpu_index"], r["gpu_uuid"])][r["axis"]] = r[
+                        "value"
+                    ]
+            spread = {}
+            for axis in axes:
+                values = [v[axis] for v in gpus.values() if v.get(axis)]
+                spread[axis] = max(values) / min(values) - 1 if len(values) > 1 else None
+            out.append(
+                {
+                    "model": model,
+                    "axes": axes,
+                    "gpus": [
+                        {"shard": k[0], "host": k[1], "gpu": _gpu_name(k[2], k[3]), "values": v}
+                        for k, v in sorted(gpus.items(), key=lambda kv: _gpu_sort(kv[0]))
+                    ],
+                    "spread": spread,
+                }
+            )
+        return out
+
+    def shard_prs(self, round_id: str) -> dict[int, list[int]]:
+        """Per shard, the PRs compared with its main; empty for a round of one shard."""
+        out: dict[int, list[int]] = defaultdict(list)
+        for ev in self.data.by_round.get(round_id, []):
+            if ev.shard is not None:
+                out[ev.shard].append(ev.pr)
+        return dict(sorted(out.items())) if len(out) > 1 else {}
 
     def pr_cost(self, ev: Evaluation) -> Markup:
         """The PR's device minutes in its round (own sessions + its share of main's)."""
@@ -226,6 +270,31 @@ class RoundPages:
 
     def models_index(self) -> str:
         return self.render("models.md.j2", root="../")
+
+
+def _gpu_axes(axes: set[str]) -> list[str]:
+    """decode at the smallest and largest context, prefill at the largest, of those measured."""
+    by_kind: dict[str, dict[int, str]] = defaultdict(dict)  # kind -> context -> axis name
+    for axis in axes:
+        parsed = fmt.split_axis(axis)
+        if parsed and parsed[0] in ("decode", "prefill") and parsed[1]:
+            by_kind[parsed[0]][parsed[1]] = axis
+    decode, prefill = by_kind["decode"], by_kind["prefill"]
+    picked = [decode[min(decode)], decode[max(decode)]] if decode else []
+    if prefill:
+        picked.append(prefill[max(prefill)])
+    return list(dict.fromkeys(picked))
+
+
+def _gpu_name(index: int | None, uuid: str | None) -> str:
+    """'GPU 3 (GPU-8c1…)', 'GPU 3', or '?' when the session recorded no GPU."""
+    name = "?" if index is None else f"GPU {index}"
+    return f"{name} ({uuid})" if uuid else name
+
+
+def _gpu_sort(key: tuple) -> tuple:
+    shard, host, index, uuid = key
+    return (shard, host or "", -1 if index is None else index, uuid or "")
 
 
 def _delta(ev: Evaluation) -> float:

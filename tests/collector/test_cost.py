@@ -1,5 +1,6 @@
 """The cost of a round: device minutes per PR from sessions.wall_s (own sessions plus an even
-share of main's), and where the time goes; the `sparkboard cost` command."""
+share of main's, of its own shard's main in a sharded round), and where the time goes; the
+`sparkboard cost` command."""
 
 from __future__ import annotations
 
@@ -65,6 +66,30 @@ def test_pre_aggregated_rows_give_the_same_cost() -> None:
     c, d = round_cost("r1", rows()), round_cost("r1", agg.values())
     assert c.to_json() == d.to_json()
     assert d.main_sessions == 4 and d.prs[7].sessions == 3
+
+
+def test_one_shard_gives_exactly_the_unsharded_cost() -> None:
+    on_shard_0 = [{**r, "shard": 0} for r in rows()]
+    assert round_cost("r1", on_shard_0).to_json() == round_cost("r1", rows()).to_json()
+
+
+def test_a_sharded_round_shares_each_shards_main_among_its_prs() -> None:
+    # shard 0: main's 3 sweeps (180 s), PRs 7 and 8; shard 1: main's score (120 s), PR 10
+    sharded = [{**r, "shard": 1 if r["kind"] == "score" else 0} for r in rows()]
+    sharded.append({"round_id": "r1", "side": "pr", "pr": 10, "kind": "sweep", "wall_s": 6.0,
+                    "shard": 1})  # fmt: skip
+    c = round_cost("r1", sharded)
+    assert {pr: p.shard for pr, p in c.prs.items()} == {7: 0, 8: 0, 10: 1}
+    assert c.prs[7].main_share_by_kind == c.prs[8].main_share_by_kind == {"sweep": 90.0}
+    assert c.prs[10].main_share_by_kind == {"score": 120.0}
+    assert c.prs[10].total_s == 126.0 and c.prs[7].total_s == 132.0 + 90.0
+    assert c.main_by_kind == {"sweep": 180.0, "score": 120.0} and c.main_sessions == 4
+    assert sum(p.total_s for p in c.prs.values()) == pytest.approx(c.total_s)
+    # main of a shard whose PRs were never measured stays unshared
+    alone = [{**r, "shard": 2} if r["side"] == "main" and r["kind"] == "score" else r
+             for r in sharded]  # fmt: skip
+    c = round_cost("r1", alone)
+    assert c.prs[10].main_share_s == 0.0 and c.prs[7].main_share_s == 90.0
 
 
 def make_db(path: Path) -> Path:

@@ -10,6 +10,7 @@ harness files are rewritten from main anyway.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import subprocess
@@ -212,19 +213,11 @@ def _pinned_files(repo: Path, main_commit: str, paths: list[str]) -> list[str]:
     return out
 
 
-def pin_harness(checkout: Path, repo: Path, main_commit: str, paths: list[str]) -> None:
-    """Write main's version of every harness file into a checkout (again before each session:
-    a PR's process may have rewritten them on disk), and remove files main does not have in a
-    pinned folder."""
-    for folder in (p for p in paths if p.endswith("/")):
-        pinned = set(_pinned_files(repo, main_commit, [folder]))
-        root = checkout / folder
-        if root.is_dir():
-            for f in root.rglob("*"):
-                rel = f.relative_to(checkout).as_posix()
-                if (f.is_file() or f.is_symlink()) and rel not in pinned:
-                    f.unlink()
-    for rel in _pinned_files(repo, main_commit, paths):
+@functools.cache
+def pinned_blobs(repo: Path, main_commit: str, paths: tuple[str, ...]) -> dict[str, bytes]:
+    """Main's content of every pinned file (read once per round)."""
+    blobs = {}
+    for rel in _pinned_files(repo, main_commit, list(paths)):
         blob = subprocess.run(
             ["git", "show", f"{main_commit}:{rel}"],
             cwd=repo,
@@ -232,11 +225,49 @@ def pin_harness(checkout: Path, repo: Path, main_commit: str, paths: list[str]) 
             timeout=GIT_TIMEOUT_S,
             check=False,
         )
+        if blob.returncode == 0:  # not in main: nothing to pin
+            blobs[rel] = blob.stdout
+    return blobs
+
+
+def _strays(checkout: Path, pinned: dict[str, bytes], paths: list[str]) -> list[Path]:
+    """Files in a pinned folder of the checkout that main does not have there."""
+    out = []
+    for folder in (p for p in paths if p.endswith("/")):
+        root = checkout / folder
+        if root.is_dir():
+            out += [
+                f
+                for f in sorted(root.rglob("*"))
+                if (f.is_file() or f.is_symlink())
+                and f.relative_to(checkout).as_posix() not in pinned
+                and "__pycache__" not in f.parts
+            ]
+    return out
+
+
+def pin_harness(checkout: Path, repo: Path, main_commit: str, paths: list[str]) -> None:
+    """Write main's version of every harness file into a checkout (again before each session:
+    a PR's process may have rewritten them on disk), and remove files main does not have in a
+    pinned folder."""
+    pinned = pinned_blobs(repo, main_commit, tuple(paths))
+    for stray in _strays(checkout, pinned, paths):
+        stray.unlink()
+    for rel, content in pinned.items():
         target = checkout / rel
-        if blob.returncode != 0:
-            continue  # not in main: nothing to pin
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(blob.stdout)
+        target.write_bytes(content)
+
+
+def harness_drift(checkout: Path, repo: Path, main_commit: str, paths: list[str]) -> list[str]:
+    """Pinned files a session's process rewrote, added or removed in its checkout."""
+    pinned = pinned_blobs(repo, main_commit, tuple(paths))
+    changed = [
+        rel
+        for rel, content in pinned.items()
+        if not (checkout / rel).is_file() or (checkout / rel).read_bytes() != content
+    ]
+    return changed + [f.relative_to(checkout).as_posix() for f in _strays(checkout, pinned, paths)]
 
 
 def build_candidate(

@@ -25,6 +25,7 @@ from collector.candidates import (
     GitError,
     Workspace,
     build_candidate,
+    harness_drift,
     pin_harness,
     preflight,
 )
@@ -343,6 +344,11 @@ def measure(bench: Bench, guard: BoxGuard, task: Task, checkout: Path | None) ->
         task, checkout, bench.work, bench.policy, list(bench.disk_paths), bench.main_checkout
     )
     tampered = guard.after_session(task)
+    if task.side == "pr" and not tampered:
+        paths = bench.policy.harness.paths
+        drift = harness_drift(checkout, bench.repo, bench.main_commit, paths)
+        if drift:  # put back before its next session by pin_harness
+            tampered = "rewrote the pinned harness in its checkout: " + ", ".join(drift[:5])
     if tampered and task.side == "pr":
         o.status, o.detail = "forged", tampered
     elif o.status == "ok" and task.kind in ("sweep", "guard", "concurrent", "longctx"):

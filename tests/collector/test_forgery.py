@@ -107,6 +107,14 @@ def test_forgeries_in_a_round(fake_repo: FakeRepo, tmp_path: Path) -> None:
             "import pathlib as _p\n_p.Path('sitecustomize.py').write_text('# evil\\n')",
             "REJECT",
         ),
+        # its accuracy commands run in its own checkout: rewrite a pinned harness file there
+        25: (
+            "rewrite-harness",
+            "import pathlib as _p\n"
+            "_h = _p.Path('engine/harness/score.py')\n"
+            "if _h.exists():\n    _h.write_text(_h.read_text() + '# mine now\\n')",
+            "REJECT",
+        ),
         # a daemon that outlives its session: killed, and the PR is judged on its numbers
         24: (
             "daemon",
@@ -127,6 +135,7 @@ def test_forgeries_in_a_round(fake_repo: FakeRepo, tmp_path: Path) -> None:
     assert "clock was changed" in out[21]["reason"]
     assert "computed something else" in out[22]["reason"]
     assert "main's checkout" in out[23]["reason"] and "sitecustomize.py" in out[23]["reason"]
+    assert "rewrote the pinned harness" in out[25]["reason"]
     with open_store(db, read_only=True) as s:
         statuses = {
             (row[0], row[1])

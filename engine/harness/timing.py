@@ -133,8 +133,9 @@ class EngineProcess:
         env["PYTHONPATH"] = os.pathsep.join([str(checkout), *_library_paths()])
         argv = [sys.executable, "-m", "engine.harness.serve", "--model", model]
         argv += ["--backend", backend, "--ctl-fd", str(ctl_r), "--rep-fd", str(rep_w)]
-        # its stderr is ours (the session's log), or a file whose last line says why it died
-        self.err = tempfile.TemporaryFile() if raise_on_death else None  # noqa: SIM115
+        # its stderr goes to a file, copied to ours when it ends (the session's log), whose last
+        # line says why it died
+        self.err = tempfile.TemporaryFile()  # noqa: SIM115
         self.proc = subprocess.Popen(
             argv,
             cwd=checkout,
@@ -155,12 +156,14 @@ class EngineProcess:
             raise EngineOutputError("the engine process reported no vocabulary size")
 
     def _last_words(self) -> str:
-        """The last line the engine process wrote on stderr (copied to ours too)."""
-        if self.err is None:
+        """The last line the engine process wrote on stderr (its stderr is copied to ours)."""
+        if self.err.closed:
             return ""
         self.err.seek(0)
         text = self.err.read().decode("utf-8", errors="replace")
+        self.err.close()
         sys.stderr.write(text[-4000:])
+        sys.stderr.flush()
         lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
         return f": {lines[-1][:300]}" if lines else ""
 
@@ -178,12 +181,13 @@ class EngineProcess:
         if self.raise_on_death:
             how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
             raise EngineDied(f"the engine process {how}" + self._last_words())
+        words = self._last_words()
         if code < 0:
             print(f"error: the engine process was killed by signal {-code}", file=sys.stderr)
             sys.stderr.flush()
             signal.signal(-code, signal.SIG_DFL)
             os.kill(os.getpid(), -code)
-        raise EngineOutputError(f"the engine process exited with code {code}")
+        raise EngineOutputError(f"the engine process exited with code {code}{words}")
 
     def _recv(self) -> dict:
         try:
@@ -253,9 +257,11 @@ class EngineProcess:
         return self.call({"op": "vram", "kv_tokens": kv_tokens}).get("vram")
 
     def close(self) -> None:
-        """Ask the engine process to quit, and make sure it has."""
+        """Ask the engine process to quit, and make sure it has (one that already ended has
+        said why: its error is the one raised)."""
         try:
-            self.call({"op": "quit"})
+            if self.proc.poll() is None and not self.err.closed:
+                self.call({"op": "quit"})
         finally:
             for fd in (self.ctl, self.rep):
                 with contextlib.suppress(OSError):
@@ -265,3 +271,4 @@ class EngineProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+            self._last_words()  # its log joins ours

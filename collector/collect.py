@@ -340,6 +340,7 @@ def measure(bench: Bench, guard: BoxGuard, task: Task, checkout: Path | None) ->
     checkout = checkout or bench.main_checkout
     if task.side == "pr":  # its own earlier process may have rewritten them on disk
         pin_harness(checkout, bench.repo, bench.main_commit, bench.policy.harness.paths)
+    guard.before_session()
     o = run_task(
         task, checkout, bench.work, bench.policy, list(bench.disk_paths), bench.main_checkout
     )

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from collector.errors import RoundError
-from engine.harness.reaper import become_subreaper, kill_leftovers
+from engine.harness.reaper import become_subreaper, descendants, kill_leftovers
 
 if TYPE_CHECKING:
     from collector.schedule import Task
@@ -92,11 +92,16 @@ class BoxGuard:
         self.log = log
         self.subreaper = become_subreaper()
         self.prints = fingerprint()
+        self.running: set[int] = set()
+
+    def before_session(self) -> None:
+        """What runs before a session (a Ray head, a notebook's helpers) is not the session's."""
+        self.running = descendants()
 
     def after_session(self, task: Task) -> str | None:
         """What the session changed outside its own checkout (restored), or None."""
         who = "main" if task.side == "main" else f"PR #{task.pr}"
-        left = kill_leftovers()
+        left = kill_leftovers(spare=self.running)
         if left:
             self.log(f"  {who} {task.kind} {task.model}: killed {left} processes it left running")
         found = []

@@ -47,17 +47,23 @@ def _children(pid: int) -> list[int]:
     return kids
 
 
-def kill_leftovers() -> int:
-    """SIGKILL every descendant of this process that is still alive; returns how many."""
+def descendants() -> set[int]:
+    """Every live descendant of this process (empty where there is no /proc)."""
     if not Path("/proc/self/stat").exists():
-        return 0
-    me = os.getpid()
-    found: list[int] = []
-    todo = _children(me)
+        return set()
+    found: set[int] = set()
+    todo = _children(os.getpid())
     while todo:
         pid = todo.pop()
-        found.append(pid)
+        found.add(pid)
         todo += _children(pid)
+    return found
+
+
+def kill_leftovers(spare: set[int] | frozenset[int] = frozenset()) -> int:
+    """SIGKILL every descendant of this process that is still alive, but those in `spare` (what
+    was running before the work began); returns how many."""
+    found = sorted(descendants() - set(spare))
     for pid in found:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)

@@ -6,7 +6,8 @@ checkout: it could leave a process running into main's next session, rewrite mai
 every later Python process would import it. Between sessions the collector therefore:
 
 * kills every process a session left behind: the collector is a child subreaper (Linux
-  `PR_SET_CHILD_SUBREAPER`), so a daemon that detached itself is re-parented here, not to init;
+  `PR_SET_CHILD_SUBREAPER`), so a daemon that detached itself is re-parented here, not to init
+  (processes that were running before the session are spared);
 * checks main's checkout is exactly main's commit (`git status` with ignored files too) and
   restores it if not, and re-pins the harness in the PR's checkout before each of its sessions;
 * fingerprints the interpreter's start-up hooks (`*.pth`, `sitecustomize`, `usercustomize` in

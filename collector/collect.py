@@ -199,20 +199,7 @@ def _collect(
         f"round {m.round}: main {main_commit[:12]} ({m.base_ref}), {len(m.pr)} PRs, profile {m.profile}"
     )
     main_checkout = ws.add_worktree("main", main_commit)
-    cands: list[Candidate] = []
-    for p in m.pr:
-        c = build_candidate(
-            ws,
-            p,
-            main_commit,
-            tips.get(p.number),
-            loaded.patches.get(p.number),
-            policy.harness.paths,
-        )
-        cands.append(c)
-        log(f"  PR #{p.number}: {c.status}" + (f" ({c.detail})" if c.detail else ""))
-    writer.record_candidates(store, m.round, cands)
-    by_pr = {c.pr: c for c in cands}
+    by_pr = _candidates(store, ws, loaded, policy, main_commit, tips, log)
     measurable = [(p.number, list(p.targets)) for p in m.pr if by_pr[p.number].measurable]
     gpus = getattr(conn, "gpus", 1)
     plans = plan_shards(
@@ -264,20 +251,45 @@ def _collect(
             infra_left = ray_cluster.run_shards(
                 conn, todo, bench, _pr_checkout(by_pr), done, log, hook
             )
+    _finish(store, m.round, infra_left, log)
+    return infra_left
+
+
+def _candidates(
+    store: Store,
+    ws: Workspace,
+    loaded: LoadedManifest,
+    policy: ResolvedPolicy,
+    main_commit: str,
+    tips: dict,
+    log: Callable[[str], None],
+) -> dict[int, Candidate]:
+    """Every PR merged onto main in its own worktree (or why not), recorded."""
+    cands = []
+    for p in loaded.manifest.pr:
+        patch = loaded.patches.get(p.number)
+        c = build_candidate(ws, p, main_commit, tips.get(p.number), patch, policy.harness.paths)
+        cands.append(c)
+        log(f"  PR #{p.number}: {c.status}" + (f" ({c.detail})" if c.detail else ""))
+    writer.record_candidates(store, loaded.manifest.round, cands)
+    return {c.pr: c for c in cands}
+
+
+def _finish(store: Store, round_id: str, infra_left: int, log: Callable[[str], None]) -> None:
+    """A round with nothing left to retry is finished; either way it is judged."""
     if infra_left == 0:
         dev = store.query(
             "SELECT device_name, driver FROM sessions WHERE round_id = ? AND side = 'main' "
             "AND status = 'ok' ORDER BY slot LIMIT 1",
-            [m.round],
+            [round_id],
         )
-        writer.finish_round(store, m.round, *(dev[0] if dev else (None, None)))
+        writer.finish_round(store, round_id, *(dev[0] if dev else (None, None)))
     else:
         log(
             f"{infra_left} sessions failed for infrastructure: run the same command again to retry them"
         )
-    for v in verdict_mod.decide_round(store, m.round):
+    for v in verdict_mod.decide_round(store, round_id):
         log(f"  #{v.pr}: {v.label}" + (" (merge-first)" if v.merge_first else ""))
-    return infra_left
 
 
 def _shard_count(store: Store, round_id: str, gpus: int, n_prs: int) -> int:

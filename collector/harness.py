@@ -172,10 +172,25 @@ def run_request(
                 "infra", f"only {free:.0f} MB free on the disk of {p}", None, started, 0.0, ""
             )
     work.mkdir(parents=True, exist_ok=True)
-    out_file = work / "out.json"
-    err_file = work / "stderr.txt"
+    out_file, err_file = work / "out.json", work / "stderr.txt"
     for f in (out_file, err_file):
         f.unlink(missing_ok=True)
+    t0 = time.monotonic()
+    try:
+        code = _run(req, checkout, harness_checkout, out_file, err_file)
+    except OSError as e:
+        return Outcome("infra", f"cannot start the harness: {e.strerror}", None, started, 0.0, "")
+    wall = time.monotonic() - t0
+    tail = _tail(err_file)
+    status, detail, doc = _classify(req, code, tail, out_file, infra_patterns, max_document_mb)
+    return Outcome(status, detail, code, started, wall, tail, doc)
+
+
+def _run(
+    req: Request, checkout: Path, harness_checkout: Path | None, out_file: Path, err_file: Path
+) -> int | None:
+    """The subprocess, bounded by the request's timeout (its whole process group killed then);
+    its exit code, or None when it was killed on timeout."""
     argv = [a.replace("{python}", sys.executable) for a in req.argv] + ["--out", str(out_file)]
     runs_in = checkout
     if req.timed:
@@ -185,64 +200,61 @@ def run_request(
     env.update(dict(req.env))
     env["PYTHONPATH"] = str(runs_in)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
-    t0 = time.monotonic()
-    try:
-        with open(err_file, "wb") as err, open(os.devnull, "wb") as devnull:
-            proc = subprocess.Popen(
-                argv,
-                cwd=runs_in,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=devnull,
-                stderr=err,
-                start_new_session=True,  # its own process group: a timeout kills all of it
-            )
-            try:
-                code: int | None = proc.wait(timeout=req.timeout_s)
-            except subprocess.TimeoutExpired:
-                code = None
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-    except OSError as e:
-        return Outcome("infra", f"cannot start the harness: {e.strerror}", None, started, 0.0, "")
-    wall = time.monotonic() - t0
-    tail = _tail(err_file)
+    with open(err_file, "wb") as err:
+        proc = subprocess.Popen(
+            argv,
+            cwd=runs_in,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,  # its own process group: a timeout kills all of it
+        )
+        try:
+            return proc.wait(timeout=req.timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return None
 
-    def out(status: str, detail: str, doc: BenchDocument | None = None) -> Outcome:
-        return Outcome(status, detail, code, started, wall, tail, doc)
 
-    text = tail
-    if any(re.search(p, text, flags=re.IGNORECASE) for p in infra_patterns):
-        return out("infra", "infrastructure error: " + _last_line(text))
+def _classify(
+    req: Request,
+    code: int | None,
+    tail: str,
+    out_file: Path,
+    infra_patterns: list[str],
+    max_document_mb: int,
+) -> tuple[str, str, BenchDocument | None]:
+    """(status, detail, document) of a finished run (module docstring: the classification)."""
+    if any(re.search(p, tail, flags=re.IGNORECASE) for p in infra_patterns):
+        return "infra", "infrastructure error: " + _last_line(tail), None
     if code is None:
-        return out("timeout", f"no answer within {req.timeout_s:.0f} s; killed")
+        return "timeout", f"no answer within {req.timeout_s:.0f} s; killed", None
     if code < 0:
-        return out("crash", f"killed by {_signal_name(code)}")
+        return "crash", f"killed by {_signal_name(code)}", None
     if code != 0:
-        last = _last_line(text)
-        return out("crash", f"exit code {code}" + (f": {last}" if last else ""))
+        last = _last_line(tail)
+        return "crash", f"exit code {code}" + (f": {last}" if last else ""), None
     if not out_file.exists() or out_file.stat().st_size == 0:
-        return out("malformed", "exited 0 without writing a JSON document")
+        return "malformed", "exited 0 without writing a JSON document", None
     if out_file.stat().st_size > max_document_mb * 2**20:
-        return out("malformed", f"document larger than {max_document_mb} MB")
-    raw = out_file.read_bytes()
+        return "malformed", f"document larger than {max_document_mb} MB", None
     try:
-        doc = parse_document(raw, req.kind)
+        doc = parse_document(out_file.read_bytes(), req.kind)
     except ValidationError as e:
         err = e.errors()[0]
         where = ".".join(str(x) for x in err["loc"]) or "document"
-        return out("malformed", f"invalid {req.kind} document: {where}: {err['msg']}"[:400])
+        return "malformed", f"invalid {req.kind} document: {where}: {err['msg']}"[:400], None
     except ValueError as e:
-        return out("malformed", f"invalid {req.kind} document: {str(e)[:300]}")
+        return "malformed", f"invalid {req.kind} document: {str(e)[:300]}", None
     if req.backend in ("numpy", "cupy") and doc.device.backend != req.backend:
-        return out(
-            "infra",
-            f"no usable device: ran on {doc.device.backend}, the profile needs {req.backend}",
-        )
+        why = f"no usable device: ran on {doc.device.backend}, the profile needs {req.backend}"
+        return "infra", why, None
     wrong = _check_answer(doc, req)
     if wrong:
-        return out("malformed", wrong, None)
+        return "malformed", wrong, None
     if isinstance(doc, ConcurrentResult):
         short = [
             f"c{w.width}: {sum(r.complete for r in w.runs)}/{req.runs} complete runs"
@@ -250,5 +262,5 @@ def run_request(
             if sum(r.complete for r in w.runs) < req.runs
         ]
         if short:
-            return out("incomplete", "lost tokens: " + ", ".join(short), doc)
-    return out("ok", "ok", doc)
+            return "incomplete", "lost tokens: " + ", ".join(short), doc
+    return "ok", "ok", doc

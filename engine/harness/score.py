@@ -37,12 +37,14 @@ from engine.harness.common import (
     cycled,
     encode_text,
     header,
+    log_softmax_rows,
     open_model,
     out_option,
     parse_int_list,
     progress,
     read_text_file,
     require_positive,
+    top_k,
     write_document,
 )
 from engine.harness.protocol import PrefillCheckResult, PrefixCheck, ScoredPosition, ScoreResult
@@ -59,9 +61,7 @@ def log_softmax(logits: np.ndarray, where: str) -> np.ndarray:
     x = np.asarray(logits, dtype=np.float64)
     if not np.all(np.isfinite(x)):
         raise EngineOutputError(f"non-finite logits {where}")
-    m = x.max(axis=-1, keepdims=True)
-    lse = m + np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
-    return np.minimum(x - lse, 0.0)  # round-off must not push a log-prob above 0
+    return log_softmax_rows(x)
 
 
 def _logit_rows(logits: np.ndarray, rows: int, vocab: int, what: str) -> np.ndarray:
@@ -88,19 +88,14 @@ def score_rows(
     x = np.asarray(logits)
     if not np.all(np.isfinite(x)):
         raise EngineOutputError(f"non-finite logits {where}")
-    rows, vocab = x.shape
+    rows = x.shape[0]
     x64 = x.astype(np.float64)
     peak = x64.max(axis=1, keepdims=True)
     lse = peak[:, 0] + np.log(np.exp(x64 - peak).sum(axis=1))
     argmax = x.argmax(axis=1)
-    k = min(topk, vocab)
-    if k < vocab:
-        cand = np.argpartition(-x, k - 1, axis=1)[:, :k]
-    else:
-        cand = np.broadcast_to(np.arange(vocab), (rows, vocab))
     out: list[ScoredPosition] = []
     for r in range(rows):
-        ids = cand[r][np.lexsort((cand[r], -x[r, cand[r]]))]
+        ids = np.array(top_k(x[r], topk))
         lp = np.minimum(x64[r, ids] - lse[r], 0.0)  # round-off must not push one above 0
         target_lp = min(float(x64[r, targets[r]] - lse[r]), 0.0)
         out.append(

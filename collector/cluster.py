@@ -169,11 +169,13 @@ def run_shards(
     bench: Callable[[int], Bench],
     checkout: Callable[[Task], Path | None],
     done: Callable[[Task, Outcome, Placement | None], int],
+    skip: Callable[[Task], Outcome | None],
     log: Callable[[str], None],
     hook: Callable[[int, Task, Handed], None] | None = None,
 ) -> int:
     """Every shard's sessions on its own GPU at once; each Outcome written by `done` (the driver)
-    as it arrives. Returns the sessions left failing for infrastructure (or not run)."""
+    as it arrives; a task `skip` answers for is written without running. Returns the sessions
+    left failing for infrastructure (or not run)."""
     import ray  # noqa: PLC0415 - optional extra
     from ray.exceptions import RayActorError, RayTaskError  # noqa: PLC0415
 
@@ -186,6 +188,15 @@ def run_shards(
     infra = 0
 
     def submit(s: _Shard) -> None:
+        """The shard's next task to its worker; the skipped ones before it are written here."""
+        nonlocal infra
+        while s.todo and (o := skip(s.todo[0])) is not None:
+            infra += done(s.todo.popleft(), o, s.placement)
+        if not s.todo:
+            if s.actor is not None:
+                ray.kill(s.actor)  # its GPU goes to a shard still waiting for one
+                s.actor = None
+            return
         if s.actor is None:
             s.actor = worker.remote(bench(s.index))
         pending[s.actor.run.remote(s.todo[0], checkout(s.todo[0]))] = s
@@ -227,11 +238,7 @@ def run_shards(
             infra += done(task, got.outcome, got.placement)
             if hook is not None:
                 hook(s.index, task, got)
-            if s.todo:
-                submit(s)
-            else:
-                ray.kill(s.actor)  # its GPU goes to a shard still waiting for one
-                s.actor = None
+            submit(s)
     finally:
         for a in parked + [s.actor for s in live if s.actor is not None]:
             with contextlib.suppress(Exception):

@@ -51,6 +51,7 @@ FINISHED = (
     "implausible",
     "forged",
     "diverged",
+    "skipped",
 )
 
 
@@ -228,8 +229,12 @@ def _collect(
     def commit_of(task: Task) -> str:
         return main_commit if task.side == "main" else str(by_pr[task.pr].merged_commit)
 
-    # Once a PR has failed for its own reasons, its later tasks in the round still run: each
-    # session is evidence, and a verdict shows every failing axis.
+    # Once a PR has failed for its own reasons, its later tasks in the round still run (each
+    # session is evidence, and a verdict shows every failing axis), except after a failure in
+    # policy.failures.stop_after (forged, diverged): then they are recorded as skipped.
+    def skip(task: Task) -> Outcome | None:
+        return skipped_outcome(store, m.round, task, policy.failures.stop_after)
+
     bar_ctx = (
         click.progressbar(length=n_todo, label="measuring", file=sys.stderr, item_show_func=str)
         if progress
@@ -244,12 +249,14 @@ def _collect(
             return failed
 
         if conn is None:
-            infra_left = _run_here(bench(0), [t for shard in todo for t in shard], by_pr, done, log)
+            infra_left = _run_here(
+                bench(0), [t for shard in todo for t in shard], by_pr, done, skip, log
+            )
         else:
             from collector import cluster as ray_cluster  # noqa: PLC0415 - Ray only when asked
 
             infra_left = ray_cluster.run_shards(
-                conn, todo, bench, _pr_checkout(by_pr), done, log, hook
+                conn, todo, bench, _pr_checkout(by_pr), done, skip, log, hook
             )
     _finish(store, m.round, infra_left, log)
     return infra_left
@@ -323,6 +330,7 @@ def _run_here(
     todo: list[Task],
     by_pr: dict[int, Candidate],
     done: Callable[[Task, Outcome, Placement | None], int],
+    skip: Callable[[Task], Outcome | None],
     log: Callable[[str], None],
 ) -> int:
     """Every session in this process, one after another (a sharded round's shards in turn)."""
@@ -331,7 +339,29 @@ def _run_here(
     guard = BoxGuard(bench.main_checkout, log)
     placement = here()
     checkout = _pr_checkout(by_pr)
-    return sum(done(t, measure(bench, guard, t, checkout(t)), placement) for t in todo)
+    return sum(done(t, skip(t) or measure(bench, guard, t, checkout(t)), placement) for t in todo)
+
+
+def skipped_outcome(
+    store: Store, round_id: str, task: Task, stop_after: list[str]
+) -> Outcome | None:
+    """A PR task not to run, because an earlier session of the PR in this round ended in one of
+    `stop_after` (say which); None: run it. Main's tasks always run (they serve every PR)."""
+    if task.side != "pr" or not stop_after:
+        return None
+    rows = store.query(
+        "SELECT kind, model, status FROM sessions WHERE round_id = ? AND side = 'pr' AND pr = ? "
+        "AND list_contains(?, status) ORDER BY slot, started_at LIMIT 1",
+        [slot_round(task), task.pr, list(stop_after)],
+    )
+    if not rows:
+        return None
+    kind, model, status = rows[0]
+    detail = (
+        f"not run: the PR's {kind} session of {model} was {status} (a REJECT at once), so its "
+        "later sessions of the round are skipped"
+    )
+    return Outcome("skipped", detail, None, now(), 0.0, "")
 
 
 @dataclass(frozen=True)
@@ -383,6 +413,9 @@ def record(
     """What needs the round's evidence (a gain beyond main's range, main failing the same way:
     main of the task's own shard), then the session written; 1 when it failed for infrastructure."""
     round_id = slot_round(task)
+    if o.status == "skipped":
+        writer.write_session(store, round_id, task, commit, o, placement=placement)
+        return 0
     if task.side == "pr" and o.status == "ok" and task.kind in ("sweep", "guard", "concurrent"):
         why = _implausible(
             store,

@@ -98,6 +98,10 @@ class FailureRules(_Strict):
     min_free_disk_mb: Annotated[int, Field(ge=0)] = 200
     max_document_mb: PosInt = 64
     infra_patterns: list[str] = []
+    # A PR's later sessions in a round are skipped once one of its sessions ends so: its verdict
+    # is a REJECT at once whatever they would show, and their device time is saved. Empty (the
+    # default, and every round stored before the key): every session runs.
+    stop_after: list[Literal["crash", "malformed", "implausible", "forged", "diverged"]] = []
 
 
 class HarnessRules(_Strict):

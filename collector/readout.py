@@ -308,7 +308,8 @@ def _attach_evidence(t: _Tables, evaluations: dict[tuple[str, int], Evaluation])
     attach(
         """
         SELECT round_id, pr, session_id, kind, model, status, fault, exit_code, detail, log_tail
-        FROM sessions {where} AND pr <> 0 AND status <> 'ok' ORDER BY round_id, pr, session_id
+        FROM sessions {where} AND pr <> 0 AND status NOT IN ('ok', 'skipped')
+        ORDER BY round_id, pr, session_id
         """,
         _add("failures"),
     )

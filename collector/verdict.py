@@ -232,10 +232,24 @@ def decide_pr(data: RoundData, prow: dict) -> Verdict:
     result = GateResult()
     for gate in PR_GATES:
         result.extend(gate(ctx))
+    _not_judged_after_stop(ctx, result)
     v = Verdict(n, commit, "none", "", comparisons=comps, gates=result.gates)
     v.accuracy, v.strikes = result.accuracy, result.strikes
     v.label, v.reason, v.best = label(result, [c for c in comps if c.role == "target"], data.policy)
     return v
+
+
+def _not_judged_after_stop(ctx: GateContext, result: GateResult) -> None:
+    """A PR stopped early (policy.failures.stop_after) is a REJECT: the gates its skipped
+    sessions left without evidence say so instead of 'pending'."""
+    if not result.hard:
+        return
+    skipped = [s for s in ctx.sessions if s["status"] == "skipped"]
+    if not skipped:
+        return
+    why = f"not judged: {skipped[0]['detail']}"
+    result.gates = [g if g.status != "warn" else Gate(g.gate, "skip", why) for g in result.gates]
+    result.soft = []
 
 
 def label(

@@ -170,7 +170,7 @@ class Placement:
 
 
 def _fault(task: Task, o: Outcome, main_fails_too: bool) -> str:
-    if o.status == "ok":
+    if o.status in ("ok", "skipped"):
         return "none"
     if task.side == "main" or o.status == "infra" or main_fails_too:
         return "infra"  # main failing (or a PR failing just as main does) is not the PR's doing

@@ -49,7 +49,11 @@ class Failure(NamedTuple):
 
 def _one_model(ctx: GateContext, model: str, out: GateResult) -> None:
     gate = f"{KIND}:{model}"
-    ran = [s for s in ctx.sessions if s["model"] == model]
+    every = [s for s in ctx.sessions if s["model"] == model]
+    ran = [s for s in every if s["status"] != "skipped"]
+    if every and not ran:
+        out.skipped(gate, every[0]["detail"])
+        return
     if not ran:
         out.warned(
             gate,
@@ -74,6 +78,8 @@ def _one_model(ctx: GateContext, model: str, out: GateResult) -> None:
             if len(ran) == 1
             else f"all {len(ran)} of the PR's sessions finished"
         )
+        if len(every) > len(ran):
+            finished += f" ({len(every) - len(ran)} skipped)"
         out.passed(gate, f"{finished}, and main finished every kind it ran")
         return
     status = "fail" if any(f.rejects for f in failures) else "warn"

@@ -40,11 +40,24 @@ def test_two_shards_give_the_single_process_verdicts(fake_repo: FakeRepo, tmp_pa
     r = fake_repo
     r.branch("fast", 'SPEED = {"tiny/decode": 1.30}')
     r.branch("floor", 'SPEED = {"tiny/decode": 1.10, "tiny/prefill": 0.80}')
-    m = r.manifest("sharded", [pr(1, "fast"), pr(2, "floor"), pr(3, "main")])
+    r.branch("slow-clock", "FORGE_CLOCK = 0.5")
+    m = r.manifest("sharded", [pr(1, "fast"), pr(2, "floor"), pr(3, "main"), pr(4, "slow-clock")])
     one, two = tmp_path / "one.duckdb", tmp_path / "two.duckdb"
     assert collect(m, one, progress=False) == 0  # before Ray: nothing of it in this process
     assert collect(m, two, progress=False, cluster="local", gpus=2) == 0
-    assert labels(two, "sharded") == labels(one, "sharded") == {1: "XL", 2: "REJECT", 3: "none"}
+    assert (
+        labels(two, "sharded")
+        == labels(one, "sharded")
+        == {
+            1: "XL",
+            2: "REJECT",
+            3: "none",
+            4: "REJECT",
+        }
+    )
+    # the forged PR's later sessions are skipped on its shard's worker too, never run
+    skipped = "SELECT count(*) FROM sessions WHERE pr = 4 AND status = 'skipped' AND wall_s = 0"
+    assert rows(two, skipped) == rows(one, skipped) != [(0,)]
     assert rows(one, "SELECT DISTINCT shard FROM sessions") == [(0,)]
     # each shard: its own main sessions, on its own GPU, ids '<round>/s<shard>/…'
     by_shard = rows(
@@ -55,7 +68,7 @@ def test_two_shards_give_the_single_process_verdicts(fake_repo: FakeRepo, tmp_pa
     )
     assert [(k, len(g), set(p) - {0}, ok) for k, g, p, ok, _ in by_shard] == [
         (0, 1, {1, 3}, True),
-        (1, 1, {2}, True),
+        (1, 1, {2, 4}, True),
     ]
     assert by_shard[0][1] != by_shard[1][1] and all(n > 0 for *_, n in by_shard)
     assert rows(two, "SELECT shards FROM rounds") == [(2,)]

@@ -110,9 +110,10 @@ def test_forgeries_in_a_round(fake_repo: FakeRepo, tmp_path: Path) -> None:
         # its accuracy commands run in its own checkout: rewrite a pinned harness file there
         25: (
             "rewrite-harness",
-            "import pathlib as _p\n"
+            "import pathlib as _p, sys as _y\n"
             "_h = _p.Path('engine/harness/score.py')\n"
-            "if _h.exists():\n    _h.write_text(_h.read_text() + '# mine now\\n')",
+            "if _h.exists() and any('score' in a for a in _y.argv):\n"
+            "    _h.write_text(_h.read_text() + '# mine now\\n')",
             "REJECT",
         ),
         # a daemon that outlives its session: killed, and the PR is judged on its numbers
@@ -142,6 +143,22 @@ def test_forgeries_in_a_round(fake_repo: FakeRepo, tmp_path: Path) -> None:
             for row in s.query("SELECT pr, status FROM sessions WHERE pr IN (21, 22, 23)")
         }
     assert {(21, "forged"), (22, "diverged"), (23, "forged")} <= statuses
+    with open_store(db, read_only=True) as s:
+        # caught once, a PR's later sessions are skipped (policy.failures.stop_after), not run,
+        # and the gates they leave without evidence say so instead of 'pending'
+        for n in (21, 22):
+            kinds = s.query(
+                "SELECT status, count(*), sum(wall_s) FROM sessions WHERE pr = ? GROUP BY status",
+                [n],
+            )
+            by = {k: (c, w) for k, c, w in kinds}
+            assert by["skipped"][0] > 0 and by["skipped"][1] == 0
+            assert set(by) <= {"ok", "forged", "diverged", "skipped"}
+            gates = s.query("SELECT status, reason FROM gates WHERE pr = ?", [n])
+            assert "warn" not in {g for g, _ in gates}
+            assert any(g == "skip" and "later sessions" in r for g, r in gates)
+        # a PR that was never caught ran every session
+        assert not s.query("SELECT 1 FROM sessions WHERE pr = 24 AND status = 'skipped'")
     for pid in map(int, pidfile.read_text().split()):
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)

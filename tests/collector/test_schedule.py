@@ -30,14 +30,15 @@ def test_tasks_targets_and_guards() -> None:
     slots = plan_round("r", [(5, ["tiny"])], PROFILE)
     first_pr = slots[1]
     kinds = [(t.kind, t.model) for t in first_pr.tasks]
+    # the accuracy evidence first (a PR stopped after a forged or diverged session keeps it)
     assert kinds == [
-        ("sweep", "tiny"),
-        ("concurrent", "tiny"),
         ("score", "tiny"),
         ("prefill-check", "tiny"),
+        ("score", "tiny:q8_0"),
+        ("sweep", "tiny"),
+        ("concurrent", "tiny"),
         ("longctx", "tiny"),
         ("guard", "tiny:q8_0"),
-        ("score", "tiny:q8_0"),
     ]
     second_pr = slots[3]
     assert [(t.kind, t.model) for t in second_pr.tasks] == [
@@ -48,9 +49,9 @@ def test_tasks_targets_and_guards() -> None:
     main_kinds = [[t.kind for t in s.tasks] for s in slots if s.side == "main"]
     # main: the long-context check and the scores twice (calibration), guard models scored too
     assert main_kinds[0] == [
-        "sweep", "concurrent", "score", "prefill-check", "longctx", "guard", "score",
+        "score", "prefill-check", "score", "sweep", "concurrent", "longctx", "guard",
     ]  # fmt: skip
-    assert main_kinds[1] == ["sweep", "concurrent", "score", "longctx", "guard", "score"]
+    assert main_kinds[1] == ["score", "score", "sweep", "concurrent", "longctx", "guard"]
     assert main_kinds[2] == ["sweep", "concurrent", "guard"]
 
 
@@ -60,7 +61,7 @@ def test_ids_are_stable_and_unique() -> None:
     ids = [t.session_id for s in a for t in s.tasks]
     assert ids == [t.session_id for s in b for t in s.tasks]
     assert len(set(ids)) == len(ids)
-    assert ids[0] == "r/main/0/0/sweep/tiny"
+    assert ids[0] == "r/main/0/0/score/tiny"
 
 
 def test_no_measurable_prs_no_sessions() -> None:

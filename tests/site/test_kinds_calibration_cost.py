@@ -132,7 +132,11 @@ def calibrated_db(tmp_path: Path) -> Path:
     con = duckdb.connect(str(db))
     aa = con.execute("SELECT round_id FROM rounds WHERE manifest_toml LIKE '%aa%'").fetchone()[0]
     model = synthetic.MODELS[0]  # PR 1's target
-    con.execute("UPDATE comparisons SET noise = 0.01, delta = 0.001 WHERE round_id = ?", [aa])
+    con.execute(  # every axis quiet (whatever the random rounds drew), then the planted ones
+        "UPDATE comparisons SET noise = 0.01, delta = 0.001, tier = 'none', significant = false, "
+        "below_floor = false WHERE round_id = ?",
+        [aa],
+    )
     con.execute(
         "UPDATE comparisons SET noise = 0.0437 WHERE round_id = ? AND model = ? AND axis = 'decode@512'",
         [aa, model],

@@ -31,7 +31,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from collector.collect import Bench, BoxGuard, Outcome, Placement, RoundError, measure
+from collector.collect import (
+    Bench,
+    BoxGuard,
+    Outcome,
+    Placement,
+    RoundError,
+    measure,
+    stop_if_box_changed,
+)
 from collector.schedule import Task
 
 RESTARTS = 2  # a killed worker is restarted (and its session retried) this often per shard
@@ -236,6 +244,7 @@ def run_shards(
                 log(note)
             task = s.todo.popleft()
             infra += done(task, got.outcome, got.placement)
+            stop_if_box_changed(got.outcome)
             if hook is not None:
                 hook(s.index, task, got)
             submit(s)

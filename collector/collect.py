@@ -339,7 +339,19 @@ def _run_here(
     guard = BoxGuard(bench.main_checkout, log)
     placement = here()
     checkout = _pr_checkout(by_pr)
-    return sum(done(t, skip(t) or measure(bench, guard, t, checkout(t)), placement) for t in todo)
+    infra = 0
+    for t in todo:
+        o = skip(t) or measure(bench, guard, t, checkout(t))
+        infra += done(t, o, placement)
+        stop_if_box_changed(o)
+    return infra
+
+
+def stop_if_box_changed(o: Outcome) -> None:
+    """A session that changed files every later process trusts stops the round (it is
+    recorded, `forged`, first: the round resumes after it once the box is restored)."""
+    if o.extra.get("stop_round"):
+        raise RoundError(o.extra["stop_round"])
 
 
 def skipped_outcome(
@@ -392,6 +404,8 @@ def measure(bench: Bench, guard: BoxGuard, task: Task, checkout: Path | None) ->
         drift = harness_drift(checkout, bench.repo, bench.main_commit, paths)
         if drift:  # put back before its next session by pin_harness
             tampered = "rewrote the pinned harness in its checkout: " + ", ".join(drift[:5])
+    if guard.stop_round:  # the session is recorded first, then the round stops
+        o.extra["stop_round"], guard.stop_round = guard.stop_round, None
     if tampered and task.side == "pr":
         o.status, o.detail = "forged", tampered
     elif o.status == "ok" and task.kind in ("sweep", "guard", "concurrent", "longctx"):

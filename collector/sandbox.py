@@ -10,22 +10,29 @@ every later Python process would import it. Between sessions the collector there
   (processes that were running before the session are spared);
 * checks main's checkout is exactly main's commit (`git status` with ignored files too) and
   restores it if not, and re-pins the harness in the PR's checkout before each of its sessions;
-* fingerprints the interpreter's start-up hooks (`*.pth`, `sitecustomize`, `usercustomize` in
-  every `site` folder) and this sparkboard's own code; a change means the box itself is no longer
-  trustworthy, and the round stops.
-A session that changed main's checkout or the box is `forged` (the PR's fault).
+* watches every file every later Python process trusts: the interpreter's standard library and
+  site folders (start-up hooks such as `*.pth` and `sitecustomize.py` among them) and this
+  sparkboard's own code, by size, times and inode (`os.stat`: a rewrite changes the inode's
+  change time, which no user can set back). A file a PR session added is removed (a `.pyc` it
+  dropped silently: a cache; anything else makes the session `forged`); a file it changed or
+  removed makes the session `forged` and stops the round once the session is recorded: the box
+  must be restored by hand before the round resumes.
+A session that changed main's checkout or the box is `forged` (the PR's fault). Harness
+processes never write bytecode (PYTHONDONTWRITEBYTECODE), and neither does this process once it
+guards a round, so an honest session adds nothing there.
 """
 
 from __future__ import annotations
 
-import hashlib
+import os
 import site
 import subprocess
+import sys
+import sysconfig
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from collector.errors import RoundError
 from engine.harness.reaper import become_subreaper, descendants, kill_leftovers
 
 if TYPE_CHECKING:
@@ -54,53 +61,67 @@ def restore_checkout(checkout: Path) -> None:
         subprocess.run(argv, cwd=checkout, capture_output=True, timeout=GIT_TIMEOUT_S, check=False)
 
 
-def _startup_hooks() -> list[Path]:
-    dirs = {Path(p) for p in [*site.getsitepackages(), site.getusersitepackages()] if p}
-    hooks: list[Path] = []
-    for d in dirs:
-        if d.is_dir():
-            hooks += sorted(d.glob("*.pth"))
-            hooks += [d / n for n in ("sitecustomize.py", "usercustomize.py") if (d / n).exists()]
-    return hooks
+def trusted_roots() -> list[Path]:
+    """The folders every Python process here imports from (the standard library, every site
+    folder) and this sparkboard's own code; a folder inside another is walked with it."""
+    paths = [sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")]
+    paths += [*site.getsitepackages(), site.getusersitepackages(), str(Path(__file__).parent)]
+    roots = sorted({Path(p).resolve() for p in paths if p and Path(p).is_dir()})
+    return [r for r in roots if not any(o in r.parents for o in roots)]
 
 
-def _own_code() -> list[Path]:
-    here = Path(__file__).resolve().parent
-    return sorted(here.rglob("*.py")) + sorted(here.glob("*.toml")) + sorted(here.glob("*.sql"))
+Stamp = tuple[int, int, int, int]  # size, modification and change time (ns), inode
 
 
-def fingerprint() -> dict[str, str]:
-    """path -> content hash of the interpreter's start-up hooks and the collector's own code."""
-    out = {}
-    for path in _startup_hooks() + _own_code():
+def stat_tree(roots: list[Path]) -> dict[str, Stamp]:
+    """path -> stamp of every file under `roots` (symbolic links not followed)."""
+    out: dict[str, Stamp] = {}
+    stack = [str(r) for r in roots]
+    while stack:
         try:
-            out[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+            entries = list(os.scandir(stack.pop()))
         except OSError:
-            out[str(path)] = "unreadable"
+            continue
+        for e in entries:
+            try:
+                if e.is_dir(follow_symlinks=False):
+                    stack.append(e.path)
+                    continue
+                st = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            out[e.path] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
     return out
 
 
-def fingerprint_changes(before: dict[str, str], after: dict[str, str]) -> list[str]:
-    return sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
+def tree_changes(before: dict[str, Stamp], after: dict[str, Stamp]) -> tuple[list[str], list[str]]:
+    """(files added, files changed or removed) between two stat_tree snapshots."""
+    added = sorted(after.keys() - before.keys())
+    changed = sorted(p for p in before if after.get(p) != before[p])
+    return added, changed
 
 
 class BoxGuard:
     """Between sessions: kill what a session left running, and check that main's checkout and
-    the interpreter's start-up hooks are as they were (collector/sandbox.py)."""
+    the files every Python process trusts are as they were (collector/sandbox.py)."""
 
     def __init__(self, main_checkout: Path, log: Callable[[str], None]) -> None:
         self.main_checkout = main_checkout
         self.log = log
         self.subreaper = become_subreaper()
-        self.prints = fingerprint()
+        sys.dont_write_bytecode = True  # this process adds nothing to the trusted folders
+        self.roots = trusted_roots()
+        self.trusted = stat_tree(self.roots)
         self.running: set[int] = set()
+        self.stop_round: str | None = None  # set when a session changed what cannot be restored
 
     def before_session(self) -> None:
         """What runs before a session (a Ray head, a notebook's helpers) is not the session's."""
         self.running = descendants()
 
     def after_session(self, task: Task) -> str | None:
-        """What the session changed outside its own checkout (restored), or None."""
+        """What the session changed outside its own checkout (restored where it can be), or
+        None. Sets `stop_round` when it changed a trusted file that was there before."""
         who = "main" if task.side == "main" else f"PR #{task.pr}"
         left = kill_leftovers(spare=self.running)
         if left:
@@ -110,13 +131,30 @@ class BoxGuard:
         if changed:
             restore_checkout(self.main_checkout)
             found.append("main's checkout (" + ", ".join(changed[:5]) + ")")
-        hooks = fingerprint_changes(self.prints, fingerprint())
-        if hooks:
-            raise RoundError(
-                f"{who}'s {task.kind} session changed files every Python process on this box "
-                f"trusts ({', '.join(hooks[:5])}): the box can no longer be trusted; restore them "
-                "and start a new round"
-            )
+        found += self._trusted_files(who, task)
         if not found:
             return None
         return "changed files outside its checkout: " + "; ".join(found) + " (restored)"
+
+    def _trusted_files(self, who: str, task: Task) -> list[str]:
+        if task.side == "main":  # main's code is trusted (and writes nothing there): one walk
+            return []  # of ~10^5 files less per main session
+        now = stat_tree(self.roots)
+        added, changed = tree_changes(self.trusted, now)
+        for path in added:  # what a session added is removed: bytecode is only a cache
+            Path(path).unlink(missing_ok=True)
+            now.pop(path, None)
+        self.trusted = now
+        planted = [p for p in added if not p.endswith(".pyc")]
+        if not (planted or changed):
+            if added:
+                self.log(f"  {who} {task.kind} {task.model}: removed {len(added)} .pyc it wrote")
+            return []
+        if changed:
+            self.stop_round = (
+                f"{who}'s {task.kind} session changed files every Python process on this box "
+                f"trusts ({', '.join(changed[:5])}): restore them (reinstall the environment), "
+                "then run the round again; it resumes after this session"
+            )
+            self.log(f"  {self.stop_round}")
+        return [f"the interpreter's or sparkboard's files ({', '.join((changed + planted)[:5])})"]

@@ -86,23 +86,21 @@ def _tasks(
             )
         )
 
-    # the accuracy evidence first: a PR whose timed runs are then caught (forged, diverged) has
-    # its later sessions skipped (policy.failures.stop_after), and its verdict should still
-    # say how far its model is from main's
+    # each model's accuracy evidence before its timed sessions: a PR caught in those (forged,
+    # diverged) has its later sessions skipped (policy.failures.stop_after), and its verdict
+    # should still say how far that model is from main's
     for m in full:
         if score:
             add("score", m)
         if prefill:
             add("prefill-check", m)
-    for m in guards:  # guards are scored too: a PR must not break what it does not target
-        if score and m not in full:
-            add("score", m)
-    for m in full:
         add("sweep", m)
         add("concurrent", m)
         if m in long_context:
             add("longctx", m)
-    for m in guards:
+    for m in guards:  # guards are scored too: a PR must not break what it does not target
+        if score and m not in full:
+            add("score", m)
         add("guard", m)
     return tuple(out)
 

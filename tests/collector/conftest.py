@@ -10,9 +10,15 @@ from pathlib import Path
 import pytest
 from fake_repo import HERE, REPO_ROOT, FakeRepo, git, test_policy_text
 
+from collector import sandbox
+
 
 @pytest.fixture
-def fake_repo(tmp_path: Path) -> FakeRepo:
+def fake_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeRepo:
+    # the box guard walks only sparkboard's own code between the fake engine's second-long
+    # sessions (the interpreter's ~10^5 files: the demo round walks them)
+    own = Path(sandbox.__file__).parent
+    monkeypatch.setattr("collector.sandbox.trusted_roots", lambda: [own])
     repo = tmp_path / "engine-repo"
     shutil.copytree(HERE / "fake_engine", repo)
     shutil.copy(

@@ -12,6 +12,7 @@ from fake_repo import FakeRepo, pr
 
 from collector.cli import main
 from collector.collect import collect
+from collector.errors import RoundError
 from collector.forgery import ForgeryRules, output_problem, timing_problem, upper_bound
 from collector.store import open_store
 from engine.harness.protocol import SweepResult
@@ -162,3 +163,43 @@ def test_forgeries_in_a_round(fake_repo: FakeRepo, tmp_path: Path) -> None:
     for pid in map(int, pidfile.read_text().split()):
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+@pytest.mark.slow
+def test_files_every_process_trusts(
+    fake_repo: FakeRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A PR that adds a start-up hook to the interpreter's site folder is `forged` and the hook
+    removed; one that rewrites a file there is `forged` and stops the round (recorded first:
+    the round resumes after it once the box is restored)."""
+    lib = tmp_path / "site-packages"
+    lib.mkdir()
+    trusted = lib / "numpy_like.py"
+    trusted.write_text("VALUE = 1\n")
+    monkeypatch.setattr("collector.sandbox.trusted_roots", lambda: [lib])
+    r = fake_repo
+    r.branch("hook", f"open({str(lib / 'evil.pth')!r}, 'w').write('import os\\n')")
+    r.branch("bytecode", f"open({str(lib / 'cache.pyc')!r}, 'wb').write(b'')")
+    r.branch("rewrite", f"open({str(trusted)!r}, 'a').write('VALUE = 2\\n')")
+    db = tmp_path / "t.duckdb"
+    m = r.manifest("trust", [pr(31, "hook"), pr(32, "bytecode"), pr(33, "main")])
+    assert collect(m, db, progress=False) == 0
+    res = CliRunner().invoke(main, ["show", "--db", str(db), "--round", "trust", "--json"])
+    out = {d["pr"]: d for d in json.loads(res.output)}
+    assert {n: out[n]["label"] for n in (31, 32, 33)} == {31: "REJECT", 32: "none", 33: "none"}
+    assert "evil.pth" in out[31]["reason"] and "forged" in out[31]["reason"]
+    assert sorted(p.name for p in lib.iterdir()) == ["numpy_like.py"]  # both removed
+
+    m2 = r.manifest("trust-2", [pr(34, "rewrite"), pr(35, "main")])
+    db2 = tmp_path / "t2.duckdb"
+    with pytest.raises(RoundError, match="numpy_like.py"):
+        collect(m2, db2, progress=False)
+    with open_store(db2, read_only=True) as s:
+        (status,) = s.query("SELECT status FROM sessions WHERE pr = 34")[0]
+    assert status == "forged"
+    trusted.write_text("VALUE = 1\n")  # restored by hand; the round resumes (the PR's later
+    # sessions are skipped: it was caught)
+    assert collect(m2, db2, progress=False) == 0
+    res = CliRunner().invoke(main, ["show", "--db", str(db2), "--round", "trust-2", "--json"])
+    out = {d["pr"]: d["label"] for d in json.loads(res.output)}
+    assert out == {34: "REJECT", 35: "none"}

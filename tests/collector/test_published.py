@@ -51,6 +51,40 @@ def test_the_gpu_demo_round_gives_every_pr_its_expected_verdict(store) -> None:
     assert devices == [("NVIDIA H200",)]
 
 
+GATES = ROOT / "data" / "demo" / "gpu" / "gates-h200.toml"
+# the gates each REJECT of the gates round failed (issues 16, 17): what caught it
+GATES_FAILED = {
+    301: {"memory:llama-1b:f16", "long-context:llama-1b:f16"},
+    302: {"run:llama-8b:q4_0", "guard-accuracy:llama-8b:q4_0"},
+    304: {"run:llama-1b:f16", "accuracy:llama-1b:f16"},
+    305: {"run:llama-1b:f16"},
+    306: {"run:llama-1b:f16"},
+    307: {"run:llama-1b:f16"},
+}
+
+
+def test_the_gates_round_gives_every_pr_its_expected_verdict(store) -> None:
+    m = load_manifest(GATES).manifest
+    (rnd,) = store.query_dicts("SELECT * FROM rounds WHERE round_id = ?", [m.round])
+    assert rnd["device_name"] == "NVIDIA H200" and rnd["finished_at"] is not None
+    assert rnd["main_commit"] == m.base_ref
+    assert tomllib.loads(rnd["manifest_toml"]) == tomllib.loads(GATES.read_text())
+    got = {ev.pr: ev for ev in Readout.from_connection(store.con).by_round[m.round]}
+    assert {n: ev.label for n, ev in got.items()} == {p.number: p.expect for p in m.pr}
+    failed = {n: {g["gate"] for g in ev.gates if g["status"] == "fail"} for n, ev in got.items()}
+    assert {n: f for n, f in failed.items() if f} == GATES_FAILED
+    statuses = dict(
+        store.query(
+            "SELECT pr, list(DISTINCT status ORDER BY status) FROM sessions WHERE round_id = ? "
+            "AND side = 'pr' GROUP BY pr",
+            [m.round],
+        )
+    )
+    # caught once, a PR's later sessions were skipped, not measured
+    assert statuses[305] == ["forged", "ok", "skipped"] and "diverged" in statuses[306]
+    assert "skipped" not in statuses[303] and "skipped" not in statuses[301]
+
+
 def test_the_aa_rounds_are_none_on_every_axis(store) -> None:
     rounds = [
         r[0]
@@ -102,7 +136,7 @@ def test_commands_default_to_the_newest_leaderboard_round() -> None:
     newest round that measured that PR (A/A PR #1 lives only in the A/A rounds)."""
     rid = load_manifest(DEMO).manifest.round
     store = SimpleNamespace(con=connect(PUBLISHED))
-    assert pick_round(store.con) == rid
+    assert pick_round(store.con) == load_manifest(GATES).manifest.round  # the newest
     assert pick_round(store.con, pr=201) == pick_round(store.con, pr=202) == rid
     assert pick_round(store.con, pr=1) == "2026-12-01-h200-aa4"  # the newest A/A round
     assert pick_round(store.con, "2026-11-30-h200-aa1", pr=1) == "2026-11-30-h200-aa1"
@@ -118,8 +152,8 @@ def test_show_and_comment_find_the_pr_without_a_round() -> None:
     from collector.cli import main
 
     runner = CliRunner()
-    shown = runner.invoke(main, ["show", "--db", str(PUBLISHED)])
-    assert shown.exit_code == 0 and "PR #201 — S" in shown.output and "PR #1 " not in shown.output
+    shown = runner.invoke(main, ["show", "--db", str(PUBLISHED)])  # the newest round: the gates
+    assert shown.exit_code == 0 and "PR #303 — XL" in shown.output and "PR #1 " not in shown.output
     one = runner.invoke(main, ["show", "--db", str(PUBLISHED), "--pr", "202"])
     assert one.exit_code == 0 and "PR #202 — REJECT" in one.output
     comment = runner.invoke(main, ["comment", "--db", str(PUBLISHED), "--pr", "201"])

@@ -17,7 +17,7 @@
 # The finished databases are merged into $OUT/sparkboard.duckdb.
 set -u
 OUT=${OUT:-/tmp/out}
-read -r -a ROUNDS <<<"${ROUNDS:-gpu aa-h200-1 aa-h200-2 aa-h200-3}"  # at once on a Ray head, else in order
+read -r -a RLIST <<<"${ROUNDS:-gpu aa-h200-1 aa-h200-2 aa-h200-3}"  # at once on a Ray head, else in order
 SB=/tmp/sb
 DB=/tmp/db
 export PYTHONUNBUFFERED=1 PYTHONPATH=$SB
@@ -48,7 +48,7 @@ ray_setup() {  # Ray for `collect --cluster`: the wheel less its Java jars and w
 rounds() {  # every round, each its own driver and database (2 h each: queued behind other
   # rounds' shards too); $1: --cluster auto, or nothing
   local r
-  for r in "${ROUNDS[@]}"; do
+  for r in "${RLIST[@]}"; do
     echo "$(date +%T) $r: start" >>"$DB/workers.log"
     (cd "$SB" && timeout 7200 python3 -c 'from collector.cli import main; main()' collect \
       "data/demo/gpu/$r.toml" --db "$DB/$r.duckdb" $1 >"$DB/$r.out" 2>"$DB/$r.log"
@@ -81,23 +81,23 @@ start() {
     setsid -w python3 -m ray.scripts.scripts start --head --num-gpus="$n" --include-dashboard=false \
       --disable-usage-stats >"$DB/ray.log" 2>&1 || { tail -n 5 "$DB/ray.log"; exit 1; }
     setsid bash "$SB/data/demo/gpu/run_device.sh" rounds --cluster </dev/null >/dev/null 2>&1 &
-    echo "Ray head over $n GPUs; ${#ROUNDS[@]} rounds started"
+    echo "Ray head over $n GPUs; ${#RLIST[@]} rounds started"
   else
     CUDA_VISIBLE_DEVICES=0 setsid bash "$SB/data/demo/gpu/run_device.sh" rounds </dev/null >/dev/null 2>&1 &
-    echo "no Ray: ${#ROUNDS[@]} rounds one after another on GPU 0"
+    echo "no Ray: ${#RLIST[@]} rounds one after another on GPU 0"
   fi
 }
 
 wait_rounds() {  # up to $1 seconds, then report; merge once every round is done
   local until=$(($(date +%s) + $1))
-  while [ "$(ls "$DB"/done-* 2>/dev/null | wc -l)" -lt "${#ROUNDS[@]}" ] && [ "$(date +%s)" -lt "$until" ]; do
+  while [ "$(ls "$DB"/done-* 2>/dev/null | wc -l)" -lt "${#RLIST[@]}" ] && [ "$(date +%s)" -lt "$until" ]; do
     sleep 10
   done
   cat "$DB/workers.log"
-  for r in "${ROUNDS[@]}"; do
+  for r in "${RLIST[@]}"; do
     [ -f "$DB/$r.log" ] && echo "== $r: $(tr '\r' '\n' <"$DB/$r.log" | tail -n 1 | cut -c1-150)"
   done
-  if [ "$(ls "$DB"/done-* 2>/dev/null | wc -l)" -ge "${#ROUNDS[@]}" ]; then
+  if [ "$(ls "$DB"/done-* 2>/dev/null | wc -l)" -ge "${#RLIST[@]}" ]; then
     (cd "$SB" && python3 -c 'from collector.cli import main; main()' merge "$DB"/*.duckdb --into "$OUT/sparkboard.duckdb") &&
       (cd "$SB" && python3 -c 'from collector.cli import main; main()' show --db "$OUT/sparkboard.duckdb" --json >"$OUT/show.json"
        python3 -c 'from collector.cli import main; main()' show --db "$OUT/sparkboard.duckdb" | tail -n 60)

@@ -116,7 +116,11 @@ class ShardWorker:
         self.placement = here()
         self.problem = device_problem(bench.policy.profile.backend)
         self.notes: list[str] = []
-        self.guard = None if self.problem else BoxGuard(bench.main_checkout, self.notes.append)
+        self.guard = (
+            None
+            if self.problem
+            else BoxGuard(bench.main_checkout, self.notes.append, bench.pr_checkouts)
+        )
 
     def run(self, task: Task, checkout: Path | None) -> Handed:
         if self.guard is None:

@@ -221,10 +221,14 @@ def _collect(
         log(f"resuming: {len(tasks) - n_todo} of {len(tasks)} sessions already finished")
 
     def bench(shard: int) -> Bench:
-        """A shard's own main checkout and scratch: shards on one host run side by side."""
+        """A shard's own main checkout and scratch: shards on one host run side by side. Its
+        box guard watches the checkouts of its own PRs (in one process: every shard's)."""
         main = main_checkout if shard == 0 else ws.add_worktree(f"main-s{shard}", main_commit)
         work = scratch / ("work" if conn is None else f"work-s{shard}")
-        return Bench(ws.repo, main, main_commit, policy, work, (db_path.parent,))
+        mine = [t.pr for plan in (plans if conn is None else plans[shard : shard + 1])
+                for s in plan for t in s.tasks if t.side == "pr"]  # fmt: skip
+        checkouts = tuple(sorted({p for n in mine if (p := by_pr[n].checkout) is not None}))
+        return Bench(ws.repo, main, main_commit, policy, work, (db_path.parent,), checkouts)
 
     def commit_of(task: Task) -> str:
         return main_commit if task.side == "main" else str(by_pr[task.pr].merged_commit)
@@ -336,7 +340,7 @@ def _run_here(
     """Every session in this process, one after another (a sharded round's shards in turn)."""
     from collector.cluster import here  # noqa: PLC0415 - nvidia-smi's answer, no Ray
 
-    guard = BoxGuard(bench.main_checkout, log)
+    guard = BoxGuard(bench.main_checkout, log, bench.pr_checkouts)
     placement = here()
     checkout = _pr_checkout(by_pr)
     infra = 0
@@ -386,6 +390,7 @@ class Bench:
     policy: ResolvedPolicy
     work: Path
     disk_paths: tuple[Path, ...]
+    pr_checkouts: tuple[Path, ...] = ()  # what its PR sessions must leave alone but their own
 
 
 def measure(bench: Bench, guard: BoxGuard, task: Task, checkout: Path | None) -> Outcome:
@@ -398,7 +403,7 @@ def measure(bench: Bench, guard: BoxGuard, task: Task, checkout: Path | None) ->
     o = run_task(
         task, checkout, bench.work, bench.policy, list(bench.disk_paths), bench.main_checkout
     )
-    tampered = guard.after_session(task)
+    tampered = guard.after_session(task, checkout)
     if task.side == "pr" and not tampered:
         paths = bench.policy.harness.paths
         drift = harness_drift(checkout, bench.repo, bench.main_commit, paths)

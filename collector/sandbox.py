@@ -10,6 +10,8 @@ every later Python process would import it. Between sessions the collector there
   (processes that were running before the session are spared);
 * checks main's checkout is exactly main's commit (`git status` with ignored files too) and
   restores it if not, and re-pins the harness in the PR's checkout before each of its sessions;
+* checks no other PR's checkout changed during a PR's session (by stat, like the trusted files
+  below: a competitor's engine slowed is a gain too) and restores it if one did;
 * watches every file every later Python process trusts: the interpreter's standard library and
   site folders (start-up hooks such as `*.pth` and `sitecustomize.py` among them) and this
   sparkboard's own code, by size, times and inode (`os.stat`: a rewrite changes the inode's
@@ -105,9 +107,12 @@ class BoxGuard:
     """Between sessions: kill what a session left running, and check that main's checkout and
     the files every Python process trusts are as they were (collector/sandbox.py)."""
 
-    def __init__(self, main_checkout: Path, log: Callable[[str], None]) -> None:
+    def __init__(
+        self, main_checkout: Path, log: Callable[[str], None], checkouts: tuple[Path, ...] = ()
+    ) -> None:
         self.main_checkout = main_checkout
         self.log = log
+        self.checkouts = {c: stat_tree([c]) for c in checkouts}  # the PRs' checkouts
         self.subreaper = become_subreaper()
         sys.dont_write_bytecode = True  # this process adds nothing to the trusted folders
         self.roots = trusted_roots()
@@ -119,9 +124,9 @@ class BoxGuard:
         """What runs before a session (a Ray head, a notebook's helpers) is not the session's."""
         self.running = descendants()
 
-    def after_session(self, task: Task) -> str | None:
-        """What the session changed outside its own checkout (restored where it can be), or
-        None. Sets `stop_round` when it changed a trusted file that was there before."""
+    def after_session(self, task: Task, own: Path | None = None) -> str | None:
+        """What the session changed outside its own checkout `own` (restored where it can be),
+        or None. Sets `stop_round` when it changed a trusted file that was there before."""
         who = "main" if task.side == "main" else f"PR #{task.pr}"
         left = kill_leftovers(spare=self.running)
         if left:
@@ -131,10 +136,28 @@ class BoxGuard:
         if changed:
             restore_checkout(self.main_checkout)
             found.append("main's checkout (" + ", ".join(changed[:5]) + ")")
+        found += self._other_checkouts(task, own)
         found += self._trusted_files(who, task)
         if not found:
             return None
         return "changed files outside its checkout: " + "; ".join(found) + " (restored)"
+
+    def _other_checkouts(self, task: Task, own: Path | None) -> list[str]:
+        """Another PR's checkout changed by this session (a competitor's engine slowed, say):
+        restored. Its own checkout is its own business."""
+        found = []
+        for path, before in self.checkouts.items():
+            now = stat_tree([path])
+            if task.side == "pr" and path != own:
+                added, changed = tree_changes(before, now)
+                if added or changed:
+                    restore_checkout(path)
+                    now = stat_tree([path])
+                    found.append(
+                        f"another PR's checkout {path.name} ({', '.join((changed + added)[:5])})"
+                    )
+            self.checkouts[path] = now
+        return found
 
     def _trusted_files(self, who: str, task: Task) -> list[str]:
         if task.side == "main":  # main's code is trusted (and writes nothing there): one walk

@@ -5,18 +5,30 @@ the kernel and the driver say about the process: its resident set (`/proc/PID/st
 every POLL_S) and, on the GPU, its device memory (`nvidia-smi --query-compute-apps`, every
 GPU_POLL_S). `after_load` is the first reading once the model has loaded; `peak` the largest.
 A process that resets its own high-water mark cannot hide from readings it does not make.
+
+Memory the engine keeps *outside* its resident set counts too (every OUTSIDE_POLL_S): the
+resident sets of every other process below the timing parent (helpers the engine started, and
+daemons re-parented here: the parent is a subreaper), and the in-memory files (memfd, or on a
+tmpfs mount such as /dev/shm) any of them holds open, whoever wrote them and whenever. An honest
+engine keeps none there; a table held in a helper process or read from a shared-memory file is
+memory all the same (`outside`: its largest reading, which the long-context check holds to an
+allowance). A mapped file's touched pages are in the resident set already (counted twice then:
+the PR's choice).
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 from pathlib import Path
 
 from engine.harness.protocol import MemoryReport
+from engine.harness.reaper import descendants
 
 POLL_S = 0.02
 GPU_POLL_S = 0.5
+OUTSIDE_POLL_S = 0.2
 NVIDIA_SMI_TIMEOUT_S = 10
 
 
@@ -28,6 +40,57 @@ def resident_bytes(pid: int) -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def tmpfs_devices() -> set[int]:
+    """The device numbers of every tmpfs mount (/dev/shm, a tmpfs /tmp, ...)."""
+    devs = set()
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return devs
+    for line in mounts:
+        parts = line.split()
+        if len(parts) >= 3 and parts[2] == "tmpfs":
+            try:
+                devs.add(os.stat(parts[1].replace("\\040", " ")).st_dev)
+            except OSError:
+                continue
+    return devs
+
+
+def memory_file_bytes(pids: set[int], tmpfs: set[int]) -> int:
+    """Bytes of the in-memory files (memfd, or on a tmpfs mount) the processes hold open, each
+    file once: memory, whoever created it and whenever."""
+    seen: dict[tuple[int, int], int] = {}
+    for pid in pids:
+        try:
+            fds = list(Path(f"/proc/{pid}/fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                memfd = os.readlink(fd).startswith("/memfd:")
+                st = os.stat(fd)
+            except OSError:
+                continue
+            if memfd or st.st_dev in tmpfs:
+                seen[(st.st_dev, st.st_ino)] = st.st_blocks * 512
+    return sum(seen.values())
+
+
+def outside_bytes(engine: int, tmpfs: set[int]) -> int:
+    """What the engine holds outside its own resident set (module docstring)."""
+    others = {p for p in descendants() if p != engine and _comm(p) != "nvidia-smi"}
+    held = sum(resident_bytes(p) or 0 for p in others)
+    return held + memory_file_bytes(others | {engine}, tmpfs)
 
 
 def gpu_bytes(pid: int) -> int | None:
@@ -50,11 +113,14 @@ def gpu_bytes(pid: int) -> int | None:
 
 
 class MemoryWatch:
-    """Polls a process's memory in a thread from construction until `stop()`."""
+    """Polls a process's memory in a thread from construction until `stop()`: host readings are
+    its resident set plus what it holds outside its process (the latest `outside` reading)."""
 
     def __init__(self, pid: int, gpu: bool) -> None:
         self.pid, self.gpu = pid, gpu
-        self.host = [resident_bytes(pid) or 0]
+        self._tmpfs = tmpfs_devices()
+        self.outside = [outside_bytes(pid, self._tmpfs)]
+        self.host = [(resident_bytes(pid) or 0) + self.outside[-1]]
         self.device: list[int] = []
         if gpu and (g := gpu_bytes(pid)) is not None:
             self.device.append(g)
@@ -67,12 +133,17 @@ class MemoryWatch:
         ticks = 0
         while not self._done.wait(POLL_S):
             ticks += 1
+            if ticks % round(OUTSIDE_POLL_S / POLL_S) == 0:
+                self.outside.append(outside_bytes(self.pid, self._tmpfs))
             if (r := resident_bytes(self.pid)) is not None:
-                self.host.append(r)
-            if self.gpu and ticks * POLL_S >= GPU_POLL_S:
-                ticks = 0
-                if (g := gpu_bytes(self.pid)) is not None:
-                    self.device.append(g)
+                self.host.append(r + self.outside[-1])
+            gpu_tick = self.gpu and ticks % round(GPU_POLL_S / POLL_S) == 0
+            if gpu_tick and (g := gpu_bytes(self.pid)) is not None:
+                self.device.append(g)
+
+    @property
+    def outside_peak(self) -> int:
+        return max(self.outside)
 
     def mark(self) -> tuple[int, int | None]:
         """The largest readings since the last mark (host, device): a context's own peak."""
@@ -84,6 +155,7 @@ class MemoryWatch:
     def stop(self) -> MemoryReport:
         self._done.set()
         self._thread.join()
+        self.outside.append(outside_bytes(self.pid, self._tmpfs))
         return MemoryReport(
             host_after_load=self.host[0],
             host_peak=max(self.host),

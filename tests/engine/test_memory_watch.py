@@ -1,0 +1,87 @@
+"""The timing parent's memory readings of the engine (engine/harness/memory.py): memory the
+engine holds outside its own process counts — a helper process's, a memfd's, a tmpfs file's."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from engine.harness.memory import MemoryWatch, outside_bytes, tmpfs_devices
+
+MIB = 2**20
+HOLD = 48 * MIB
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc")
+
+
+def engine_that(code: str) -> subprocess.Popen:
+    """A stand-in engine process running `code`, then waiting to be killed; started once it
+    has printed 'ready' (its memory is in place)."""
+    body = f"import os, sys, time\n{code}\nprint('ready', flush=True)\ntime.sleep(60)\n"
+    proc = subprocess.Popen([sys.executable, "-c", body], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def watched(code: str) -> tuple[int, int]:
+    """(largest outside reading, largest host reading) of an engine running `code`."""
+    proc = engine_that(code)
+    try:
+        watch = MemoryWatch(proc.pid, gpu=False)
+        time.sleep(0.5)
+        report = watch.stop()
+        return watch.outside_peak, report.host_peak
+    finally:
+        proc.kill()
+        proc.wait()
+        subprocess.run(["pkill", "-f", "held-by-a-helper"], check=False)
+
+
+def test_an_honest_engine_holds_nothing_outside() -> None:
+    outside, host = watched(f"table = bytearray({HOLD})")
+    assert outside < 4 * MIB  # its own resident set is its own memory
+    assert host >= HOLD
+
+
+def test_a_helper_process_s_memory_counts() -> None:
+    code = (
+        "import subprocess\n"
+        "helper = subprocess.Popen([sys.executable, '-c', "
+        f"'import time; t = b\"x\" * {HOLD}; print(1, flush=True); time.sleep(60)', "
+        "'held-by-a-helper'], stdout=subprocess.PIPE)\n"
+        "helper.stdout.readline()\n"
+    )
+    outside, host = watched(code)
+    assert outside >= HOLD and host >= HOLD
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="no memfd")
+def test_a_memfd_counts() -> None:
+    code = f"fd = os.memfd_create('table')\nos.write(fd, b'x' * {HOLD})\n"
+    outside, _host = watched(code)
+    assert outside >= HOLD
+
+
+def test_a_tmpfs_file_it_reads_counts_whenever_it_was_written() -> None:
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or shm.stat().st_dev not in tmpfs_devices() or not os.access(shm, os.W_OK):
+        pytest.skip("no writable tmpfs /dev/shm")
+    path = shm / f"sparkboard-test-{os.getpid()}"
+    path.write_bytes(b"x" * HOLD)  # written before the engine started (an earlier session)
+    try:
+        outside, _host = watched(f"table = open({str(path)!r}, 'rb')  # read with os.pread")
+        assert outside >= HOLD
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def test_outside_bytes_is_quick() -> None:
+    tmpfs = tmpfs_devices()
+    t0 = time.perf_counter()
+    outside_bytes(os.getpid(), tmpfs)
+    assert time.perf_counter() - t0 < 1.0  # polled every 0.2 s beside the timed work

@@ -1,8 +1,9 @@
 """Memory of the engine process, read from outside it.
 
 The engine's own VRAM report is the PR's code talking; this is the timing parent reading what
-the kernel and the driver say about the process: its resident set (`/proc/PID/status`, VmRSS,
-every POLL_S) and, on the GPU, its device memory (`nvidia-smi --query-compute-apps`, every
+the kernel and the driver say about the process: its resident set (`/proc/PID/status`, VmRSS
+and the high-water mark VmHWM, which this process resets after load and at each context's
+start, every POLL_S) and, on the GPU, its device memory (`nvidia-smi --query-compute-apps`, every
 GPU_POLL_S). `after_load` is the first reading once the model has loaded; `peak` the largest.
 A process that resets its own high-water mark cannot hide from readings it does not make.
 
@@ -18,6 +19,7 @@ the PR's choice).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import threading
@@ -32,14 +34,26 @@ OUTSIDE_POLL_S = 0.2
 NVIDIA_SMI_TIMEOUT_S = 10
 
 
-def resident_bytes(pid: int) -> int | None:
+def resident_bytes(pid: int, high_water: bool = False) -> int | None:
+    """The process's resident set (VmRSS), or with `high_water` the larger of it and its
+    high-water mark (VmHWM: a peak between two polls is not missed)."""
+    found = {}
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                found[line[:5]] = int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         return None
-    return None
+    if "VmRSS" not in found:
+        return None
+    return max(found.values()) if high_water else found["VmRSS"]
+
+
+def reset_high_water(pid: int) -> None:
+    """Set the process's VmHWM back to its VmRSS (`clear_refs` 5), so the next readings are the
+    peak from now on; where this cannot be done the readings stay the polled resident set's."""
+    with contextlib.suppress(OSError):
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
 
 
 def _comm(pid: int) -> str:
@@ -120,6 +134,7 @@ class MemoryWatch:
         self.pid, self.gpu = pid, gpu
         self._tmpfs = tmpfs_devices()
         self.outside = [outside_bytes(pid, self._tmpfs)]
+        reset_high_water(pid)  # after load: the load's own peak is not a context's
         self.host = [(resident_bytes(pid) or 0) + self.outside[-1]]
         self.device: list[int] = []
         if gpu and (g := gpu_bytes(pid)) is not None:
@@ -135,7 +150,7 @@ class MemoryWatch:
             ticks += 1
             if ticks % round(OUTSIDE_POLL_S / POLL_S) == 0:
                 self.outside.append(outside_bytes(self.pid, self._tmpfs))
-            if (r := resident_bytes(self.pid)) is not None:
+            if (r := resident_bytes(self.pid, high_water=True)) is not None:
                 self.host.append(r + self.outside[-1])
             gpu_tick = self.gpu and ticks % round(GPU_POLL_S / POLL_S) == 0
             if gpu_tick and (g := gpu_bytes(self.pid)) is not None:
@@ -150,6 +165,7 @@ class MemoryWatch:
         host = max(self.host[self._host_mark :], default=self.host[-1])
         dev = max(self.device[self._dev_mark :], default=self.device[-1] if self.device else None)
         self._host_mark, self._dev_mark = len(self.host), len(self.device)
+        reset_high_water(self.pid)
         return host, dev
 
     def stop(self) -> MemoryReport:

@@ -85,3 +85,18 @@ def test_outside_bytes_is_quick() -> None:
     t0 = time.perf_counter()
     outside_bytes(os.getpid(), tmpfs)
     assert time.perf_counter() - t0 < 1.0  # polled every 0.2 s beside the timed work
+
+
+def test_a_peak_between_two_polls_is_seen() -> None:
+    """A buffer that lives a millisecond at a time, between the 20 ms polls: the high-water mark
+    the parent resets catches it."""
+    code = (
+        "import threading\n"
+        "def spikes():\n"
+        "    while True:\n"
+        f"        b = bytearray({HOLD}); del b\n"
+        "        time.sleep(0.2)\n"
+        "threading.Thread(target=spikes, daemon=True).start()\n"
+    )
+    _outside, host = watched(code)
+    assert host >= HOLD

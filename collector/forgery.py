@@ -10,7 +10,10 @@ what they must be:
   shorter (the two pipe hops). A process whose clock was patched to run slow (or fast) shows it
   in most regions at once: `forged` when, in the median region, the engine's own time is more than
   `timing_rel_gap` short of the parent's *and* more than `timing_abs_gap_s` short, or when it is
-  longer than the parent's by more than `timing_rel_over` (impossible for an honest clock).
+  longer than the parent's by more than `timing_rel_over` (impossible for an honest clock). The
+  rule holds for the whole document and for each group of at least `timing_min_group` regions
+  (one operation at one shape, labelled by the parent: "decode ctx=4096 w=1"), so a clock patched
+  around one operation only, a minority of the document's regions, shows in its own group.
 * **outputs**: the timed operations' outputs teacher-forced through main's model (verify.py):
   per generated token and per prefill's argmax, its margin below main's best log-prob. A token
   within `tie_nats` of main's pick agrees. `diverged` ("the timed run computed something else") when
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -46,14 +50,39 @@ class ForgeryRules(BaseModel):
     timing_abs_gap_s: Annotated[float, Field(ge=0.0)] = 0.0002
     # an engine figure longer than the parent's by this much in the median region: a fast clock
     timing_rel_over: Annotated[float, Field(ge=0.0)] = 0.05
+    # a group of timed regions (one operation at one shape) this large is judged on its own too;
+    # smaller ones only within the whole document
+    timing_min_group: Annotated[int, Field(ge=MIN_REGIONS)] = 5
     # a generated token within this many nats of main's best counts as main's pick (ties)
     tie_nats: Annotated[float, Field(ge=0.0)] = 1e-3
     # one-sided z of the agreement's confidence bound (2.33: 99%): small samples decide nothing
     z: Annotated[float, Field(gt=0.0)] = 2.33
 
 
-def timing_problem(regions: list[tuple[float, float]], rules: ForgeryRules) -> str | None:
-    """Why the engine process's own timings betray a clock it changed, or None."""
+def timing_problem(
+    regions: list[tuple[float, float]], rules: ForgeryRules, groups: Sequence[str] = ()
+) -> str | None:
+    """Why the engine process's own timings betray a clock it changed, or None: the median rule
+    over the whole document, then over each group of `timing_min_group` regions or more (`groups`:
+    one label per region, TimingReport.groups; empty in older documents)."""
+    if groups and len(groups) != len(regions):
+        raise ValueError(f"{len(groups)} group labels for {len(regions)} timed regions")
+    judged: list[tuple[str, list[tuple[float, float]]]] = [("", regions)]
+    by_group: dict[str, list[tuple[float, float]]] = {}
+    for region, group in zip(regions, groups, strict=False):
+        by_group.setdefault(group, []).append(region)
+    judged += [(g, rs) for g, rs in by_group.items() if len(rs) >= rules.timing_min_group]
+    for group, rs in judged:
+        why = _median_problem(rs, group, rules)
+        if why:
+            return why
+    return None
+
+
+def _median_problem(
+    regions: list[tuple[float, float]], group: str, rules: ForgeryRules
+) -> str | None:
+    """The median rule on one set of regions (`group`: its label, "" for the whole document)."""
     if len(regions) < MIN_REGIONS:
         return None  # too few to tell a clock from one slow pipe hop
     gaps = [(parent - own) / parent for parent, own in regions]
@@ -61,17 +90,18 @@ def timing_problem(regions: list[tuple[float, float]], rules: ForgeryRules) -> s
     absolute = statistics.median(parent - own for parent, own in regions)
     parent_med = statistics.median(p for p, _ in regions) * 1e3
     own_med = statistics.median(o for _, o in regions) * 1e3
+    where = f"{len(regions)} timed regions" + (f" of {group}" if group else "")
     if rel > rules.timing_rel_gap and absolute > rules.timing_abs_gap_s:
         return (
             f"the engine's own clock read {(1 - rel) * 100:.0f}% of the collector's in the median "
-            f"of {len(regions)} timed regions ({own_med:.3g} ms against {parent_med:.3g} ms; "
+            f"of {where} ({own_med:.3g} ms against {parent_med:.3g} ms; "
             f"tolerance {rules.timing_rel_gap * 100:.0f}% and {rules.timing_abs_gap_s * 1e3:g} ms): "
             "its clock was changed"
         )
     if -rel > rules.timing_rel_over:
         return (
             f"the engine's own clock read {(1 - rel) * 100:.0f}% of the collector's in the median "
-            f"of {len(regions)} timed regions ({own_med:.3g} ms against {parent_med:.3g} ms): longer "
+            f"of {where} ({own_med:.3g} ms against {parent_med:.3g} ms): longer "
             "than the interval that contains it, so its clock was changed"
         )
     return None
@@ -125,7 +155,8 @@ def forged_evidence(doc: object, model: str, policy: ResolvedPolicy) -> tuple[st
         return None
     rules = policy.forgery
     bars = policy.accuracy.bars(model)
-    clock = timing_problem(doc.measured.timing.regions, rules)
+    timing = doc.measured.timing
+    clock = timing_problem(timing.regions, rules, timing.groups)
     if clock:
         return "forged", clock
     outputs = output_problem(doc, bars.top1_min, bars.kl_max, rules)

@@ -116,6 +116,12 @@ class Profile(_Strict):
     models: list[str] = Field(min_length=1)
     contexts: list[PosInt] = Field(min_length=1)
     guard_ctx: PosInt
+    # A guard sweep then decodes these widths of sequences together in the same engine process
+    # (`concurrent_tokens` each, `guard_width_runs` runs), its outputs verified against main's
+    # model with the rest: a batched decode broken only for a model the PR does not target is
+    # `diverged`. Empty: guards decode one sequence at a time only.
+    guard_widths: list[PosInt] = [2]
+    guard_width_runs: PosInt = 2
     tokens: PosInt
     reps: PosInt
     # untimed repetitions per context of a sweep (the harness's --warmup; unset: its default);
@@ -145,6 +151,9 @@ class Profile(_Strict):
     # prefill and the memory budget (MiB) the engine process is held to while it does.
     long_context: dict[str, PosInt] = {}
     memory_budget_mib: dict[str, PosInt] = {}
+    # tokens decoded after the long prefill, verified against main's model: enough that a decode
+    # wrong at long context shows (3 right of 4 cleared the bars; rounds before the key decoded 4)
+    long_context_tokens: PosInt = 16
     # Memory axes (lower is better): a PR using more than (1 + memory_growth) x main's memory, beyond
     # main's own range, is a REJECT.
     memory_growth: Annotated[float, Field(ge=0.0)] = 0.25
@@ -159,6 +168,8 @@ class Profile(_Strict):
             raise ValueError(f"unknown model(s): {', '.join(unknown)}")
         if self.guard_ctx not in self.contexts:
             raise ValueError(f"guard_ctx {self.guard_ctx} must be one of contexts {self.contexts}")
+        if len(set(self.guard_widths)) != len(self.guard_widths):
+            raise ValueError(f"guard_widths {self.guard_widths}: a width appears twice")
         bad_axes = [a for a in self.min_noise_axes if not is_axis(a)]
         if bad_axes:
             raise ValueError(f"min_noise_axes: not an axis name: {', '.join(bad_axes)}")

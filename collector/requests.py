@@ -49,8 +49,22 @@ def _sweep(task: Task, policy: ResolvedPolicy) -> Request:
     argv += ["--ctx", ",".join(map(str, ctxs)), "--tokens", str(prof.tokens)]
     argv += ["--reps", str(prof.reps)]
     argv += [] if prof.warmup is None else ["--warmup", str(prof.warmup)]
+    widths = tuple(prof.guard_widths) if guard else ()
+    if widths:  # then a batched decode in the same process, verified like a concurrent session
+        argv += ["--widths", ",".join(map(str, widths)), "--width-tokens"]
+        argv += [str(prof.concurrent_tokens), "--width-runs", str(prof.guard_width_runs)]
+        argv += ["--prompt-len", str(prof.prompt_len)]
     common = _common(task, policy)
-    return Request("sweep", argv=argv, contexts=ctxs, reps=prof.reps, timed=True, **common)
+    return Request(
+        "sweep",
+        argv=argv,
+        contexts=ctxs,
+        reps=prof.reps,
+        widths=widths,
+        runs=prof.guard_width_runs if widths else 0,
+        timed=True,
+        **common,
+    )
 
 
 def _concurrent(task: Task, policy: ResolvedPolicy) -> Request:
@@ -87,6 +101,7 @@ def _longctx(task: Task, policy: ResolvedPolicy) -> Request:
     prof = policy.profile
     budget = prof.memory_budget_mib[task.model] * 2**20
     argv = [*policy.harness.bench, "longctx", *_args(task, policy)]
-    argv += ["--ctx", str(prof.long_context[task.model]), "--tokens", "4"]
+    argv += ["--ctx", str(prof.long_context[task.model])]
+    argv += ["--tokens", str(prof.long_context_tokens)]
     argv += ["--memory-budget", str(budget)]
     return Request("longctx", argv=argv, timed=True, **_common(task, policy))

@@ -1,6 +1,7 @@
 """Speed commands of the bench protocol: `sweep` (decode/prefill per context) and `concurrent`.
 
     python -m engine.harness.bench sweep --model M --ctx 128,512 --tokens N --reps R --out FILE
+        [--widths 2 --width-tokens N --width-runs R --prompt-len L]   then decode sequences together
     python -m engine.harness.bench concurrent --model M --widths 2,4 --tokens N --runs R --out FILE
     ... --engine-checkout DIR   measure the engine of another checkout (a PR's) from this one
 
@@ -89,6 +90,29 @@ def check_min_time(min_time: float) -> None:
         raise EngineError(f"--min-time must be between 0 and 60 seconds, got {min_time}")
 
 
+def check_widths(
+    model: str,
+    widths: list[int],
+    prompt_len: int,
+    tokens: int,
+    runs: int,
+    max_ctx: int,
+    options: tuple[str, str] = ("--tokens", "--runs"),
+) -> None:
+    """Sequences decoded together (concurrent, or a sweep's --widths) fit the model's window;
+    `options` names the tokens and runs options in errors."""
+    require_positive(tokens, options[0])
+    require_positive(runs, options[1])
+    require_positive(prompt_len, "--prompt-len")
+    for w in widths:
+        need = prompt_len + tokens + w
+        if need > max_ctx:
+            raise EngineError(
+                f"width {w}: prompt-len {prompt_len} + tokens {tokens} + {w} = {need} "
+                f"exceeds {model}'s context of {max_ctx}"
+            )
+
+
 @click.group(name="engine.harness.bench")
 def bench() -> None:
     """Speed measurements of the bench protocol; each command writes one JSON document."""
@@ -109,6 +133,23 @@ def bench() -> None:
 @click.option("--reps", default=3, show_default=True, help="Timed repetitions per context.")
 @click.option("--warmup", default=1, show_default=True, help=WARMUP_HELP + " per context.")
 @click.option("--min-time", default=MIN_TIME_S, show_default=True, help=MIN_TIME_HELP)
+@click.option(
+    "--widths",
+    "width_list",
+    default="",
+    help="After the contexts, also decode this many sequences together (comma-separated, e.g. 2) "
+    "in the same engine process; their outputs are verified like a concurrent session's.",
+)
+@click.option(
+    "--width-tokens", default=8, show_default=True, help="--widths: tokens decoded per sequence."
+)
+@click.option("--width-runs", default=2, show_default=True, help="--widths: timed runs per width.")
+@click.option(
+    "--prompt-len",
+    default=64,
+    show_default=True,
+    help="--widths: prompt tokens of the first sequence; sequence i gets prompt-len + i.",
+)
 @engine_checkout_option
 @verify_option
 @out_option
@@ -120,15 +161,21 @@ def sweep(
     reps: int,
     warmup: int,
     min_time: float,
+    width_list: str,
+    width_tokens: int,
+    width_runs: int,
+    prompt_len: int,
     engine_checkout: str | None,
     verify: bool,
     out: str,
     backend: str,
 ) -> None:
-    """Decode and prefill tok/s per context, every repetition's raw value."""
+    """Decode and prefill tok/s per context, every repetition's raw value; with --widths, then
+    sequences decoded together (a guard's batched decode, verified with the rest)."""
     clock = Clock()
     check_out(out)
     ctxs = parse_int_list(ctx_list, "ctx")
+    widths = parse_int_list(width_list, "widths") if width_list.strip() else []
     require_positive(tokens, "--tokens")
     require_positive(reps, "--reps")
     require_non_negative(warmup, "--warmup")
@@ -139,6 +186,9 @@ def sweep(
             raise EngineError(
                 f"ctx {ctx} + tokens {tokens} = {ctx + tokens} exceeds {model}'s context of {max_ctx}"
             )
+    if widths:
+        options = ("--width-tokens", "--width-runs")
+        check_widths(model, widths, prompt_len, width_tokens, width_runs, max_ctx, options)
 
     def body(b: Bench) -> list:
         contexts = []
@@ -149,12 +199,22 @@ def sweep(
                 f"prefill {np.median(sample.prefill_tok_s):.1f} tok/s (median of {reps})"
             )
             contexts.append(sample)
-        return contexts
+        # after the contexts, whose memory peaks are marked already: same process, same model
+        samples = measure_widths(b, widths, prompt_len, width_tokens, width_runs, warmup)
+        for s in samples:
+            progress(
+                f"sweep {model} width {s.width}: "
+                f"{np.median([r.tok_s for r in s.runs]):.1f} tok/s (median of {width_runs})"
+            )
+        return [contexts, samples]
 
-    contexts, measured, fields = run_session(
+    (contexts, samples), measured, fields = run_session(
         model, backend, engine_checkout, verify, min_time, body, clock
     )
-    doc = SweepResult(**fields, tokens=tokens, reps=reps, contexts=contexts, measured=measured)
+    extra = {"widths": samples, "width_tokens": width_tokens} if samples else {}
+    doc = SweepResult(
+        **fields, tokens=tokens, reps=reps, contexts=contexts, **extra, measured=measured
+    )
     write_document(doc, out)
 
 
@@ -198,19 +258,9 @@ def concurrent(
     clock = Clock()
     check_out(out)
     widths = parse_int_list(width_list, "widths")
-    require_positive(tokens, "--tokens")
-    require_positive(runs, "--runs")
-    require_positive(prompt_len, "--prompt-len")
+    check_widths(model, widths, prompt_len, tokens, runs, config_of(model).max_context)
     require_non_negative(warmup, "--warmup")
     check_min_time(min_time)
-    max_ctx = config_of(model).max_context
-    for w in widths:
-        need = prompt_len + tokens + w
-        if need > max_ctx:
-            raise EngineError(
-                f"width {w}: prompt-len {prompt_len} + tokens {tokens} + {w} = {need} "
-                f"exceeds {model}'s context of {max_ctx}"
-            )
 
     def body(b: Bench) -> list:
         samples = measure_widths(b, widths, prompt_len, tokens, runs, warmup)
@@ -231,7 +281,7 @@ def concurrent(
 @bench.command()
 @click.option("--model", required=True, help=MODEL_HELP)
 @click.option("--ctx", type=int, required=True, help="Prompt tokens to prefill (a long context).")
-@click.option("--tokens", default=4, show_default=True, help="Tokens decoded after it.")
+@click.option("--tokens", default=16, show_default=True, help="Tokens decoded after it.")
 @click.option(
     "--memory-budget",
     "budget",
@@ -304,7 +354,10 @@ def run_session(
         progress(f"verifying {len(b.checks.groups)} timed operations against this checkout's model")
         reference = f"main's engine at {engine_commit()[:12]}"
         report = verify_outputs(open_model(model, resolved), b.checks.groups, reference)
-    timing = TimingReport(regions=[(r.parent_s, r.inproc_s) for r in engine.timeline.regions])
+    regions = engine.timeline.regions
+    timing = TimingReport(
+        regions=[(r.parent_s, r.inproc_s) for r in regions], groups=[r.group for r in regions]
+    )
     measured = Measured(seed=b.challenges.seed, timing=timing, verification=report, memory=memory)
     me = SimpleNamespace(backend=resolved, model_id=model_id(model))
     return result, measured, header(model, me, clock)

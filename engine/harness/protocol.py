@@ -76,6 +76,15 @@ class TimingReport(Strict):
     collector holds against the parent's as a cross-check."""
 
     regions: list[tuple[PosFloat, NonNegFloat]] = Field(min_length=1)
+    # one label per region, set by the parent: the operation and its shape ("prefill n=4096",
+    # "decode ctx=4096 w=1"), for the cross-check per group; empty in documents made before it
+    groups: list[Annotated[str, Field(min_length=1, max_length=100)]] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _groups_match(self) -> TimingReport:
+        if self.groups and len(self.groups) != len(self.regions):
+            raise ValueError(f"{len(self.groups)} group labels for {len(self.regions)} regions")
+        return self
 
 
 class VerificationReport(Strict):
@@ -117,6 +126,11 @@ class SweepResult(Header):
     tokens: int = Field(gt=0)
     reps: int = Field(gt=0)
     contexts: list[ContextSample] = Field(min_length=1)
+    # `--widths` (a guard's sweep): sequences decoded together after the contexts, in the same
+    # engine process, `width_tokens` each; their outputs are verified with the contexts' (in
+    # `measured`), as a concurrent session's are. Empty in a plain sweep and in older documents.
+    widths: list[WidthSample] = []
+    width_tokens: int | None = Field(default=None, gt=0)
     measured: Measured
 
     @model_validator(mode="after")
@@ -124,6 +138,14 @@ class SweepResult(Header):
         for c in self.contexts:
             if len(c.decode_tok_s) != self.reps or len(c.prefill_tok_s) != self.reps:
                 raise ValueError(f"ctx {c.ctx}: expected {self.reps} repetitions")
+        if bool(self.widths) != (self.width_tokens is not None):
+            raise ValueError("widths and width_tokens come together")
+        for w in self.widths:
+            for r in w.runs:
+                if r.tokens_expected != w.width * (self.width_tokens or 0):
+                    raise ValueError(f"width {w.width}: tokens_expected != width x width_tokens")
+                if r.tokens_decoded > r.tokens_expected:
+                    raise ValueError(f"width {w.width}: decoded more tokens than expected")
         return self
 
 

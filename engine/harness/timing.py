@@ -57,10 +57,13 @@ class Challenges:
 
 @dataclass
 class Region:
-    """One timed operation: the parent's seconds and the engine process's own figure."""
+    """One timed operation: the parent's seconds, the engine process's own figure, and its group
+    (the operation and its shape, e.g. "decode ctx=4096 w=1": the clock cross-check is judged
+    per group too, so a clock changed around one operation only shows in its group)."""
 
     parent_s: float
     inproc_s: float
+    group: str = ""
 
 
 @dataclass
@@ -150,6 +153,7 @@ class EngineProcess:
         os.close(rep_w)
         self.ctl, self.rep = ctl_w, rep_r
         self.timeline = Timeline()
+        self.lengths: dict[int, int] = {}  # each sequence's cached tokens, as the requests say
         hello = self._recv()
         self.vocab = int(hello.get("vocab", 0))
         if self.vocab <= 0:
@@ -205,10 +209,13 @@ class EngineProcess:
             send(self.ctl, message)
         except WireError:
             self._died()
-        return self._recv()
+        reply = self._recv()
+        self._track(message)
+        return reply
 
     def timed(self, message: dict) -> tuple[dict, float]:
         """A timed operation: the parent's seconds from the request to the committing answer."""
+        group = self.group_of(message)
         t0 = time.perf_counter()
         try:
             send(self.ctl, message)
@@ -216,8 +223,35 @@ class EngineProcess:
             self._died()
         reply = self._recv()
         seconds = max(time.perf_counter() - t0, 1e-9)
-        self.timeline.regions.append(Region(seconds, _in_s(reply)))
+        self.timeline.regions.append(Region(seconds, _in_s(reply), group))
+        self._track(message)
         return reply, seconds
+
+    def group_of(self, message: dict) -> str:
+        """The operation and its shape, from the request and the sequences' lengths before it:
+        "prefill n=4096" (" at=L" when the sequence already held L tokens), "decode ctx=4096 w=1"
+        (ctx: the shortest sequence's length; w: the sequences decoded together)."""
+        op = message.get("op")
+        if op == "prefill":
+            start = self.lengths.get(message["seq"], 0)
+            return f"prefill n={message['n']}" + (f" at={start}" if start else "")
+        if op == "decode":
+            ctx = min((self.lengths.get(s, 0) for s in message["seqs"]), default=0)
+            return f"decode ctx={ctx} w={len(message['seqs'])}"
+        return str(op)
+
+    def _track(self, message: dict) -> None:
+        """Each sequence's length after an operation the engine process has answered."""
+        op = message.get("op")
+        if op == "reset":
+            self.lengths = dict.fromkeys(range(message["n_seqs"]), 0)
+        elif op == "truncate":
+            self.lengths[message["seq"]] = message["len"]
+        elif op == "prefill":
+            self.lengths[message["seq"]] = self.lengths.get(message["seq"], 0) + message["n"]
+        elif op == "decode":
+            for s in message["seqs"]:
+                self.lengths[s] = self.lengths.get(s, 0) + message["steps"]
 
     # --- the operations ---------------------------------------------------------------------
 

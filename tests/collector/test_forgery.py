@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 from fake_repo import FakeRepo, pr
+from pydantic import ValidationError
 
 from collector.cli import main
 from collector.collect import collect
 from collector.errors import RoundError
 from collector.forgery import ForgeryRules, output_problem, timing_problem, upper_bound
+from collector.policy import load_policy
 from collector.store import open_store
-from engine.harness.protocol import SweepResult
+from engine.harness.protocol import SweepResult, TimingReport
 
 RULES = ForgeryRules()
 
@@ -38,6 +41,77 @@ def test_a_fast_clock_is_forged() -> None:
 def test_sub_tolerance_gaps_on_tiny_regions_are_not_forgery() -> None:
     # 30% short but only 0.1 ms: pipe hops on a loaded box, not a patched clock
     assert timing_problem([(0.00033, 0.00023)] * 40, RULES) is None
+
+
+def _sweep_regions(
+    slow: str = "", factor: float = 0.5, seed: int = 7
+) -> tuple[list[tuple[float, float]], list[str]]:
+    """A sweep's timed regions in its groups, each with honest noise: the engine's figure 1-10%
+    (and 0.05-0.15 ms) short of the parent's, a few regions caught in a burst of load (the
+    parent's read 2-5x long). The group `slow` gets a clock running at `factor`."""
+    rng = random.Random(seed)
+    shapes = {
+        "prefill n=32": (0.0006, 120),
+        "decode ctx=32 w=1": (0.0013, 80),
+        "prefill n=128": (0.0013, 120),
+        "decode ctx=128 w=1": (0.0013, 100),
+        "decode ctx=16 w=4": (0.007, 40),
+        "prefill n=8000": (0.76, 3),  # too few to judge alone: one in a burst proves nothing
+    }
+    regions, groups = [], []
+    for group, (base, n) in shapes.items():
+        for _ in range(n):
+            own = base * rng.uniform(0.9, 1.1)
+            parent = own * rng.uniform(1.01, 1.10) + rng.uniform(0.00005, 0.00015)
+            if rng.random() < 0.05:
+                parent *= rng.uniform(2, 5)
+            regions.append((parent, own * factor if group == slow else own))
+            groups.append(group)
+    return regions, groups
+
+
+def test_a_clock_patched_around_one_group_only_is_forged_in_that_group() -> None:
+    regions, groups = _sweep_regions(slow="decode ctx=32 w=1")
+    assert timing_problem(regions, RULES) is None  # a fifth of the regions: the median hides it
+    why = timing_problem(regions, RULES, groups)
+    assert why and "in the median of 80 timed regions of decode ctx=32 w=1" in why
+    assert "clock was changed" in why
+    regions, groups = _sweep_regions(slow="decode ctx=16 w=4", factor=1.3)
+    why = timing_problem(regions, RULES, groups)
+    assert why and "of 40 timed regions of decode ctx=16 w=4" in why and "longer than" in why
+
+
+def test_honest_groups_with_noise_are_clean() -> None:
+    for seed in range(20):
+        regions, groups = _sweep_regions(seed=seed)
+        assert timing_problem(regions, RULES, groups) is None
+    # a group too small to judge alone, all of it in a burst of load: only the document judges it
+    regions, groups = _sweep_regions()
+    regions += [(0.010, 0.001)] * (RULES.timing_min_group - 1)
+    groups += ["decode ctx=32768 w=1"] * (RULES.timing_min_group - 1)
+    assert timing_problem(regions, RULES, groups) is None
+    regions += [(0.010, 0.001)]
+    groups += ["decode ctx=32768 w=1"]
+    assert "of decode ctx=32768 w=1" in (timing_problem(regions, RULES, groups) or "")
+
+
+def test_documents_without_groups_are_judged_as_before() -> None:
+    doc = _doc([0.0], [0.0], [0.0])
+    assert doc.measured.timing.groups == []
+    minority, _ = _sweep_regions(slow="decode ctx=32 w=1")
+    for regions in (minority, [(0.0013, 0.00065)] * 40, [(0.0010, 0.0013)] * 40):
+        assert timing_problem(regions, RULES, []) == timing_problem(regions, RULES)
+    why = timing_problem([(0.0013, 0.00065)] * 40, RULES)
+    assert why and "median of 40 timed regions (" in why  # the document's words, no group
+
+
+def test_group_labels_match_the_regions() -> None:
+    TimingReport(regions=[(0.01, 0.01)] * 2, groups=["prefill n=32", "decode ctx=32 w=1"])
+    with pytest.raises(ValidationError, match="1 group labels for 2 regions"):
+        TimingReport(regions=[(0.01, 0.01)] * 2, groups=["prefill n=32"])
+    with pytest.raises(ValueError, match="1 group labels for 2 timed regions"):
+        timing_problem([(0.01, 0.01)] * 2, RULES, ["prefill n=32"])
+    assert load_policy().forgery.timing_min_group == RULES.timing_min_group
 
 
 def test_wilson_bound() -> None:
@@ -203,3 +277,29 @@ def test_files_every_process_trusts(
     res = CliRunner().invoke(main, ["show", "--db", str(db2), "--round", "trust-2", "--json"])
     out = {d["pr"]: d["label"] for d in json.loads(res.output)}
     assert out == {34: "REJECT", 35: "none"}
+
+
+@pytest.mark.slow
+def test_a_pr_that_slows_a_competitor_s_checkout_is_forged(
+    fake_repo: FakeRepo, tmp_path: Path
+) -> None:
+    """Another PR's checkout is not the PR's to change: writing a slower engine into a
+    competitor's checkout (to take its merge-first) is `forged`, and the competitor's is
+    restored before its next session, so it keeps its own verdict."""
+    r = fake_repo
+    r.branch("fast", 'SPEED = {"tiny/decode": 1.30}')
+    r.branch(
+        "saboteur",
+        "import pathlib as _p\n"
+        "for _d in _p.Path.cwd().parent.glob('pr-*'):\n"
+        "    if _d != _p.Path.cwd() and (_d / 'engine' / 'fake_behavior.py').exists():\n"
+        "        with open(_d / 'engine' / 'fake_behavior.py', 'a') as _f:\n"
+        "            _f.write('\\nSPEED = {\"tiny/decode\": 0.5}\\n')",
+    )
+    m = r.manifest("sabotage", [pr(51, "fast"), pr(52, "saboteur")])
+    db = tmp_path / "s.duckdb"
+    assert collect(m, db, progress=False) == 0
+    res = CliRunner().invoke(main, ["show", "--db", str(db), "--round", "sabotage", "--json"])
+    out = {d["pr"]: d for d in json.loads(res.output)}
+    assert out[52]["label"] == "REJECT" and "another PR's checkout pr-51" in out[52]["reason"]
+    assert out[51]["label"] == "XL"

@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 from test_harness_units import VOCAB, FakeRunner, corpus
 
+from collector.forgery import ForgeryRules, forged_evidence, timing_problem
+from collector.policy import load_policy, resolve
 from engine.errors import EngineOutputError
 from engine.harness.common import log_softmax_rows, top_k
 from engine.harness.measure import Bench, measure_context, measure_widths, warm_up
@@ -150,23 +152,23 @@ def test_digest_kl_is_zero_for_the_same_distribution_and_grows_when_it_moves() -
 # --- the whole path: a timing parent and a real engine process ------------------------------
 
 
-def _checkout_with(tmp_path: Path, edit: tuple[str, str] | None) -> Path:
-    """A copy of this repo's engine/ and data/ with one text edit in numpy_backend.py."""
+def _checkout_with(tmp_path: Path, *edits: tuple[str, str]) -> Path:
+    """A copy of this repo's engine/ and data/ with text edits in numpy_backend.py."""
     dst = tmp_path / "checkout"
     shutil.copytree(REPO / "engine", dst / "engine", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO / "data", dst / "data", ignore=shutil.ignore_patterns("*.duckdb"))
-    if edit:
-        nb = dst / "engine" / "numpy_backend.py"
+    nb = dst / "engine" / "numpy_backend.py"
+    for old, new in edits:
         text = nb.read_text()
-        assert text.count(edit[0]) == 1
-        nb.write_text(text.replace(edit[0], edit[1]))
+        assert text.count(old) == 1
+        nb.write_text(text.replace(old, new))
     return dst
 
 
-def _sweep(tmp_path: Path, checkout: Path) -> dict:
+def _sweep(tmp_path: Path, checkout: Path, ctx: str = "32") -> dict:
     out = tmp_path / "sweep.json"
     argv = [sys.executable, "-m", "engine.harness.bench", "sweep", "--model", "tiny"]
-    argv += ["--ctx", "32", "--tokens", "4", "--reps", "2", "--min-time", "0.02", "--backend"]
+    argv += ["--ctx", ctx, "--tokens", "4", "--reps", "2", "--min-time", "0.02", "--backend"]
     argv += ["numpy", "--engine-checkout", str(checkout), "--out", str(out)]
     env = {"PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
     res = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
@@ -188,6 +190,42 @@ def test_a_patched_clock_does_not_change_the_parents_numbers(tmp_path: Path) -> 
     ratio = np.median(regions[:, 1] / regions[:, 0])
     assert 0.3 < ratio < 0.6  # the engine's own clock ran at half speed; the parent's did not
     assert max(doc["measured"]["verification"]["decode_margins"]) == 0.0
+
+
+@pytest.mark.slow
+def test_a_clock_patched_around_one_context_only_is_seen_in_its_group(tmp_path: Path) -> None:
+    """The red team's #201: the engine process's clock runs at half speed only while it decodes
+    one sequence from a cache of 32 tokens, a minority of the sweep's regions."""
+    lagging_clock = (
+        "from engine.weights import ModelWeights\n",
+        "from engine.weights import ModelWeights\nimport time as _t\n_real = _t.perf_counter\n"
+        "_lag = [0.0]\n_t.perf_counter = lambda: _real() - _lag[0]\n",
+    )
+    slow_at_32 = (
+        "    def decode(self, seqs: Sequence[int], tokens: np.ndarray) -> np.ndarray:\n",
+        "    def decode_greedy(self, seqs, tokens, steps):  # type: ignore[no-untyped-def]\n"
+        "        slow, t0 = len(seqs) == 1 and self._lens[int(seqs[0])] == 32, _real()\n"
+        "        out = super().decode_greedy(seqs, tokens, steps)\n"
+        "        if slow:\n"
+        "            _lag[0] += 0.5 * (_real() - t0)\n"
+        "        return out\n\n"
+        "    def decode(self, seqs: Sequence[int], tokens: np.ndarray) -> np.ndarray:\n",
+    )
+    checkout = _checkout_with(tmp_path, lagging_clock, slow_at_32)
+    doc = _sweep(tmp_path, checkout, ctx="32,64")
+    timing = doc["measured"]["timing"]
+    regions = [tuple(r) for r in timing["regions"]]
+    groups = timing["groups"]
+    shapes = ["prefill n=32", "decode ctx=32 w=1", "prefill n=64", "decode ctx=64 w=1"]
+    assert sorted(set(groups)) == sorted(shapes)
+    slowed = [o / p for (p, o), g in zip(regions, groups, strict=True) if g == shapes[1]]
+    assert len(slowed) < 0.5 * len(regions) and 0.3 < float(np.median(slowed)) < 0.6
+    rules = ForgeryRules()
+    assert timing_problem(regions, rules) is None  # the document's median alone misses it
+    why = timing_problem(regions, rules, groups)
+    assert why and f"of {len(slowed)} timed regions of decode ctx=32 w=1" in why
+    parsed = parse_document(json.dumps(doc).encode(), "sweep")
+    assert forged_evidence(parsed, "tiny", resolve(load_policy(), "cpu")) == ("forged", why)
 
 
 @pytest.mark.slow

@@ -6,3 +6,5 @@ ACCURACY_BROKEN: bool = False
 PREFILL_KL: float = 0.001
 FORGE_CLOCK: float = 1.0  # the engine process's own clock reads this share of the real time
 WRONG_WORK: bool = False  # the timed runs' outputs disagree with main's model
+MEMORY: dict[str, int] = {}  # model -> bytes kept resident beyond the base (FAKE_ENGINE_MEMORY)
+WRONG_BATCHED: set[str] = set()  # models whose multi-sequence decode is wrong (not single)

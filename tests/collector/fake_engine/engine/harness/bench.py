@@ -7,6 +7,7 @@ of `--engine-checkout` (the PR's), whose engine/fake_behavior.py says how that e
 import argparse
 import importlib.util
 import json
+import os
 import sys
 
 
@@ -32,6 +33,43 @@ from engine import fake_behavior as B  # noqa: E402
 from engine._fake_common import header, jitter, measured, misbehave, speed  # noqa: E402
 
 
+def memory(model: str) -> int:
+    """Bytes resident in the engine process: FAKE_ENGINE_MEMORY (unset: none read), plus what
+    the measured checkout keeps for `model` (fake_behavior.MEMORY)."""
+    base = int(os.environ.get("FAKE_ENGINE_MEMORY", "0"))
+    if not base:
+        return 0
+    return int(base * jitter()) + getattr(B, "MEMORY", {}).get(model, 0)
+
+
+def wrong_batched(model: str) -> bool:
+    return model in getattr(B, "WRONG_BATCHED", set())
+
+
+def batched(doc: dict, model: str, widths: list[int], tokens: int, runs: int, prompt_len: int):
+    """A sweep's `widths` (a guard's batched decode, after its contexts): runs of `widths`
+    sequences decoded together, `tokens` each, their outputs' margins added to the sweep's
+    verification (wrong when fake_behavior.WRONG_BATCHED names the model)."""
+    wrong = wrong_batched(model)
+    v = doc["measured"]["verification"]
+    ws = []
+    for w in widths:
+        rs = []
+        for _ in range(runs):
+            tok_s = 800.0 * w**0.5 * speed(model, "concurrent") * jitter()
+            rs.append(
+                {
+                    "tokens_expected": w * tokens,
+                    "tokens_decoded": w * tokens,
+                    "seconds": w * tokens / tok_s,
+                    "tok_s": tok_s,
+                }
+            )
+        ws.append({"width": w, "prompt_len": prompt_len, "runs": rs})
+        v["decode_margins"] += [5.0 if wrong else 0.0] * (w * tokens * runs)
+    return ws
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("command")
@@ -46,6 +84,8 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--engine-checkout", default=None)
     ap.add_argument("--memory-budget", type=int, default=1)
+    ap.add_argument("--width-tokens", type=int, default=None)  # sweep --widths: a guard's batch
+    ap.add_argument("--width-runs", type=int, default=2)
     misbehave(sys.argv[1], sys.argv[sys.argv.index("--out") + 1])
     a = ap.parse_args()
     doc = header(a.model, a.backend)
@@ -102,6 +142,18 @@ def main() -> None:
     else:
         raise SystemExit(f"error: unknown command {a.command}")
     doc["measured"] = measured()
+    if a.command == "sweep" and a.width_tokens:  # --widths after the contexts, same process
+        widths = [int(w) for w in a.widths.split(",")]
+        args = (a.model, widths, a.width_tokens, a.width_runs, a.prompt_len)
+        doc.update(widths=batched(doc, *args), width_tokens=a.width_tokens)
+    elif a.command == "concurrent" and wrong_batched(a.model):  # every output is batched
+        v = doc["measured"]["verification"]
+        v["decode_margins"] = [5.0] * len(v["decode_margins"])
+    resident = memory(a.model)
+    if a.command == "sweep" and resident:  # read from outside the engine process, like main's
+        for c in doc["contexts"]:
+            c["host_peak"] = resident
+        doc["measured"]["memory"] = {"host_after_load": resident, "host_peak": resident}
     with open(a.out, "w") as f:
         json.dump(doc, f)
 

@@ -1,0 +1,136 @@
+"""The guards' batched decode and the long-context decode: what a guard session and a long-context
+check ask the harness (collector/requests.py), and a PR whose multi-sequence decode is wrong only
+for a model it does not target (the red team's "quantized models skip the last layer, only in
+batched decode") REJECTed through its guard session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fake_repo import FakeRepo, pr
+from pydantic import ValidationError
+
+from collector.collect import collect
+from collector.forgery import forged_evidence, upper_bound
+from collector.policy import Profile, load_policy, resolve
+from collector.requests import build_request
+from collector.schedule import Task
+from collector.store import open_store
+from engine.harness.protocol import SweepResult
+
+CPU = resolve(load_policy(), "cpu")
+GPU = resolve(load_policy(), "gpu")
+
+
+def task(kind: str, model: str = "tiny:q8_0") -> Task:
+    return Task(f"r/pr1/{kind}", "pr", 1, 0, kind, model)
+
+
+def option(argv: list[str], name: str) -> str | None:
+    return argv[argv.index(name) + 1] if name in argv else None
+
+
+def test_a_guard_session_also_decodes_its_widths_together() -> None:
+    req = build_request(task("guard"), CPU)
+    prof = CPU.profile
+    assert req.kind == "sweep" and req.contexts == (prof.guard_ctx,)
+    assert option(req.argv, "--widths") == "2" and req.widths == (2,)
+    assert option(req.argv, "--width-tokens") == str(prof.concurrent_tokens)
+    assert option(req.argv, "--width-runs") == str(prof.guard_width_runs) == "2"
+    assert option(req.argv, "--prompt-len") == str(prof.prompt_len)
+    gpu = build_request(task("guard", "smollm2-135m"), GPU)
+    assert option(gpu.argv, "--widths") == "2" and option(gpu.argv, "--width-tokens") == "32"
+    assert option(gpu.argv, "--prompt-len") == "128"
+    # a target's sweep measures its widths in its concurrent sessions
+    target = build_request(task("sweep", "tiny"), CPU)
+    assert "--widths" not in target.argv and target.widths == ()
+    # guard_widths = []: the guard sweep of before
+    off = CPU.model_copy(update={"profile": prof.model_copy(update={"guard_widths": []})})
+    plain = build_request(task("guard"), off)
+    assert "--widths" not in plain.argv and "--width-tokens" not in plain.argv
+
+
+def test_the_long_context_check_decodes_long_context_tokens() -> None:
+    for policy, model in ((CPU, "tiny"), (GPU, "llama-1b:f16")):
+        argv = build_request(task("longctx", model), policy).argv
+        assert option(argv, "--tokens") == "16" == str(policy.profile.long_context_tokens)
+    # why 16: a decode wrong on 1 token in 4 cleared tiny's bar (0.958); on 4 in 16 it does not
+    bar = CPU.accuracy.bars("tiny").top1_min
+    assert upper_bound(3, 4, CPU.forgery.z) > bar
+    assert upper_bound(12, 16, CPU.forgery.z) < bar
+
+
+def test_profile_keys_are_checked() -> None:
+    raw = CPU.profile.model_dump()
+    with pytest.raises(ValidationError, match="appears twice"):
+        Profile.model_validate({**raw, "guard_widths": [2, 2]})
+    with pytest.raises(ValidationError):
+        Profile.model_validate({**raw, "guard_widths": [0]})
+    # a profile stored before the keys: a guard's widths and 16 long-context tokens
+    old = {k: v for k, v in raw.items() if k not in ("guard_widths", "guard_width_runs")}
+    old.pop("long_context_tokens")
+    p = Profile.model_validate(old)
+    assert (p.guard_widths, p.guard_width_runs, p.long_context_tokens) == ([2], 2, 16)
+
+
+def _guard_doc(batched_margin: float) -> SweepResult:
+    """A guard sweep whose single-sequence outputs are main's and whose batched ones have
+    `batched_margin` (the verification report holds both, as the harness writes it)."""
+    run = {"tokens_expected": 16, "tokens_decoded": 16, "seconds": 0.01, "tok_s": 1600.0}
+    return SweepResult.model_validate(
+        {
+            "schema_version": 2, "model": "tiny:q8_0", "model_id": "x",
+            "engine_commit": "unknown", "device": {"backend": "numpy", "name": "cpu"},
+            "started_at": "2026-12-01T00:00:00Z", "wall_s": 1.0, "kind": "sweep",
+            "tokens": 16, "reps": 3,
+            "contexts": [
+                {"ctx": 128, "decode_tokens": 16, "decode_tok_s": [1.0] * 3,
+                 "prefill_tok_s": [1.0] * 3}
+            ],
+            "widths": [{"width": 2, "prompt_len": 16, "runs": [run, run]}],
+            "width_tokens": 8,
+            "measured": {
+                "seed": 1,
+                "timing": {"regions": [[0.01, 0.0099]] * 20},
+                "verification": {
+                    "reference": "main", "decode_margins": [0.0] * 144 + [batched_margin] * 96,
+                    "prefill_margins": [0.0] * 9, "prefill_kl": [0.0] * 9,
+                },
+            },
+        }
+    )  # fmt: skip
+
+
+def test_a_guard_sweeps_batched_outputs_are_held_to_main_like_a_concurrent_sessions() -> None:
+    assert forged_evidence(_guard_doc(0.0), "tiny:q8_0", CPU) is None
+    status, why = forged_evidence(_guard_doc(3.0), "tiny:q8_0", CPU)  # type: ignore[misc]
+    assert status == "diverged" and "generated tokens agree with main's model on 144 of 240" in why
+
+
+def test_a_batched_decode_wrong_only_for_the_guard_is_a_reject(
+    fake_repo: FakeRepo, tmp_path: Path
+) -> None:
+    r = fake_repo
+    r.branch("honest", 'SPEED = {"tiny/decode": 1.12}')
+    r.branch("skips", 'SPEED = {"tiny/decode": 1.12}\nWRONG_BATCHED = {"tiny:q8_0"}')
+    m = r.manifest("guard-batched", [pr(1, "honest", expect="L"), pr(2, "skips", expect="REJECT")])
+    db = tmp_path / "g.duckdb"
+    assert collect(m, db, progress=False) == 0
+    with open_store(db, read_only=True) as s:
+        verdicts = dict(s.query("SELECT pr, label FROM verdicts WHERE round_id = 'guard-batched'"))
+        reason = s.query("SELECT reason FROM verdicts WHERE pr = 2")[0][0]
+        sessions = s.query(
+            "SELECT side, pr, kind, model, status FROM sessions WHERE kind = 'guard' "
+            "ORDER BY side, pr, slot"
+        )
+        widths = s.query(
+            "SELECT DISTINCT document::JSON->>'$.widths[0].width' FROM sessions "
+            "WHERE kind = 'guard' AND status = 'ok'"
+        )
+    assert verdicts == {1: "L", 2: "REJECT"}
+    assert "computed something else" in reason and "tiny:q8_0" in reason
+    # the PR's guard session of tiny:q8_0 is where it was caught; main's and the honest PR's pass
+    assert ("pr", 2, "guard", "tiny:q8_0", "diverged") in sessions
+    assert all(st == "ok" for side, n, _k, _m, st in sessions if side == "main" or n == 1)
+    assert widths == [("2",)]  # every guard session decoded 2 sequences together

@@ -156,23 +156,14 @@ class RoundData:
 
 def compare_pr(data: RoundData, pr: int, targets: list[str], guards: list[str]) -> list[Comparison]:
     """Every axis of the PR's targets (full sweeps), and its guards' guard context (guard
-    sweeps), each against main's runs of the same shape."""
+    sweeps), each against main's runs of the same shape; the memory axes of both (role
+    'memory')."""
     comps: list[Comparison] = []
     for model, role in [(m, "target") for m in targets] + [(m, "guard") for m in guards]:
         pr_shape = "full" if role == "target" else "guard"
+        comps += compare_pr_memory(data, pr, model, pr_shape)
         if role == "target":
             shared = data.axes("pr", pr, model) & data.axes("main", 0, model)
-            comps += [
-                compare_memory(
-                    data.policy,
-                    model,
-                    ax,
-                    data.values("main", 0, model, ax),
-                    data.values("pr", pr, model, ax),
-                )
-                for ax in sorted(shared, key=axis_sort_key)
-                if is_memory_axis(ax)
-            ]
             main_shapes = {a: "full" for a in shared if not is_memory_axis(a)}
         else:
             g = data.policy.profile.guard_ctx_for(model)
@@ -196,6 +187,24 @@ def compare_pr(data: RoundData, pr: int, targets: list[str], guards: list[str]) 
                 )
             )
     return comps
+
+
+def compare_pr_memory(data: RoundData, pr: int, model: str, shape: str) -> list[Comparison]:
+    """A model's memory axes, the PR's runs against main's of the same shape only: a target's
+    full sweeps, a guard's guard sweeps (one context in a fresh process holds less than a full
+    sweep's, so a round without main's guard sweeps compares no guard memory)."""
+    shared = data.axes("pr", pr, model, shape) & data.axes("main", 0, model, shape)
+    return [
+        compare_memory(
+            data.policy,
+            model,
+            ax,
+            data.values("main", 0, model, ax, shape),
+            data.values("pr", pr, model, ax, shape),
+        )
+        for ax in sorted(shared, key=axis_sort_key)
+        if is_memory_axis(ax)
+    ]
 
 
 # The gates of a measured PR, in the order they are written; a new gate is one line here.

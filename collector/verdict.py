@@ -256,7 +256,7 @@ def _not_judged_after_stop(ctx: GateContext, result: GateResult) -> None:
     skipped = [s for s in ctx.sessions if s["status"] == "skipped"]
     if not skipped:
         return
-    why = f"not judged: {skipped[0]['detail']}"
+    why = "not judged: " + skipped[0]["detail"].removeprefix("not run: ")
     result.gates = [g if g.status != "warn" else Gate(g.gate, "skip", why) for g in result.gates]
     result.soft = []
 

@@ -29,6 +29,11 @@
 // kernel. Each lane copies and later reads only its own 16-byte pieces, so a lane's
 // cp.async.wait_group is the only synchronisation the ring needs. Measured (engine/PERF.md):
 // two slots beat register loads by 4% on llama-1b; deeper rings were slower (6 slots: -7%).
+//
+// NT: n-tiles per block. The `_n16` and `_n32` kernels multiply each weight fragment into 2
+// or 4 tiles of 8 activation rows (mma j of a K block reads rows 8j + g), so a band's weights
+// leave DRAM once for 16 or 32 sequences instead of once per 8 (a block per 8 rows read them
+// up to 4 times). Each column still sees the same mmas in the same order: bit-identical to NT 1.
 #ifndef MMA_WARPS
 #define MMA_WARPS 16  // 8: -3% on llama-1b (too few blocks for its 2048-row matrices); 32: -12%
 #endif
@@ -49,8 +54,32 @@
 // +7.0% on llama-1b:f16 decode, +3.3% on llama-8b:f16 (engine/PERF.md)
 #define MMA_NORM_MINB 2
 #endif
+#ifndef MMA_NT_MAX
+#define MMA_NT_MAX 4  // the widest kernel's n-tiles (1: every block 8 rows, the old launch)
+#endif
+#ifndef MMA_S_WIDE
+#define MMA_S_WIDE 0  // ring slots of the _n16/_n32 kernels (0: MMA_S / MMA_S_GLU)
+#endif
+#ifndef MMA_WARPS_WIDE
+#define MMA_WARPS_WIDE 16  // warps per block of the _n16/_n32 kernels
+#endif
+#define MMA_WARPS_OF(NT) ((NT) == 1 ? MMA_WARPS : MMA_WARPS_WIDE)
+// Bands of 16 rows per block of the wide plain-store kernels (the output head: 8,016 blocks of
+// llama's 128,256 rows, each re-reading the whole activation block from L2, 4x the bytes of
+// its weight tile at 32 rows): each activation fragment a warp loads multiplies MB tiles.
+#ifndef MMA_MB_WIDE
+#define MMA_MB_WIDE 4
+#endif
+#define MMA_MB_OF(MODE, NT, NORM) ((NT) > 1 && (MODE) == MODE_STORE && !(NORM) ? MMA_MB_WIDE : 1)
+// the _n16/_n32 kernels ask for 16 warps per SM (their registers: 72-128 per thread)
+#define MMA_MINB_WIDE (MMA_WARPS_WIDE >= 16 ? 1 : 16 / MMA_WARPS_WIDE)
+// Kernels of up to MMA_XPF_NT n-tiles load the next K block's activations a block ahead, in
+// registers; the _n32 kernels load them at use (width 32: +3.7% on llama-1b, +3.3% on 8b f16).
+#ifndef MMA_XPF_NT
+#define MMA_XPF_NT 2
+#endif
 #define MMA_M 16  // output rows per block
-#define MMA_N 8   // activation rows per block
+#define MMA_N 8   // activation rows per n-tile
 
 // 8 activations as float16 pairs: hi[i] + lo[i] ~= elements 2i, 2i + 1 (lo: the residual).
 __device__ __forceinline__ void split_f16(const float4& a, const float4& b, u32 (&hi)[4], u32 (&lo)[4]) {
@@ -64,49 +93,64 @@ __device__ __forceinline__ void split_f16(const float4& a, const float4& b, u32 
     }
 }
 
-// The end of a tensor-core mat-vec block: each warp's accumulator fragment (and, for NORM,
-// its sums of squares) into shared memory where the ring was, then the block's 16 x 8 outputs
-// summed over the warps in a fixed order and stored by mode.
-template <int MODE, int NM, bool NORM>
-__device__ __forceinline__ void mma_finish(const float (&c)[NM][4], float ss, int N, int K, int nrows,
-                                           int ldo, float eps, float* __restrict__ out) {
+// The end of a tensor-core mat-vec block: each warp's accumulator fragments (and, for NORM,
+// its sums of squares) into shared memory where the ring was, then the block's 16MB x 8NT
+// outputs summed over the warps in a fixed order and stored by mode. c[m * MB + b]: matrix m's
+// band b (MB bands of 16 rows per block).
+template <int MODE, int NM, int MB, int NT, int W, bool NORM>
+__device__ __forceinline__ void mma_finish(const float (&c)[NM * MB][NT][4], const float (&ss)[NT],
+                                           int N, int K, int nrows, int ldo, float eps,
+                                           float* __restrict__ out) {
+    constexpr int NC = MMA_N * NT;  // activation rows (columns) of the block
+    constexpr int NR = MMA_M * MB;  // output rows of the block
     extern __shared__ uint4 mma_smem[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const int row0 = blockIdx.x * MMA_M, r0 = blockIdx.y * MMA_N;
-    const int nr = min(MMA_N, nrows - r0);
+    const int row0 = blockIdx.x * NR, r0 = blockIdx.y * NC;
+    const int nr = min(NC, nrows - r0);
     __syncthreads();  // every warp is done with its ring: the space now holds the partial tiles
-    float(*part)[NM][MMA_M][MMA_N] = reinterpret_cast<float(*)[NM][MMA_M][MMA_N]>(mma_smem);
+    float(*part)[NM][NR][NC] = reinterpret_cast<float(*)[NM][NR][NC]>(mma_smem);
     // after the tiles: each warp's sum of squares per activation row (NORM)
-    float(*sq)[MMA_N] = reinterpret_cast<float(*)[MMA_N]>(&part[MMA_WARPS][0][0][0]);
-    // accumulator fragment: c = {C[g][2t], C[g][2t + 1], C[g + 8][2t], C[g + 8][2t + 1]}
+    float(*sq)[NC] = reinterpret_cast<float(*)[NC]>(&part[W][0][0][0]);
+    // accumulator fragment of tile j: {C[g][2t], C[g][2t + 1], C[g + 8][2t], C[g + 8][2t + 1]}
 #pragma unroll
     for (int m = 0; m < NM; ++m) {
-        part[warp][m][g][2 * t] = c[m][0];
-        part[warp][m][g][2 * t + 1] = c[m][1];
-        part[warp][m][g + 8][2 * t] = c[m][2];
-        part[warp][m][g + 8][2 * t + 1] = c[m][3];
+#pragma unroll
+        for (int b = 0; b < MB; ++b) {
+            const int rg = MMA_M * b + g;
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                part[warp][m][rg][MMA_N * j + 2 * t] = c[m * MB + b][j][0];
+                part[warp][m][rg][MMA_N * j + 2 * t + 1] = c[m * MB + b][j][1];
+                part[warp][m][rg + 8][MMA_N * j + 2 * t] = c[m * MB + b][j][2];
+                part[warp][m][rg + 8][MMA_N * j + 2 * t + 1] = c[m * MB + b][j][3];
+            }
+        }
     }
     if constexpr (NORM) {  // the 4 lanes of group g hold row g's elements 8t .. 8t + 7 of each K block
-        ss += __shfl_xor_sync(FULL_MASK, ss, 1);
-        ss += __shfl_xor_sync(FULL_MASK, ss, 2);
-        if (t == 0) sq[warp][g] = ss;
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            float v = ss[j];
+            v += __shfl_xor_sync(FULL_MASK, v, 1);
+            v += __shfl_xor_sync(FULL_MASK, v, 2);
+            if (t == 0) sq[warp][MMA_N * j + g] = v;
+        }
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < MMA_M * MMA_N; i += blockDim.x) {
-        const int row = i / MMA_N, col = i % MMA_N;
+    for (int i = threadIdx.x; i < NR * NC; i += blockDim.x) {
+        const int row = i / NC, col = i % NC;
         if (row0 + row >= N || col >= nr) continue;
         float s[NM];
 #pragma unroll
         for (int m = 0; m < NM; ++m) {
             s[m] = 0.f;
 #pragma unroll
-            for (int w = 0; w < MMA_WARPS; ++w) s[m] += part[w][m][row][col];  // fixed order
+            for (int w = 0; w < W; ++w) s[m] += part[w][m][row][col];  // fixed order
         }
         if constexpr (NORM) {
             float q = 0.f;
 #pragma unroll
-            for (int w = 0; w < MMA_WARPS; ++w) q += sq[w][col];  // fixed order
+            for (int w = 0; w < W; ++w) q += sq[w][col];  // fixed order
             const float rs = rsqrtf(q / (float)K + eps);
 #pragma unroll
             for (int m = 0; m < NM; ++m) s[m] *= rs;
@@ -122,43 +166,58 @@ __device__ __forceinline__ void mma_finish(const float (&c)[NM][4], float ss, in
     }
 }
 
-template <int MODE, bool NORM>
+template <int MODE, int MB, int NT, int W, bool NORM>
 __device__ __forceinline__ void gemv_mma_body(const __half* __restrict__ w1, const __half* __restrict__ w2,
                                               const float* __restrict__ x, float* __restrict__ out,
                                               int N, int K, int nrows, int ldo,
                                               const float* __restrict__ gnorm, float eps) {
     constexpr int NM = MODE == MODE_GLU ? 2 : 1;  // weight matrices (gate and up for GLU)
-    constexpr int S = MODE == MODE_GLU ? MMA_S_GLU : MMA_S;
-    constexpr int SLOT = NM * 64;  // uint4 per ring slot: [matrix][rows g, g + 8][lane]
+    constexpr int S = NT > 1 && MMA_S_WIDE ? MMA_S_WIDE : MODE == MODE_GLU ? MMA_S_GLU : MMA_S;
+    constexpr bool XPF = NT <= MMA_XPF_NT;  // activations a K block ahead, in registers
+    constexpr int SLOT = NM * MB * 64;  // uint4 per ring slot: [matrix][band][rows g, g + 8][lane]
     extern __shared__ uint4 mma_smem[];  // the rings; after the loop, the partial tiles
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const int row0 = blockIdx.x * MMA_M, r0 = blockIdx.y * MMA_N;
-    const int nr = min(MMA_N, nrows - r0);
+    const int row0 = blockIdx.x * MMA_M * MB, r0 = blockIdx.y * (MMA_N * NT);
+    const int nr = min(MMA_N * NT, nrows - r0);
     // weight rows g and g + 8 of the band's first tile (rows past N are zeros, never stored)
     const size_t wa_off = (size_t)row0 * K + g * 32 + 8 * t;
     const size_t wb_off = wa_off + 8 * 32;
     const __half* wm[2] = {w1, w2};
-    const bool has_x = g < nr;  // lanes of absent activation rows multiply zeros
-    const float* xrow = x + (size_t)(r0 + (has_x ? g : 0)) * K + 8 * t;
+    // lane g of tile j loads activation row 8j + g; lanes of absent rows multiply zeros
+    const float* xrow[NT];
+    bool has_x[NT];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+        has_x[j] = MMA_N * j + g < nr;
+        xrow[j] = x + (size_t)(r0 + (has_x[j] ? MMA_N * j + g : 0)) * K + 8 * t;
+    }
     uint4* ring = mma_smem + (size_t)warp * S * SLOT + lane;
     const int nkb = K / 32;
-    const int mine = warp < nkb ? (nkb - 1 - warp) / MMA_WARPS + 1 : 0;  // this warp's K blocks
-    auto fill = [&](int i) {  // K block warp + i * MMA_WARPS into slot i % S
+    const int mine = warp < nkb ? (nkb - 1 - warp) / W + 1 : 0;  // this warp's K blocks
+    auto fill = [&](int i) {  // K block warp + i * W into slot i % S
         uint4* slot = ring + (i % S) * SLOT;
-        const int k = (warp + i * MMA_WARPS) * MMA_M * 32;  // the K block's 1 KB tile
+        const int k = (warp + i * W) * MMA_M * 32;  // the K block's 1 KB tile
 #pragma unroll
         for (int m = 0; m < NM; ++m) {
-            cp_async16(slot + m * 64, wm[m] + wa_off + k);
-            cp_async16(slot + m * 64 + 32, wm[m] + wb_off + k);
+#pragma unroll
+            for (int b = 0; b < MB; ++b) {
+                if (MB > 1 && row0 + MMA_M * b >= N) break;  // past the last band: never stored
+                const size_t band = (size_t)MMA_M * b * K + k;
+                cp_async16(slot + (m * MB + b) * 64, wm[m] + wa_off + band);
+                cp_async16(slot + (m * MB + b) * 64 + 32, wm[m] + wb_off + band);
+            }
         }
     };
-    auto load_x = [&](int i, float4& a, float4& b) {
-        a = b = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (has_x && i < mine) {
-            const float* p = xrow + (warp + i * MMA_WARPS) * 32;
-            a = ld_input4(p);
-            b = ld_input4(p + 4);
+    auto load_x = [&](int i, float4 (&a)[NT], float4 (&b)[NT]) {
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            a[j] = b[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (has_x[j] && i < mine) {
+                const float* p = xrow[j] + (warp + i * W) * 32;
+                a[j] = ld_input4(p);
+                b[j] = ld_input4(p + 4);
+            }
         }
     };
     if (!MMA_EARLY) pdl_wait();
@@ -168,68 +227,89 @@ __device__ __forceinline__ void gemv_mma_body(const __half* __restrict__ w1, con
         cp_async_commit();  // empty groups keep the count that cp_async_wait relies on
     }
     if (MMA_EARLY) pdl_wait();
-    float c[NM][4];
+    float c[NM * MB][NT][4];
 #pragma unroll
-    for (int m = 0; m < NM; ++m) c[m][0] = c[m][1] = c[m][2] = c[m][3] = 0.f;
-    float4 xa, xb;
-    load_x(0, xa, xb);
-    float ss = 0.f;  // NORM: this lane's share of its activation row's sum of squares
+    for (int m = 0; m < NM * MB; ++m)
+#pragma unroll
+        for (int j = 0; j < NT; ++j) c[m][j][0] = c[m][j][1] = c[m][j][2] = c[m][j][3] = 0.f;
+    float4 xa[NT], xb[NT];
+    if constexpr (XPF) load_x(0, xa, xb);
+    float ss[NT];  // NORM: this lane's share of each of its activation rows' sum of squares
+#pragma unroll
+    for (int j = 0; j < NT; ++j) ss[j] = 0.f;
     for (int i = 0; i < mine; ++i) {
         // refill the slot read last iteration (this lane's own reads of it are done)
         if (i + S - 1 < mine) fill(i + S - 1);
         cp_async_commit();
-        float4 na, nb;
-        load_x(i + 1, na, nb);
+        float4 na[NT], nb[NT];
+        if constexpr (XPF) load_x(i + 1, na, nb);
+        else load_x(i, xa, xb);
         float4 ga, gb;  // NORM: the norm weight of this lane's 8 activations (a constant)
         if constexpr (NORM) {
-            const float* gk = gnorm + (warp + i * MMA_WARPS) * 32 + 8 * t;
+            const float* gk = gnorm + (warp + i * W) * 32 + 8 * t;
             const float4* gp = reinterpret_cast<const float4*>(gk);
             ga = __ldg(gp);
             gb = __ldg(gp + 1);
         }
         cp_async_wait<S - 1>();  // K block i has landed
         const uint4* slot = ring + (i % S) * SLOT;
-        if constexpr (NORM) {
-            ss = fmaf(xa.x, xa.x, ss); ss = fmaf(xa.y, xa.y, ss);
-            ss = fmaf(xa.z, xa.z, ss); ss = fmaf(xa.w, xa.w, ss);
-            ss = fmaf(xb.x, xb.x, ss); ss = fmaf(xb.y, xb.y, ss);
-            ss = fmaf(xb.z, xb.z, ss); ss = fmaf(xb.w, xb.w, ss);
-            xa = make_float4(xa.x * ga.x, xa.y * ga.y, xa.z * ga.z, xa.w * ga.w);
-            xb = make_float4(xb.x * gb.x, xb.y * gb.y, xb.z * gb.z, xb.w * gb.w);
-        }
-        u32 hi[4], lo[4];
-        split_f16(xa, xb, hi, lo);
 #pragma unroll
-        for (int m = 0; m < NM; ++m) {
-            const uint4 a = slot[m * 64], b = slot[m * 64 + 32];
-            mma16816(c[m], a.x, b.x, a.y, b.y, hi[0], hi[1]);
-            mma16816(c[m], a.x, b.x, a.y, b.y, lo[0], lo[1]);
-            mma16816(c[m], a.z, b.z, a.w, b.w, hi[2], hi[3]);
-            mma16816(c[m], a.z, b.z, a.w, b.w, lo[2], lo[3]);
+        for (int j = 0; j < NT; ++j) {
+            float4 va = xa[j], vb = xb[j];
+            if constexpr (NORM) {
+                float q = ss[j];
+                q = fmaf(va.x, va.x, q); q = fmaf(va.y, va.y, q);
+                q = fmaf(va.z, va.z, q); q = fmaf(va.w, va.w, q);
+                q = fmaf(vb.x, vb.x, q); q = fmaf(vb.y, vb.y, q);
+                q = fmaf(vb.z, vb.z, q); q = fmaf(vb.w, vb.w, q);
+                ss[j] = q;
+                va = make_float4(va.x * ga.x, va.y * ga.y, va.z * ga.z, va.w * ga.w);
+                vb = make_float4(vb.x * gb.x, vb.y * gb.y, vb.z * gb.z, vb.w * gb.w);
+            }
+            u32 hi[4], lo[4];
+            split_f16(va, vb, hi, lo);
+#pragma unroll
+            for (int m = 0; m < NM * MB; ++m) {
+                const uint4 a = slot[m * 64], b = slot[m * 64 + 32];
+                mma16816(c[m][j], a.x, b.x, a.y, b.y, hi[0], hi[1]);
+                mma16816(c[m][j], a.x, b.x, a.y, b.y, lo[0], lo[1]);
+                mma16816(c[m][j], a.z, b.z, a.w, b.w, hi[2], hi[3]);
+                mma16816(c[m][j], a.z, b.z, a.w, b.w, lo[2], lo[3]);
+            }
         }
-        xa = na;
-        xb = nb;
+        if constexpr (XPF) {
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                xa[j] = na[j];
+                xb[j] = nb[j];
+            }
+        }
     }
     cp_async_wait<0>();
     pdl_trigger();  // the weights are read: let the next kernel's blocks start launching
-    mma_finish<MODE, NM, NORM>(c, ss, N, K, nrows, ldo, eps, out);
+    mma_finish<MODE, NM, MB, NT, W, NORM>(c, ss, N, K, nrows, ldo, eps, out);
 }
 
-#define GEMV_MMA_ONE(MNAME, MODE)                                                                  \
-    extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32, MMA_MINB)                          \
-        gemv_mma_f16_##MNAME(GEMV_ARGS) {                                                          \
-        gemv_mma_body<MODE, false>(reinterpret_cast<const __half*>(wq),                            \
-                                   reinterpret_cast<const __half*>(wq2),                           \
-                                   reinterpret_cast<const float*>(x), out, N, K, nrows, ldo,       \
-                                   nullptr, 0.f);                                                  \
+// One kernel per mode, NT (suffix: none for 8 activation rows per block, _n16, _n32) and norm.
+#define GEMV_MMA_NT(MNAME, MODE, NT, SUFFIX)                                                       \
+    extern "C" __global__ void __launch_bounds__(MMA_WARPS_OF(NT) * 32, NT == 1 ? MMA_MINB : MMA_MINB_WIDE) \
+        gemv_mma_f16_##MNAME##SUFFIX(GEMV_ARGS) {                                                  \
+        gemv_mma_body<MODE, MMA_MB_OF(MODE, NT, false), NT, MMA_WARPS_OF(NT), false>(reinterpret_cast<const __half*>(wq),                        \
+                                       reinterpret_cast<const __half*>(wq2),                       \
+                                       reinterpret_cast<const float*>(x), out, N, K, nrows, ldo,   \
+                                       nullptr, 0.f);                                              \
     }                                                                                              \
-    extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32, MMA_NORM_MINB)                     \
-        gemv_mma_f16_##MNAME##_norm(GEMV_ARGS, const float* __restrict__ gnorm, float eps) {       \
-        gemv_mma_body<MODE, true>(reinterpret_cast<const __half*>(wq),                             \
-                                  reinterpret_cast<const __half*>(wq2),                            \
-                                  reinterpret_cast<const float*>(x), out, N, K, nrows, ldo,        \
-                                  gnorm, eps);                                                     \
+    extern "C" __global__ void __launch_bounds__(MMA_WARPS_OF(NT) * 32, NT == 1 ? MMA_NORM_MINB : MMA_MINB_WIDE) \
+        gemv_mma_f16_##MNAME##_norm##SUFFIX(GEMV_ARGS, const float* __restrict__ gnorm, float eps) { \
+        gemv_mma_body<MODE, MMA_MB_OF(MODE, NT, true), NT, MMA_WARPS_OF(NT), true>(reinterpret_cast<const __half*>(wq),                         \
+                                      reinterpret_cast<const __half*>(wq2),                        \
+                                      reinterpret_cast<const float*>(x), out, N, K, nrows, ldo,    \
+                                      gnorm, eps);                                                 \
     }
+#define GEMV_MMA_ONE(MNAME, MODE)        \
+    GEMV_MMA_NT(MNAME, MODE, 1, )        \
+    GEMV_MMA_NT(MNAME, MODE, 2, _n16)    \
+    GEMV_MMA_NT(MNAME, MODE, 4, _n32)
 GEMV_MMA_ONE(store, MODE_STORE)
 GEMV_MMA_ONE(add, MODE_ADD)
 GEMV_MMA_ONE(glu, MODE_GLU)
@@ -354,7 +434,9 @@ __device__ __forceinline__ void gemv_mmaq_body(const uint4* __restrict__ q1w, co
     }
     cp_async_wait<0>();
     pdl_trigger();
-    mma_finish<MODE, NM, false>(c, 0.f, N, K, nrows, ldo, 0.f, out);
+    const float no_ss[1] = {0.f};
+    mma_finish<MODE, NM, 1, 1, MMA_WARPS, false>(reinterpret_cast<const float(&)[NM][1][4]>(c), no_ss, N, K, nrows,
+                                   ldo, 0.f, out);
 }
 
 #define GEMV_MMAQ_ONE(MNAME, MODE)                                                                 \

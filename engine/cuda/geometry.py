@@ -27,6 +27,10 @@ GEOMETRY_DEFAULTS = {
     "MMAQ_S": 2,
     "GEMV_MMA": 1,
     "GEMV_MMA_Q": 0,
+    "MMA_NT_MAX": 4,
+    "MMA_WARPS_WIDE": 16,
+    "MMA_S_WIDE": 0,
+    "MMA_MB_WIDE": 4,
 }
 
 # Weight storage types: the WT_* numbers in kernels/common.cuh.
@@ -36,10 +40,16 @@ QUANTIZED = (WT_Q8_0, WT_Q4_0, WT_Q4_1)  # read as int8 dp4a dot products
 GEMV_ROW_BLOCKS = (1, 2, 4, 8)  # activation rows one mat-vec launch reads each weight for
 GEMV_MODES = ("store", "add", "glu")
 NORM_MODES = ("store", "glu")  # the modes with a `_norm` kernel
-MMA_NAMES = tuple(f"gemv_mma_f16_{m}{n}" for m in GEMV_MODES for n in ("", "_norm")) + tuple(
-    f"gemv_mma_q4_0_{m}" for m in GEMV_MODES
-)
-MMA_M, MMA_N = 16, 8  # output rows x activation rows of one tensor-core mat-vec block
+# n-tiles of 8 activation rows one float16 tensor-core block multiplies each weight fragment
+# into, and their kernel-name suffixes (kernels/gemv_mma.cu, GEMV_MMA_NT)
+MMA_TILES = {1: "", 2: "_n16", 4: "_n32"}
+MMA_NAMES = tuple(
+    f"gemv_mma_f16_{m}{n}{sfx}"
+    for m in GEMV_MODES
+    for n in ("", "_norm")
+    for sfx in MMA_TILES.values()
+) + tuple(f"gemv_mma_q4_0_{m}" for m in GEMV_MODES)
+MMA_M, MMA_N = 16, 8  # output rows x activation rows of one tensor-core n-tile
 MMA_SLOT_BYTES = 1024  # one K block of 16 rows per weight matrix in a warp's cp.async ring
 MMAQ_SLOT_BYTES = 768  # Q4_0: two K blocks of 16 rows (512 bytes of nibbles, 256 of scales)
 
@@ -80,9 +90,14 @@ class Geometry:
     def __init__(self, defines: Mapping[str, int]) -> None:
         self.defines = dict(defines)
         self.values = {k: int(self.defines.get(k, v)) for k, v in GEOMETRY_DEFAULTS.items()}
-        for name in ("GEMV_WARPS", "GEMV_KSPLIT", "MMA_WARPS", "MMA_S", "MMA_S_GLU", "MMAQ_S"):
+        for name in (
+            "GEMV_WARPS", "GEMV_KSPLIT", "MMA_WARPS", "MMA_S", "MMA_S_GLU", "MMAQ_S", "MMA_WARPS_WIDE",
+            "MMA_MB_WIDE",
+        ):  # fmt: skip
             if self.values[name] < 1:
                 raise ValueError(f"{DEFINES_ENV}: {name}={self.values[name]} must be at least 1")
+        if self.values["MMA_NT_MAX"] not in MMA_TILES:
+            raise ValueError(f"{DEFINES_ENV}: MMA_NT_MAX must be one of {sorted(MMA_TILES)}")
         if self.values["GEMV_WARPS"] % self.values["GEMV_KSPLIT"]:
             raise ValueError(f"{DEFINES_ENV}: GEMV_WARPS must be a multiple of GEMV_KSPLIT")
         self.nvrtc_options = BASE_OPTIONS + tuple(
@@ -106,6 +121,24 @@ class Geometry:
             return bool(self.values["GEMV_MMA"]) and cols % 32 == 0
         return wt == WT_Q4_0 and bool(self.values["GEMV_MMA_Q"]) and cols % 64 == 0
 
+    def mma_tiles(self, wt: int, rows: int) -> int:
+        """n-tiles per tensor-core block: the fewest that cover `rows` (at most MMA_NT_MAX),
+        so 16 or 32 sequences read each weight band once, not once per 8. Float16 only."""
+        if wt != WT_F16:
+            return 1
+        cap = self.values["MMA_NT_MAX"]
+        return next(nt for nt in sorted(MMA_TILES) if nt * MMA_N >= rows or nt == cap)
+
+    def mma_warps(self, nt: int) -> int:
+        """Warps per tensor-core block: MMA_WARPS, or MMA_WARPS_WIDE for 2 and 4 n-tiles."""
+        return self.values["MMA_WARPS" if nt == 1 else "MMA_WARPS_WIDE"]
+
+    def mma_bands(self, mode: str, nt: int, norm: bool) -> int:
+        """16-row bands per tensor-core block: MMA_MB_WIDE for the wide plain-store kernels (the
+        output head's: each activation fragment a warp loads multiplies that many weight
+        tiles), else 1."""
+        return self.values["MMA_MB_WIDE"] if nt > 1 and mode == "store" and not norm else 1
+
     def norm_in_mv(self, wt: int, cols: int) -> bool:
         """Whether the mat-vec of this weight can apply RMSNorm itself: the float16
         tensor-core kernel, and the dp4a kernels of quantized weights."""
@@ -128,9 +161,11 @@ class Geometry:
         if norm and wt in QUANTIZED and mode not in NORM_MODES:
             raise ValueError(f"the quantized mat-vecs apply RMSNorm in {NORM_MODES} modes only")
         if self.uses_mma(wt, cols):
-            grid = (-(-n_out // MMA_M), -(-rows // MMA_N))
-            name = f"gemv_mma_{WT_NAMES[wt]}_{mode}" + ("_norm" if norm else "")
-            return name, grid, (self.values["MMA_WARPS"] * 32,)
+            nt = self.mma_tiles(wt, rows)
+            bands = self.mma_bands(mode, nt, norm)
+            grid = (-(-n_out // (MMA_M * bands)), -(-rows // (MMA_N * nt)))
+            name = f"gemv_mma_{WT_NAMES[wt]}_{mode}" + ("_norm" if norm else "") + MMA_TILES[nt]
+            return name, grid, (self.mma_warps(nt) * 32,)
         rb = 1 if rows <= 1 else 2 if rows <= 2 else 4 if rows <= 4 else 8
         groups = self.values["GEMV_WARPS"] // self.values["GEMV_KSPLIT"]  # row groups per block
         per_block = groups * self.rows_per_warp(rb, wt)
@@ -141,15 +176,25 @@ class Geometry:
     def shared_bytes(self, name: str) -> int:
         """Dynamic shared memory of a mat-vec kernel: the tensor-core kernels' per-warp rings
         (float16: MMA_S slots, MMA_S_GLU for gate|up, whose slots hold both matrices; Q4_0:
-        MMAQ_S slots); 0 for the rest."""
+        MMAQ_S slots), or the partial tiles and sums of squares that replace them after the
+        loop, whichever is larger; 0 for the rest."""
         if not name.startswith("gemv_mma_"):
             return 0
         glu = "_glu" in name
+        mats = 2 if glu else 1
+        nt = next((n for n, sfx in MMA_TILES.items() if sfx and name.endswith(sfx)), 1)
         if name.startswith("gemv_mma_q4_0_"):
             slots, slot_bytes = self.values["MMAQ_S"], MMAQ_SLOT_BYTES
+        elif nt > 1 and self.values["MMA_S_WIDE"]:
+            slots, slot_bytes = self.values["MMA_S_WIDE"], MMA_SLOT_BYTES
         else:
             slots, slot_bytes = self.values["MMA_S_GLU" if glu else "MMA_S"], MMA_SLOT_BYTES
-        return self.values["MMA_WARPS"] * slots * (2 if glu else 1) * slot_bytes
+        warps = self.mma_warps(nt)
+        plain_store = name == "gemv_mma_f16_store" + MMA_TILES[nt]
+        bands = self.mma_bands("store" if plain_store else "", nt, False)
+        ring = warps * slots * mats * bands * slot_bytes
+        partials = warps * (mats * MMA_M * bands + 1) * MMA_N * nt * 4  # tiles + sums of squares
+        return max(ring, partials)
 
 
 def gemv_name(wt: int, row_block: int, mode: str) -> str:

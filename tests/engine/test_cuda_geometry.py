@@ -14,6 +14,7 @@ from engine.cuda.geometry import (
     GEOMETRY_DEFAULTS,
     MMA_M,
     MMA_N,
+    MMA_NAMES,
     WT_F16,
     WT_F32,
     WT_Q4_0,
@@ -60,9 +61,43 @@ def test_warps_that_split_k_share_one_row_group() -> None:
 
 def test_float16_takes_the_tensor_core_mat_vec_at_every_width() -> None:
     geo = Geometry({})
-    names = {geo.launch(WT_F16, 2048, 8192, rows, "add")[0] for rows in range(1, 33)}
-    assert names == {"gemv_mma_f16_add"}  # one kernel: batch and alone are bit-identical
-    assert geo.launch(WT_F16, 300, 576, 11, "glu")[1:] == ((19, 2), (512,))  # 16 x 8 tiles
+    names = {geo.launch(WT_F16, 2048, 8192, rows, "add")[0] for rows in range(1, 9)}
+    assert names == {"gemv_mma_f16_add"}  # one tile of 8 rows per block
+    # wider batches multiply each weight fragment into 2 or 4 tiles (the same mmas per column:
+    # bit-identical to one row, tests/gpu), so a band leaves DRAM once per 16 or 32 rows
+    wide = {rows: geo.launch(WT_F16, 2048, 8192, rows, "add") for rows in (9, 16, 17, 32, 33)}
+    assert [wide[r][0] for r in (9, 16)] == ["gemv_mma_f16_add_n16"] * 2
+    assert [wide[r][0] for r in (17, 32, 33)] == ["gemv_mma_f16_add_n32"] * 3
+    assert wide[32][1] == (128, 1) and wide[33][1] == (128, 2)
+    assert geo.launch(WT_F16, 300, 576, 11, "glu")[1:] == ((19, 1), (512,))  # 16 x 16 tiles
+    narrow = Geometry({"MMA_NT_MAX": 1})  # the old launch: a block per 8 rows
+    assert narrow.launch(WT_F16, 300, 576, 11, "glu")[:2] == ("gemv_mma_f16_glu", (19, 2))
+    assert Geometry({"MMA_NT_MAX": 2}).launch(WT_F16, 64, 576, 32, "store")[:2] == (
+        "gemv_mma_f16_store_n16",
+        (4, 2),
+    )
+    with pytest.raises(ValueError, match="MMA_NT_MAX"):
+        Geometry({"MMA_NT_MAX": 3})
+
+
+def test_the_wide_plain_store_takes_several_bands_per_block_when_asked() -> None:
+    """MMA_MB_WIDE: the output head's wide kernel multiplies each activation fragment into that
+    many 16-row bands (fewer blocks, each re-reading the activations); every other kernel keeps
+    one band, so the 2,048-row matrices keep their 128 blocks."""
+    geo = Geometry({"MMA_MB_WIDE": 2})
+    assert geo.launch(WT_F16, 128256, 2048, 32, "store")[:2] == (
+        "gemv_mma_f16_store_n32",
+        (4008, 1),
+    )
+    assert geo.launch(WT_F16, 300, 576, 16, "store")[1] == (10, 1)  # 19 bands, the last alone
+    assert geo.launch(WT_F16, 128256, 2048, 8, "store")[1] == (8016, 1)  # one tile: one band
+    for mode, norm in (("store", True), ("add", False), ("glu", True)):
+        assert geo.launch(WT_F16, 2048, 2048, 32, mode, norm=norm)[1] == (128, 1)
+    # partial tiles of 2 bands and the sums outgrow the ring of 2 bands (16 * 2 * 2 KB)
+    assert geo.shared_bytes("gemv_mma_f16_store_n32") == 16 * (2 * MMA_M + 1) * 32 * 4
+    assert geo.shared_bytes("gemv_mma_f16_store_norm_n32") == Geometry({}).shared_bytes(
+        "gemv_mma_f16_store_norm_n32"
+    )
     # rows that are not whole 32-wide blocks, F32, and GEMV_MMA=0 keep the float loop
     assert geo.launch(WT_F16, 300, 584, 1, "store")[0] == "gemv_f16_r1_store"
     assert geo.launch(WT_F32, 300, 576, 8, "store")[0] == "gemv_f32_r8_store"
@@ -124,6 +159,11 @@ def test_tensor_core_rings_size_the_dynamic_shared_memory() -> None:
             assert g.shared_bytes(f"gemv_mma_f16_{mode}") >= tiles
             assert g.shared_bytes(f"gemv_mma_f16_{mode}_norm") >= tiles
     assert geo.shared_bytes("gemv_mma_f16_glu_norm") == geo.shared_bytes("gemv_mma_f16_glu")
+    # 4 n-tiles: the partial tiles and sums outgrow the ring, and size the memory instead
+    assert geo.shared_bytes("gemv_mma_f16_store_n32") == 16 * (MMA_M + 1) * 32 * 4
+    assert geo.shared_bytes("gemv_mma_f16_glu_norm_n32") == 16 * (2 * MMA_M + 1) * 32 * 4
+    assert geo.shared_bytes("gemv_mma_f16_glu_n16") == geo.shared_bytes("gemv_mma_f16_glu")
+    assert max(geo.shared_bytes(n) for n in MMA_NAMES) <= 227 * 1024
     with pytest.raises(ValueError, match="MMA_S=0"):
         Geometry({"MMA_S": 0})
 

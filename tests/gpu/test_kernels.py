@@ -116,6 +116,14 @@ def test_gemv_matches_reference(cu, kind, rows):
     check_gemv(cu, kind, rows, 576)
 
 
+@pytest.mark.parametrize("kind", ["F16", "Q4_0"])
+@pytest.mark.parametrize("rows", [16, 27, 32, 40])
+def test_gemv_matches_reference_at_wide_batches(cu, kind, rows):
+    """16 and 32 rows take the float16 kernels with 2 and 4 n-tiles per block (`_n16`,
+    `_n32`); 27 leaves a tile part empty, 40 needs a second block row."""
+    check_gemv(cu, kind, rows, 576)
+
+
 @pytest.mark.parametrize("rows", [1, 8])
 def test_gemv_f16_rows_of_odd_length_use_the_float_loop(cu, rows):
     """F16 rows that are not whole 32-wide blocks skip the tensor-core mat-vec."""
@@ -184,15 +192,16 @@ def check_gemv(cu, kind: str, rows: int, K: int, geo=None) -> None:
 
 @pytest.mark.parametrize("kind", ["F16", "Q4_0", "Q4_1", "Q8_0"])
 def test_gemv_row_results_do_not_depend_on_batch(cu, kind):
-    """Row r of a 2- or 8-row launch is bit-identical to the same row launched alone (the
-    row counts take kernels with different rows per warp and loads in flight)."""
+    """Row r of a 2- to 40-row launch is bit-identical to the same row launched alone (the
+    row counts take kernels with different rows per warp, loads in flight and n-tiles)."""
     cp, k = cu
     from engine.cuda.layout import matrix_to_gpu
 
     t, _ = make_weight(kind, 200, 512)
     w = matrix_to_gpu(t)
-    x = RNG.standard_normal((8, 512)).astype(np.float32)
-    for rows, picks in ((8, (0, 5, 7)), (2, (0, 1))):
+    x = RNG.standard_normal((40, 512)).astype(np.float32)
+    cases = ((8, (0, 5, 7)), (2, (0, 1)), (16, (0, 9, 15)), (32, (3, 17, 31)), (40, (8, 33, 39)))
+    for rows, picks in cases:
         batch = run_gemv(cp, k, w, rows, x[:rows], "store")
         for r in picks:
             alone = run_gemv(cp, k, w, 1, x[r : r + 1], "store")
@@ -200,7 +209,7 @@ def test_gemv_row_results_do_not_depend_on_batch(cu, kind):
 
 
 @pytest.mark.parametrize("kind", ["F16", *QTYPES])
-@pytest.mark.parametrize("rows", [1, 2, 3, 8, 11])
+@pytest.mark.parametrize("rows", [1, 2, 3, 8, 11, 16, 32])
 def test_gemv_applies_rmsnorm_itself(cu, kind, rows):
     """The `_norm` mat-vecs: W (x / rms(x) * g) from the raw residual x and the norm weight g
     (float16 on the tensor cores; quantized weights from the int8 planes of x * g), with the
@@ -226,7 +235,7 @@ def test_gemv_applies_rmsnorm_itself(cu, kind, rows):
     got = run_gemv(cp, k, w, rows, x, "glu", w2=w2, norm=norm)
     a, u = xn @ f1.T, xn @ f2.T
     assert rel(got, a / (1 + np.exp(-a)) * u) < 2 * bound
-    if rows in (2, 8):
+    if rows in (2, 8, 16, 32):
         for r in (0, rows - 1):
             alone = run_gemv(cp, k, w, 1, x[r : r + 1], "glu", w2=w2, norm=norm)
             assert np.array_equal(got[r], alone[0])

@@ -100,16 +100,20 @@ def test_gpu_logits_match_numpy_llama_1b(name):
     assert top1 >= 0.99 and kl <= 1e-3, (top1, kl)
 
 
-@pytest.mark.parametrize("name", ["tiny:q4_0", "tiny:f16", "smollm2-135m"])
-def test_sequence_in_batch_is_bit_identical_to_alone(name):
+@pytest.mark.parametrize(
+    "name,width",
+    # 32: the float16 mat-vecs' 4-tile kernels (`_n32`), against the 1-tile ones alone
+    [("tiny:q4_0", 4), ("tiny:f16", 4), ("smollm2-135m", 4), ("tiny:f16", 32), ("tiny:q4_0", 32)],
+)
+def test_sequence_in_batch_is_bit_identical_to_alone(name, width):
     from engine.models import open_runner
 
     try:
         r = open_runner(name, "cupy")
     except EngineError as exc:
         pytest.skip(str(exc))
-    width, plen = 4, 20
-    r.reset(width, 64)
+    plen = 20
+    r.reset(width, 20 + 3 * width + 16)
     prompts = [RNG.integers(0, 49152, plen + 3 * s) for s in range(width)]
     for s, p in enumerate(prompts):
         r.prefill(s, p)

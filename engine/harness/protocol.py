@@ -119,6 +119,11 @@ class Measured(Strict):
         None  # None: run with --no-verify (not by the collector)
     )
     memory: MemoryReport | None = None
+    # seconds from the command's start at which each phase ended, in order: engine_loaded (the
+    # engine process started and loaded the model), warmed (untimed warm-up), measured (the
+    # timed work), engine_stopped, verified; where a session's device time goes. Absent in
+    # older documents.
+    phases: dict[str, float] | None = None
 
 
 class SweepResult(Header):

@@ -21,7 +21,7 @@ from engine.harness.common import log_softmax_rows, top_k
 from engine.harness.measure import Bench, measure_context, measure_widths, warm_up
 from engine.harness.protocol import parse_document
 from engine.harness.timing import Challenges, Region, Sample, Timeline
-from engine.harness.verify import digest_kl, verify
+from engine.harness.verify import digest_kl, pick_margins, verify
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -126,6 +126,38 @@ def test_verification_of_honest_outputs_has_zero_margins() -> None:
     assert max(report.prefill_kl) < 1e-9
 
 
+class CountsPrefills(FakeRunner):
+    def __init__(self) -> None:
+        super().__init__()
+        self.prefilled = 0
+
+    def prefill(self, seq: int, tokens: np.ndarray, all_logits: bool = False) -> np.ndarray:
+        self.prefilled += len(tokens)
+        return super().prefill(seq, tokens, all_logits)
+
+
+def test_verification_shares_a_prompts_prefill_and_keeps_every_margin() -> None:
+    """A context's prefill sample and the decodes that continued from its prompt are checked
+    with one prefill (the cache cut back in between), with the margins group by group verifying
+    alone gives; a decode the engine made up still shows."""
+    b, _ = bench(FakeRunner())
+    measure_context(b, ctx=40, tokens=6, reps=2, warmup=0)
+    measure_widths(b, [2], prompt_len=10, tokens=4, runs=1, warmup=0)
+    groups = b.checks.groups
+    first = groups[1][0]  # a decode of the first repetition, from its prefill's prompt
+    forged = Sample(prompt=first.prompt, first=first.first, ids=(first.ids + 1) % VOCAB)
+    groups = [*groups[:2], [forged], *groups[2:]]
+    runner = CountsPrefills()
+    shared = verify(runner, groups, "test")
+    alone = [verify(FakeRunner(), [g], "test") for g in groups]
+    assert shared.decode_margins == [m for r in alone for m in r.decode_margins]
+    assert shared.prefill_margins == [m for r in alone for m in r.prefill_margins]
+    assert shared.prefill_kl == [k for r in alone for k in r.prefill_kl]
+    every = sum(len(s.prompt) for g in groups for s in g)
+    assert runner.prefilled < every / 2  # each 40-token prompt prefilled once, not per sample
+    assert max(shared.decode_margins) > 0.0 and min(alone[2].decode_margins) > 0.0
+
+
 class SkipsWork(FakeRunner):
     """A 'fast' decode that does not feed its tokens back: other tokens than the model's."""
 
@@ -139,6 +171,20 @@ def test_verification_sees_a_decode_that_computed_something_else() -> None:
     report = verify(FakeRunner(), b.checks.groups, "test")
     agree = sum(m <= 1e-3 for m in report.decode_margins)
     assert agree < 0.5 * len(report.decode_margins)
+
+
+def test_pick_margins_are_log_prob_margins_without_the_softmax() -> None:
+    """max log-prob - log-prob of the token made, from the logits alone (the normaliser
+    cancels): equal to the log-softmax difference, 0 for the argmax, positive otherwise."""
+    rng = np.random.default_rng(7)
+    logits = (rng.standard_normal((6, 5000)) * 8).astype(np.float32)
+    logits[2, 10] = logits[2, 11] = logits[2].max() + 1.0  # a tie at the top
+    made = np.array([int(np.argmax(logits[0])), 3, 11, 4999, 0, int(np.argmin(logits[5]))])
+    got = pick_margins(logits, made)
+    lp = log_softmax_rows(logits)
+    want = lp.max(axis=1) - lp[np.arange(6), made]
+    assert np.allclose(got, want, atol=1e-9, rtol=0)
+    assert got[0] == 0.0 and got[2] == 0.0 and (got[[1, 3, 4, 5]] > 0).all()
 
 
 def test_digest_kl_is_zero_for_the_same_distribution_and_grows_when_it_moves() -> None:

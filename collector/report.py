@@ -218,7 +218,21 @@ def render_cost(cost: Any) -> str:
             for c in cost.prs.values()
         ],
     )
+    sections = [where, per_pr] if cost.prs else [where]
+    if cost.steps_by_kind:
+        from collector.cost import STEPS
+
+        sections.append(
+            Section(
+                "Inside a speed session (median seconds, from the harness's phases)",
+                ["kind", *STEPS],
+                [
+                    [k, *[f"{steps[s]:.1f}" for s in STEPS]]
+                    for k, steps in cost.steps_by_kind.items()
+                ],
+            )
+        )
     parts = [head, ""]
-    for s in (where, per_pr) if cost.prs else (where,):
+    for s in sections:
         parts += [s.title, "", _term_table(s), ""]
     return "\n".join(parts)

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from collector.cli import main
-from collector.cost import round_cost
+from collector.cost import STEPS, round_cost, session_steps, steps_by_kind
 from collector.store import open_store
 
 # (side, pr, kind, wall_s): main 3 sweeps of 60 s + 1 score of 120 s = 300 s; PR 7 and PR 8
@@ -92,6 +92,39 @@ def test_a_sharded_round_shares_each_shards_main_among_its_prs() -> None:
     assert c.prs[10].main_share_s == 0.0 and c.prs[7].main_share_s == 90.0
 
 
+PHASES = {
+    "engine_loaded": 2.0,
+    "warmed": 3.5,
+    "measured": 8.0,
+    "engine_stopped": 8.5,
+    "verified": 13.5,
+}
+
+
+def test_a_sessions_phases_become_steps_that_add_up_to_its_wall_time() -> None:
+    steps = session_steps(PHASES, 15.0)
+    assert steps == dict(zip(STEPS, [2.0, 1.5, 4.5, 0.5, 5.0, 1.5], strict=True))
+    assert sum(steps.values()) == 15.0
+    assert session_steps({**PHASES, "warmed": 9.0}, 15.0) is None  # out of order
+    assert session_steps({k: v for k, v in PHASES.items() if k != "warmed"}, 15.0) is None
+    assert session_steps(PHASES, 10.0) is None  # ends after the session did
+    assert session_steps({**PHASES, "measured": "soon"}, 15.0) is None
+
+
+def test_steps_are_medians_per_kind_over_sessions_that_recorded_phases() -> None:
+    later = {k: v + 1.0 for k, v in PHASES.items()}
+    rows = [
+        {"kind": "sweep", "wall_s": 15.0, "phases": json.dumps(PHASES)},
+        {"kind": "sweep", "wall_s": 16.0, "phases": later},
+        {"kind": "sweep", "wall_s": 99.0, "phases": json.dumps(PHASES)},
+        {"kind": "score", "wall_s": 7.0, "phases": None},  # no timing parent: no phases
+        {"kind": "concurrent", "wall_s": 9.0, "phases": "{not json"},
+    ]
+    got = steps_by_kind(rows)
+    assert list(got) == ["sweep"]
+    assert got["sweep"]["start and load"] == 2.0 and got["sweep"]["outside"] == 1.5
+
+
 def make_db(path: Path) -> Path:
     with open_store(path) as store, store.transaction() as con:
         con.execute(
@@ -101,11 +134,13 @@ def make_db(path: Path) -> Path:
             [datetime(2026, 11, 30, 9)],
         )
         for i, (side, pr, kind, wall) in enumerate(SESSIONS):
+            # the sweeps' documents carry the harness's phases; the rest have none
+            doc = json.dumps({"measured": {"phases": PHASES}}) if kind == "sweep" else None
             con.execute(
                 "INSERT INTO sessions (session_id, round_id, side, pr, slot, kind, model, commit, "
-                "started_at, wall_s, status, fault) VALUES (?, 'r1', ?, ?, ?, ?, 'tiny', 'c', ?, "
-                "?, 'ok', 'none')",
-                [f"r1/{i}", side, pr, i, kind, datetime(2026, 11, 30, 9, i), wall],
+                "started_at, wall_s, status, fault, document) VALUES (?, 'r1', ?, ?, ?, ?, "
+                "'tiny', 'c', ?, ?, 'ok', 'none', ?)",
+                [f"r1/{i}", side, pr, i, kind, datetime(2026, 11, 30, 9, i), wall, doc],
             )
     return path
 
@@ -122,6 +157,13 @@ def test_cost_command_prints_minutes_and_json(tmp_path: Path) -> None:
     data = json.loads(r.output)
     assert data["per_pr"][1]["pr"] == 8 and data["per_pr"][1]["total_min"] == 6.5
     assert data["prs_by_kind_min"]["concurrent"] == 4.0
+    # inside the sweeps (main's three of 60 s, PR 7's of 30 and 90 s): median outside 46.5 s
+    assert data["session_steps_median_s"]["sweep"]["outside"] == 60.0 - 13.5
+    assert list(data["session_steps_median_s"]) == ["sweep"]
+    r = CliRunner().invoke(main, ["cost", "--db", str(db)])
+    assert "Inside a speed session (median seconds" in r.output
+    sweep_row = next(ln for ln in r.output.splitlines() if ln.startswith("sweep") and "46.5" in ln)
+    assert sweep_row.split()[1:4] == ["2.0", "1.5", "4.5"]
 
 
 def test_cost_command_errors_are_one_line(tmp_path: Path) -> None:

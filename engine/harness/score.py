@@ -54,6 +54,7 @@ from engine.runner import Runner
 # text never sit in memory at once. Chunks append to the same sequence; the result is the
 # same teacher-forced pass.
 SCORE_CHUNK = 256
+LSE_ROWS = 16  # rows per float64 log-sum-exp pass in score_rows (16 x 128k x 8 B = 16 MB)
 
 
 def log_softmax(logits: np.ndarray, where: str) -> np.ndarray:
@@ -84,27 +85,41 @@ def score_rows(
     logits, which gives the same order (float32 -> float64 is exact and the shift is per row).
     Top-k is sorted by log-prob descending, ties by the smaller id; argmax takes the smallest
     id among equal maxima, so a target that is the argmax has its log-prob as topk[0].
+
+    The float64 work runs LSE_ROWS rows at a time in two reused row-major buffers: whole-block
+    temporaries (three of 256 x 128k float64) were fresh pages each call, and faulting them in
+    cost up to ~1 s per 256 rows, several times the arithmetic. Each row's sum runs along the
+    row whatever the logits' memory order (a column-major block used to be summed across rows,
+    which moved the last bits of its log-probs).
     """
     x = np.asarray(logits)
     if not np.all(np.isfinite(x)):
         raise EngineOutputError(f"non-finite logits {where}")
-    rows = x.shape[0]
-    x64 = x.astype(np.float64)
-    peak = x64.max(axis=1, keepdims=True)
-    lse = peak[:, 0] + np.log(np.exp(x64 - peak).sum(axis=1))
+    rows, vocab = x.shape
     argmax = x.argmax(axis=1)
+    x64 = np.empty((min(rows, LSE_ROWS), vocab), dtype=np.float64)
+    shifted = np.empty_like(x64)
     out: list[ScoredPosition] = []
-    for r in range(rows):
-        ids = np.array(top_k(x[r], topk))
-        lp = np.minimum(x64[r, ids] - lse[r], 0.0)  # round-off must not push one above 0
-        target_lp = min(float(x64[r, targets[r]] - lse[r]), 0.0)
-        out.append(
-            ScoredPosition(
-                argmax=int(argmax[r]),
-                target_logprob=target_lp,
-                topk=[(int(i), float(v)) for i, v in zip(ids, lp, strict=True)],
+    for a in range(0, rows, LSE_ROWS):
+        n = min(LSE_ROWS, rows - a)
+        xb, sb = x64[:n], shifted[:n]
+        np.copyto(xb, x[a : a + n])
+        peak = xb.max(axis=1, keepdims=True)
+        np.subtract(xb, peak, out=sb)
+        np.exp(sb, out=sb)
+        lse = peak[:, 0] + np.log(sb.sum(axis=1))
+        for i in range(n):
+            r = a + i
+            ids = np.array(top_k(x[r], topk))
+            lp = np.minimum(xb[i, ids] - lse[i], 0.0)  # round-off must not push one above 0
+            target_lp = min(float(xb[i, targets[r]] - lse[i]), 0.0)
+            out.append(
+                ScoredPosition(
+                    argmax=int(argmax[r]),
+                    target_logprob=target_lp,
+                    topk=[(int(j), float(v)) for j, v in zip(ids, lp, strict=True)],
+                )
             )
-        )
     return out
 
 

@@ -315,3 +315,21 @@ def test_score_rows_ties_and_a_topk_as_large_as_the_vocab() -> None:
     assert [i for i, _ in rows[1].topk] == [0, 1, 2, 3]
     assert rows[1].target_logprob == pytest.approx(np.log(0.25), abs=1e-15)
     assert [lp for _, lp in rows[1].topk] == pytest.approx([np.log(0.25)] * 4, abs=1e-15)
+
+
+def test_score_rows_in_row_blocks_match_each_row_alone_in_either_memory_order() -> None:
+    """score_rows works LSE_ROWS rows at a time in reused buffers: every row's log-probs equal
+    the log-softmax of that row alone, bit for bit, for row- and column-major logits and a
+    block count that does not divide the rows."""
+    from engine.harness.score import LSE_ROWS, score_rows
+
+    rng = np.random.default_rng(5)
+    n = 2 * LSE_ROWS + 3
+    logits = (rng.standard_normal((n, 3000)) * 6).astype(np.float32)
+    targets = [int(t) for t in rng.integers(0, 3000, n)]
+    got = score_rows(logits, targets, topk=8, where="test")
+    assert score_rows(np.asfortranarray(logits), targets, topk=8, where="test") == got
+    for r in (0, LSE_ROWS, n - 1):
+        alone = log_softmax(logits[r : r + 1], "ref")[0]
+        assert got[r].target_logprob == min(float(alone[targets[r]]), 0.0)
+        assert [lp for _, lp in got[r].topk] == [float(alone[i]) for i, _ in got[r].topk]

@@ -314,12 +314,13 @@ def longctx(
         raise EngineError(f"ctx {ctx} + tokens {tokens} exceeds {model}'s context of {max_ctx}")
     resolved = resolve_backend(backend)
     become_subreaper()
-    check = LongContextRun(model, resolved, ctx, tokens, budget)
+    check = LongContextRun(model, resolved, ctx, tokens, budget, clock=clock)
     check.run(Path(engine_checkout or REPO_ROOT).resolve())
     if check.completed and verify:
         progress("verifying the long-context run against this checkout's model")
         reference = f"main's engine at {engine_commit()[:12]}"
         check.verification = verify_outputs(open_model(model, resolved), check.groups, reference)
+        check.mark("verified")
     me = SimpleNamespace(backend=resolved, model_id=model_id(model))
     write_document(check.document(header(model, me, clock)), out)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.harness.common import corpus_prompt_ids
+from engine.harness.common import Clock, corpus_prompt_ids
 from engine.harness.measure import Bench, warm_up
 from engine.harness.memory import MemoryWatch
 from engine.harness.protocol import LongContextResult, Measured, TimingReport, VerificationReport
@@ -66,6 +66,12 @@ class LongContextRun:
     memory: object = None
     verification: VerificationReport | None = None
     outside_failure: str | None = None  # it completed, holding too much outside its process
+    clock: Clock | None = None  # the command's: phases are seconds from its start
+    phases: dict[str, float] = field(default_factory=dict)  # as Measured.phases; as far as it got
+
+    def mark(self, phase: str) -> None:
+        if self.clock is not None:
+            self.phases[phase] = round(self.clock.wall_s(), 3)
 
     def run(self, checkout: Path) -> None:
         ballast = DeviceBallast(self.budget) if self.backend == "cupy" else None
@@ -74,6 +80,7 @@ class LongContextRun:
             engine = EngineProcess(
                 checkout, self.model, self.backend, data_limit=limit, raise_on_death=True
             )
+            self.mark("engine_loaded")
             self._measure(engine)
         except EngineDied as e:
             self.failure = (
@@ -93,6 +100,7 @@ class LongContextRun:
             material = np.asarray(corpus_prompt_ids(self.model, engine.vocab))
             b = Bench(engine, challenges, material, 0.0, watch=watch)
             warm_up(b)
+            self.mark("warmed")
             engine.reset(1, self.ctx + self.tokens + 1)
             sample, self.prefill_s = engine.prefill(0, b.prompt(self.ctx))
             first = b.first_tokens(1)
@@ -102,6 +110,7 @@ class LongContextRun:
                 [Sample(prompt=sample.prompt, first=int(first[0]), ids=ids[:, 0])],
             ]
             self.completed = True
+            self.mark("measured")
         finally:
             self.memory = watch.stop()
             if self.completed and watch.outside_peak > OUTSIDE_ALLOWANCE:
@@ -115,6 +124,7 @@ class LongContextRun:
             self.regions = [(r.parent_s, r.inproc_s) for r in engine.timeline.regions]
             with contextlib.suppress(EngineDied):
                 engine.close()
+            self.mark("engine_stopped")
 
     def document(self, head: dict) -> LongContextResult:
         measured = None
@@ -124,6 +134,7 @@ class LongContextRun:
                 timing=TimingReport(regions=self.regions),
                 verification=self.verification,
                 memory=self.memory,  # type: ignore[arg-type]
+                phases=self.phases or None,
             )
         completed = self.completed and self.outside_failure is None
         return LongContextResult(

@@ -285,3 +285,29 @@ def test_a_shortcut_taken_while_timed_is_seen_by_verification(tmp_path: Path) ->
     assert sum(m <= 1e-3 for m in margins) < 0.5 * len(margins)
     regions = np.array(doc["measured"]["timing"]["regions"])
     assert np.median(regions[:, 1] / regions[:, 0]) > 0.8  # an honest clock
+
+
+def _phases_in_order(doc: dict) -> list[float]:
+    phases = doc["measured"]["phases"]
+    names = ["engine_loaded", "warmed", "measured", "engine_stopped", "verified"]
+    assert list(phases) == names
+    ends = [phases[n] for n in names]
+    assert ends == sorted(ends) and ends[0] > 0 and ends[-1] <= doc["wall_s"]
+    return ends
+
+
+@pytest.mark.slow
+def test_speed_documents_record_when_each_phase_of_the_session_ended(tmp_path: Path) -> None:
+    """The timing parent's own clock marks load, warm-up, timed work, stop and verification
+    (`sparkboard cost` shows where a session's time goes from them): sweep and longctx."""
+    _phases_in_order(_sweep(tmp_path, REPO))
+    out = tmp_path / "longctx.json"
+    argv = [sys.executable, "-m", "engine.harness.bench", "longctx", "--model", "tiny"]
+    argv += ["--ctx", "600", "--tokens", "4", "--memory-budget", str(512 * 2**20)]
+    argv += ["--backend", "numpy", "--out", str(out)]
+    env = {"PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
+    res = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(out.read_text())
+    assert doc["completed"]
+    _phases_in_order(doc)

@@ -61,9 +61,8 @@ def verify(runner: Runner, groups: list[list[Sample]], reference: str) -> Verifi
     decode_margins: list[float] = []
     prefill_margins: list[float] = []
     prefill_kl: list[float] = []
-    room: dict[
-        bytes, int
-    ] = {}  # a single sequence's prompt -> the most cache any of its groups needs
+    # a single sequence's prompt -> the most cache any of its groups needs
+    room: dict[bytes, int] = {}
     for group in groups:
         if len(group) == 1:
             key = prompt_key(group[0])

@@ -72,18 +72,20 @@ def test_float16_takes_the_tensor_core_mat_vec_at_every_width() -> None:
     assert geo.launch(WT_F16, 300, 576, 11, "glu")[1:] == ((19, 1), (512,))  # 16 x 16 tiles
     narrow = Geometry({"MMA_NT_MAX": 1})  # the old launch: a block per 8 rows
     assert narrow.launch(WT_F16, 300, 576, 11, "glu")[:2] == ("gemv_mma_f16_glu", (19, 2))
-    assert Geometry({"MMA_NT_MAX": 2}).launch(WT_F16, 64, 576, 32, "store")[:2] == (
-        "gemv_mma_f16_store_n16",
+    assert Geometry({"MMA_NT_MAX": 2}).launch(WT_F16, 64, 576, 32, "add")[:2] == (
+        "gemv_mma_f16_add_n16",
         (4, 2),
     )
     with pytest.raises(ValueError, match="MMA_NT_MAX"):
         Geometry({"MMA_NT_MAX": 3})
 
 
-def test_the_wide_plain_store_takes_several_bands_per_block_when_asked() -> None:
-    """MMA_MB_WIDE: the output head's wide kernel multiplies each activation fragment into that
-    many 16-row bands (fewer blocks, each re-reading the activations); every other kernel keeps
-    one band, so the 2,048-row matrices keep their 128 blocks."""
+def test_the_wide_plain_store_takes_several_bands_per_block() -> None:
+    """MMA_MB_WIDE (4 by default): the output head's wide kernel multiplies each activation
+    fragment into that many 16-row bands (fewer blocks, each re-reading the activations); every
+    other kernel keeps one band, so the 2,048-row matrices keep their 128 blocks."""
+    assert Geometry({}).launch(WT_F16, 128256, 2048, 32, "store")[1] == (2004, 1)
+    assert Geometry({}).shared_bytes("gemv_mma_f16_store_n32") == 16 * (4 * MMA_M + 1) * 32 * 4
     geo = Geometry({"MMA_MB_WIDE": 2})
     assert geo.launch(WT_F16, 128256, 2048, 32, "store")[:2] == (
         "gemv_mma_f16_store_n32",
@@ -160,7 +162,7 @@ def test_tensor_core_rings_size_the_dynamic_shared_memory() -> None:
             assert g.shared_bytes(f"gemv_mma_f16_{mode}_norm") >= tiles
     assert geo.shared_bytes("gemv_mma_f16_glu_norm") == geo.shared_bytes("gemv_mma_f16_glu")
     # 4 n-tiles: the partial tiles and sums outgrow the ring, and size the memory instead
-    assert geo.shared_bytes("gemv_mma_f16_store_n32") == 16 * (MMA_M + 1) * 32 * 4
+    assert geo.shared_bytes("gemv_mma_f16_add_n32") == 16 * (MMA_M + 1) * 32 * 4
     assert geo.shared_bytes("gemv_mma_f16_glu_norm_n32") == 16 * (2 * MMA_M + 1) * 32 * 4
     assert geo.shared_bytes("gemv_mma_f16_glu_n16") == geo.shared_bytes("gemv_mma_f16_glu")
     assert max(geo.shared_bytes(n) for n in MMA_NAMES) <= 227 * 1024

@@ -5,7 +5,8 @@
 #   bash tests/gpu/push_run.sh kernels   carry .whl, .bundle (a `git bundle` of the tree to
 #                                        compare with) and .gguf/p0: wheels, the kernel tests,
 #                                        and devcheck per SPARKBOARD_KERNEL_DEFINES variant
-#                                        (VARIANTS="MMA_NT_MAX=1;;MMA_WARPS_WIDE=8", MODELS, WIDTHS)
+#                                        (VARIANTS="MMA_NT_MAX=1;default;MMA_WARPS_WIDE=8",
+#                                        MODELS, WIDTHS)
 #   bash tests/gpu/push_run.sh models    carry .gguf/p1: the model tests without SmolLM2
 #   bash tests/gpu/push_run.sh sessions  carry .gguf/p2: the SmolLM2 file; a PR's sessions as the
 #                                        gpu profile runs them (sweep and concurrent in the old
@@ -20,7 +21,7 @@ mkdir -p "$OUT"
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 OLD=/tmp/old
 
-kernels() {  # VARIANTS: SPARKBOARD_KERNEL_DEFINES values, ";"-separated ("" = the defaults)
+kernels() {  # VARIANTS: SPARKBOARD_KERNEL_DEFINES values, ";"-separated ("default": none)
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 1
   mkdir -p /tmp/parts && cp .gguf/* /tmp/parts/ 2>/dev/null
@@ -31,10 +32,11 @@ kernels() {  # VARIANTS: SPARKBOARD_KERNEL_DEFINES values, ";"-separated ("" = t
     >"$OUT/pytest_kernels.log" 2>&1
   tail -n 3 "$OUT/pytest_kernels.log"
   local v tag i=0
-  IFS=';' read -r -a vs <<<"${VARIANTS:-MMA_NT_MAX=1;}"
+  IFS=';' read -r -a vs <<<"${VARIANTS:-MMA_NT_MAX=1;default}"
   for v in "${vs[@]}"; do
     i=$((i + 1))
     tag="$i.${v// /+}"
+    [ "$v" = default ] && v=""
     SPARKBOARD_KERNEL_DEFINES=$v timeout 150 python3 -m engine.tools.devcheck \
       --models "${MODELS:-llama-1b:f16,llama-8b:f16}" --ctx 128 --tokens 64 --widths "${WIDTHS:-16,32}" \
       --out "$OUT/dc_$tag.json" >"$OUT/dc_$tag.log" 2>&1 || tail -n 5 "$OUT/dc_$tag.log"

@@ -36,6 +36,7 @@ kernels() {  # VARIANTS: SPARKBOARD_KERNEL_DEFINES values, ";"-separated ("defau
   for v in "${vs[@]}"; do
     i=$((i + 1))
     tag="$i.${v// /+}"
+    tag=${tag//=/-}  # file names the device tool returns: no "="
     [ "$v" = default ] && v=""
     SPARKBOARD_KERNEL_DEFINES=$v timeout 150 python3 -m engine.tools.devcheck \
       --models "${MODELS:-llama-1b:f16,llama-8b:f16}" --ctx 128 --tokens 64 --widths "${WIDTHS:-16,32}" \

@@ -64,7 +64,7 @@ def test_bad_policies_are_clear_errors(tmp_path: Path) -> None:
         tmp_path, "min_noise = 0.15", "min_noise = 0.15\nmax_context = { tiny = 40 }"
     )
     assert "min_noise_axes: not an axis name: prefill128" in _bad(
-        tmp_path, "min_noise = 0.15", 'min_noise = 0.15\nmin_noise_axes = { "prefill128" = 0.3 }'
+        tmp_path, 'min_noise_axes = { "prefill@8000"', 'min_noise_axes = { "prefill128"'
     )
     assert "max_context names model(s) not in models: qwen3-8b" in _bad(
         tmp_path, "min_noise = 0.15", 'min_noise = 0.15\nmax_context = { "qwen3-8b" = 40 }'

@@ -5,6 +5,7 @@ verdict, merge-first included."""
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from click.testing import CliRunner
 
 from collector.cli import main
 from collector.manifest import load_manifest
-from collector.policy import load_policy, resolve
+from collector.policy import TIER_NAMES, load_policy, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "data" / "demo" / "demo.toml"
@@ -108,16 +109,47 @@ def check_demo_round(out: list[dict]) -> list[str]:
     return wrong
 
 
-@pytest.mark.slow
-def test_demo_round_gives_every_pr_its_expected_verdict(tmp_path: Path) -> None:
-    """The whole demo round on this machine's CPU (the demo policy's cpu profile): about 5
-    minutes on 2 busy cores."""
-    db = tmp_path / "demo.duckdb"
+def only_lost_to_noise(out: list[dict], wrong: list[str]) -> bool:
+    """Whether every miss is a speedup the round could not call because main itself strayed
+    more than the PR gained (label none where a tier was expected, the reason naming the noise
+    band), plus the merge-first that follows when that PR is 101: a box with a slow spell, not
+    a wrong verdict."""
+    missed = {d["pr"]: d for d in out if d["label"] != d["expect"]}
+    if not missed:
+        return False
+    for d in missed.values():
+        if not (d["label"] == "none" and d["expect"] in TIER_NAMES and "noise band" in d["reason"]):
+            return False
+    for line in wrong:
+        if line.startswith("merge-first"):
+            if MERGE_FIRST not in missed:
+                return False
+        elif not any(line.startswith(f"#{n}: ") for n in missed):
+            return False
+    return True
+
+
+def collect_demo(db: Path) -> list[dict]:
     res = CliRunner().invoke(main, ["collect", str(DEMO), "--db", str(db), "--quiet"])
     assert res.exit_code == 0, res.output
     out = json.loads(CliRunner().invoke(main, ["show", "--db", str(db), "--json"]).output)
     assert {d["pr"] for d in out} == {p.number for p in load_manifest(DEMO).manifest.pr}
+    return out
+
+
+@pytest.mark.slow
+def test_demo_round_gives_every_pr_its_expected_verdict(tmp_path: Path) -> None:
+    """The whole demo round on this machine's CPU (the demo policy's cpu profile): about 5
+    minutes on 2 busy cores. A 2-core VM has spells ~45% slower for minutes; when main's own
+    sessions strayed more than a speedup PR gained, the round rightly calls that PR none. Then,
+    and only then, the round is measured once more (a second slow spell still fails)."""
+    out = collect_demo(tmp_path / "demo.duckdb")
     wrong = check_demo_round(out)
+    if wrong and only_lost_to_noise(out, wrong):
+        note = "demo round measured again, main strayed too much: " + "; ".join(wrong)
+        warnings.warn(note, stacklevel=1)
+        out = collect_demo(tmp_path / "again.duckdb")
+        wrong = check_demo_round(out)
     assert not wrong, "\n".join(wrong)
 
 
@@ -160,3 +192,20 @@ def test_check_demo_round_does_not_time_the_held_pr_against_merge_first() -> Non
     # a timing, not a rule (see MERGE_FIRST): either order of the two XL PRs' deltas is a
     # correct round as long as merge-first is 101
     assert check_demo_round(_round(d101=0.6, d109=0.5)) == []
+
+
+def test_only_a_speedup_lost_in_main_noise_measures_the_round_again() -> None:
+    noisy = _round(label_101="none")
+    noisy[0]["reason"] = (
+        "No target axis is a significant gain: best decode@32 +42%, inside its +53% noise band"
+    )
+    assert only_lost_to_noise(noisy, check_demo_round(noisy))
+    wrong_reason = _round(label_101="none")  # none for another reason: a wrong verdict
+    assert not only_lost_to_noise(wrong_reason, check_demo_round(wrong_reason))
+    rejected = _round(label_101="REJECT")
+    rejected[0]["reason"] = "inside its noise band"
+    assert not only_lost_to_noise(rejected, check_demo_round(rejected))
+    also_a_gate = _round(label_101="none", gate_103="floor")
+    also_a_gate[0]["reason"] = noisy[0]["reason"]
+    assert not only_lost_to_noise(also_a_gate, check_demo_round(also_a_gate))
+    assert not only_lost_to_noise(_round(), [])

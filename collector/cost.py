@@ -13,6 +13,7 @@ of a retried session is stored, so earlier attempts do not.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
@@ -164,7 +165,8 @@ def session_steps(phases: Mapping[str, Any], wall_s: float) -> dict[str, float] 
         ends = [float(phases[p]) for p in PHASES]
     except (KeyError, TypeError, ValueError):
         return None
-    if any(b < a for a, b in zip([0.0, *ends], ends, strict=False)) or ends[-1] > wall_s:
+    ordered = all(b >= a for a, b in zip([0.0, *ends], ends, strict=False))
+    if not (ordered and all(map(math.isfinite, ends)) and ends[-1] <= wall_s):
         return None
     steps = [b - a for a, b in zip([0.0, *ends], ends, strict=False)]
     return dict(zip(STEPS, [*steps, wall_s - ends[-1]], strict=True))

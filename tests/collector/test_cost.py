@@ -109,6 +109,7 @@ def test_a_sessions_phases_become_steps_that_add_up_to_its_wall_time() -> None:
     assert session_steps({k: v for k, v in PHASES.items() if k != "warmed"}, 15.0) is None
     assert session_steps(PHASES, 10.0) is None  # ends after the session did
     assert session_steps({**PHASES, "measured": "soon"}, 15.0) is None
+    assert session_steps({**PHASES, "measured": float("nan")}, 15.0) is None
 
 
 def test_steps_are_medians_per_kind_over_sessions_that_recorded_phases() -> None:

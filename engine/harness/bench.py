@@ -338,40 +338,39 @@ def run_session(
     this checkout's model. Returns body's result, what makes it trustworthy, and the header."""
     resolved = resolve_backend(backend)
     become_subreaper()  # what the engine process leaves running is ours to kill
-    phases: dict[str, float] = {}
-
-    def phase(name: str) -> None:
-        phases[name] = round(clock.wall_s(), 3)
-
     engine = EngineProcess(Path(engine_checkout or REPO_ROOT).resolve(), model, resolved)
-    phase("engine_loaded")
+    clock.mark("engine_loaded")
     watch = MemoryWatch(engine.pid, gpu=resolved == "cupy")
     try:
         material = np.asarray(corpus_prompt_ids(model, engine.vocab))
         b = Bench(engine, Challenges(), material, min_time, watch=watch)
         warm_up(b)
-        phase("warmed")
+        clock.mark("warmed")
         watch.mark()  # each context's peak counts from here
         result = body(b)
-        phase("measured")
+        clock.mark("measured")
     finally:
         memory = watch.stop()
         engine.close()
         kill_leftovers()
-    phase("engine_stopped")
+    clock.mark("engine_stopped")
     report = None
     if do_verify:
         progress(f"verifying {len(b.checks.groups)} timed operations against this checkout's model")
         reference = f"main's engine at {engine_commit()[:12]}"
         report = verify_outputs(open_model(model, resolved), b.checks.groups, reference)
-        phase("verified")
-    progress("phases (s from start): " + ", ".join(f"{k} {v:.1f}" for k, v in phases.items()))
+        clock.mark("verified")
+    progress("phases (s from start): " + ", ".join(f"{k} {v:.1f}" for k, v in clock.phases.items()))
     regions = engine.timeline.regions
     timing = TimingReport(
         regions=[(r.parent_s, r.inproc_s) for r in regions], groups=[r.group for r in regions]
     )
     measured = Measured(
-        seed=b.challenges.seed, timing=timing, verification=report, memory=memory, phases=phases
+        seed=b.challenges.seed,
+        timing=timing,
+        verification=report,
+        memory=memory,
+        phases=clock.phases,
     )
     me = SimpleNamespace(backend=resolved, model_id=model_id(model))
     return result, measured, header(model, me, clock)

@@ -113,14 +113,20 @@ def model_id_of(runner: object, model: str) -> str:
 
 
 class Clock:
-    """Start time and wall clock of one command, for the document header."""
+    """Start time and wall clock of one command, for the document header, and when each phase
+    of a measuring session ended (Measured.phases)."""
 
     def __init__(self) -> None:
         self.started_at = utc_now_iso()
         self._t0 = time.perf_counter()
+        self.phases: dict[str, float] = {}
 
     def wall_s(self) -> float:
         return time.perf_counter() - self._t0
+
+    def mark(self, phase: str) -> None:
+        """`phase` ended now (seconds from the command's start)."""
+        self.phases[phase] = round(self.wall_s(), 3)
 
 
 def header(model: str, runner: object, clock: Clock) -> dict[str, object]:

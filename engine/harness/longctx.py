@@ -66,12 +66,11 @@ class LongContextRun:
     memory: object = None
     verification: VerificationReport | None = None
     outside_failure: str | None = None  # it completed, holding too much outside its process
-    clock: Clock | None = None  # the command's: phases are seconds from its start
-    phases: dict[str, float] = field(default_factory=dict)  # as Measured.phases; as far as it got
+    clock: Clock | None = None  # the command's: it records the phases, as far as the run got
 
     def mark(self, phase: str) -> None:
         if self.clock is not None:
-            self.phases[phase] = round(self.clock.wall_s(), 3)
+            self.clock.mark(phase)
 
     def run(self, checkout: Path) -> None:
         ballast = DeviceBallast(self.budget) if self.backend == "cupy" else None
@@ -134,7 +133,7 @@ class LongContextRun:
                 timing=TimingReport(regions=self.regions),
                 verification=self.verification,
                 memory=self.memory,  # type: ignore[arg-type]
-                phases=self.phases or None,
+                phases=(self.clock.phases or None) if self.clock else None,
             )
         completed = self.completed and self.outside_failure is None
         return LongContextResult(

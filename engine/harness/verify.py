@@ -70,7 +70,7 @@ def verify(runner: Runner, groups: list[list[Sample]], reference: str) -> Verifi
     held: bytes | None = None  # the prompt sequence 0 holds, prefilled alone
     held_logits: np.ndarray | None = None
     for group in groups:
-        steps = max((len(s.ids) for s in group if s.ids is not None), default=0)
+        steps = decode_steps(group)
         key = prompt_key(group[0]) if len(group) == 1 else None
         if key is not None and key == held:
             runner.truncate(0, len(group[0].prompt))
@@ -104,7 +104,11 @@ def prompt_key(sample: Sample) -> bytes:
     return np.asarray(sample.prompt, dtype=np.int64).tobytes()
 
 
+def decode_steps(group: list[Sample]) -> int:
+    """Tokens a group's decodes generated (0 for a prefill sample)."""
+    return max((len(s.ids) for s in group if s.ids is not None), default=0)
+
+
 def needed(group: list[Sample]) -> int:
     """Cache positions a group's teacher-forced pass needs per sequence."""
-    steps = max((len(s.ids) for s in group if s.ids is not None), default=0)
-    return max(len(s.prompt) for s in group) + steps + 1
+    return max(len(s.prompt) for s in group) + decode_steps(group) + 1

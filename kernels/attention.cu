@@ -3,8 +3,8 @@
 // Decode (flash-decoding): attn_split_<HD> cuts each sequence's KV length into up to nsplit
 // chunks of at least min_chunk positions (multiples of 32); one block per (split, kv head,
 // row) streams its chunk of K and V through shared memory once for all the query heads of
-// that kv head (grouped-query attention) and writes an unnormalised partial output with its
-// running max and sum; attn_combine merges the partials. The split kernel also does the
+// that kv head (grouped-query attention), on tensor cores, and writes an unnormalised partial
+// output with its running max and sum; attn_combine merges the partials. The split kernel also does the
 // decode step's RoPE (rope_kv's work, without its launch): each block rotates its query heads
 // from the q|k|v projection row, and the block holding the current position rotates its k and
 // writes k and v into the cache before it loads that tile. The lengths are read from device
@@ -18,7 +18,11 @@
 
 #define ATT_WARPS 4
 #define GMAX 8
-#define ATT_TILE 32  // positions per K/V tile of a decode split
+#define ATT_TILE 32  // a split's chunk is a whole number of these (positions)
+#define ATT_SUB 16   // positions of one warp's step: the k of the P V product
+#ifndef ATT_STAGES
+#define ATT_STAGES 2  // sub-tiles in each warp's cp.async ring (3 and 4 measured no faster)
+#endif
 
 // Positions per split of a sequence of n: n / nsplit rounded up to whole tiles, at least
 // min_chunk (a multiple of ATT_TILE). The split kernel and the combine both derive it.
@@ -27,14 +31,31 @@ __device__ __forceinline__ int split_chunk(int n, int nsplit, int min_chunk) {
     return max(min_chunk, (chunk + ATT_TILE - 1) / ATT_TILE * ATT_TILE);
 }
 
-// Rows t0 .. t0 + ATT_TILE - 1 of one head's K and V into padded shared tiles by cp.async;
-// rows from `end` on are filled with zeros and read nothing (the cache past a sequence's
-// length may hold anything, and a zero V row times a zero weight adds nothing).
+__device__ __forceinline__ void ldmatrix_x4_trans(u32& r0, u32& r1, u32& r2, u32& r3, const void* p) {
+    const u32 addr = (u32)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+
+// x0, x1 as two float16 pairs whose sum is x to ~22 bits: hi = the halves of x, lo = the
+// halves of what they missed. A product with a float16 operand taken as hi + lo keeps
+// float32-like accuracy on float16 tensor cores.
+__device__ __forceinline__ void split_h2(float x0, float x1, u32& hi, u32& lo) {
+    const __half2 h = __floats2half2_rn(x0, x1);
+    const float2 f = __half22float2(h);
+    hi = *reinterpret_cast<const u32*>(&h);
+    lo = pack_h2(x0 - f.x, x1 - f.y);
+}
+
+// ATT_SUB rows t0 .. of one head's K and V into a warp's padded shared sub-tiles by cp.async,
+// by the warp's lanes; rows from `end` on are zeros and read nothing (the cache past a
+// sequence's length may hold anything; a zero V row under a zero weight adds nothing).
 template <int HD, int LDS>
-__device__ __forceinline__ void load_kv_tile(__half (*ks)[LDS], __half (*vs)[LDS], const __half* __restrict__ K,
-                                             const __half* __restrict__ V, int t0, int end) {
-    constexpr int PIECES = ATT_TILE * (HD / 8);  // 16-byte pieces per tile
-    for (int i = threadIdx.x; i < PIECES; i += blockDim.x) {
+__device__ __forceinline__ void load_kv_sub(__half (*ks)[LDS], __half (*vs)[LDS], const __half* __restrict__ K,
+                                            const __half* __restrict__ V, int t0, int end) {
+    constexpr int PIECES = ATT_SUB * (HD / 8);  // 16-byte pieces per sub-tile
+    for (int i = threadIdx.x & 31; i < PIECES; i += 32) {
         const int rr = i / (HD / 8), cc = (i % (HD / 8)) * 8;
         const bool in = t0 + rr < end;
         const size_t off = (size_t)(in ? t0 + rr : 0) * HD + cc;
@@ -61,14 +82,16 @@ __device__ __forceinline__ void rope_head(const float* src, const float* __restr
     __syncwarp();
 }
 
-// One block per (split, kv head, row). The block's chunk of the cache streams through shared
-// memory in tiles of ATT_TILE positions, double-buffered by cp.async, so the loads of a tile
-// overlap the arithmetic on the one before and every warp reads each K and V row from shared
-// memory, not from a chain of global round trips. Warp w owns query heads w, w + 4 (of the G
-// that share this kv head): lane p scores position p of a tile, then every lane accumulates
-// its HD / 32 output dims over the tile's 32 positions. Warps never merge with each other.
-// The current token sits at position lens[seq] (advanced after the step); its q, k and v come
-// from the q|k|v row r (stride ld) and are rotated here (qn_w / kn_w: Qwen3's head norms).
+// One block per (split, kv head, row), ATT_WARPS warps. The chunk is cut into sub-tiles of
+// ATT_SUB positions; warp w takes sub-tiles w, w + ATT_WARPS, ... and streams them through
+// its own ring of ATT_STAGES by cp.async (no block barrier inside the loop), so every warp
+// keeps ATT_STAGES - 1 sub-tiles in flight while it computes on one. Per sub-tile, on the
+// tensor cores (mma m16n8k16, the G query heads of this kv head as the rows of A, padded to
+// 16): S = Q K^T, an online softmax per head in registers, O += P V. Q and P enter as float16
+// pairs hi + lo (split_h2), so the result keeps float32 accuracy; K and V are float16 already.
+// At the end the warps' (max, sum, output) merge in shared memory in warp order. The current
+// token sits at position lens[seq] (advanced after the step); its q, k and v come from the
+// q|k|v row r (stride ld) and are rotated here (qn_w / kn_w: Qwen3's head norms).
 template <int HD>
 __device__ __forceinline__ void attn_split_body(const float* __restrict__ qkv, int ld,
                                                 const float* __restrict__ qn_w,
@@ -79,18 +102,17 @@ __device__ __forceinline__ void attn_split_body(const float* __restrict__ qkv, i
                                                 const int* __restrict__ lens, float* __restrict__ part_o,
                                                 float* __restrict__ part_ml, int n_heads, int n_kv,
                                                 int max_len, int nsplit, int min_chunk, float scale) {
-    constexpr int DPL = HD >= 32 ? HD / 32 : 1;  // output dims owned by each lane
-    constexpr int HPW = GMAX / ATT_WARPS;         // query heads per warp, at most
-    constexpr int LDS = HD + 8;                   // padded row (halves): no bank conflicts
-    __shared__ __align__(16) __half Ks[2][ATT_TILE][LDS];
-    __shared__ __align__(16) __half Vs[2][ATT_TILE][LDS];
+    constexpr int LDS = HD + 8;  // padded row (halves): no bank conflicts, rows 16-byte aligned
+    constexpr int S = ATT_STAGES;
+    constexpr int KSTEPS = HD / 16, NT_O = HD / 8;
+    extern __shared__ __align__(16) unsigned char att_smem[];  // per warp: S K, then S V sub-tiles
     __shared__ __align__(16) float qs[GMAX][HD];
     __shared__ float cs[HD / 2], sn[HD / 2], kbuf[HD];
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;  // this lane's query head (row of A) and pair
     const int split = blockIdx.x, kvh = blockIdx.y, r = blockIdx.z;
     const int G = n_heads / n_kv;
-    const bool vlane = lane * DPL < HD;  // HD 16: lanes 16..31 own no output dims
     pdl_wait();
     pdl_trigger();
     const int seq = seq_ids[r];
@@ -100,7 +122,8 @@ __device__ __forceinline__ void attn_split_body(const float* __restrict__ qkv, i
     const int start = split * chunk;
     if (start >= n) return;  // the whole block: start is uniform
     const int end = min(n, start + chunk);
-    const int ntiles = (end - start + ATT_TILE - 1) / ATT_TILE;
+    const int nsub = (end - start + ATT_SUB - 1) / ATT_SUB;
+    const int mine = nsub > warp ? (nsub - warp + ATT_WARPS - 1) / ATT_WARPS : 0;
 
     const size_t head_base = ((size_t)seq * n_kv + kvh) * (size_t)max_len * HD;
     __half* K = kc + head_base;
@@ -121,102 +144,134 @@ __device__ __forceinline__ void attn_split_body(const float* __restrict__ qkv, i
             const float* v = row + (size_t)(n_heads + n_kv + kvh) * HD;
             for (int e = lane; e < HD; e += 32) V[(size_t)pos * HD + e] = __float2half_rn(v[e]);
         }
-        __threadfence();  // the writes reach L2, where the tile's cp.async reads them
+        __threadfence();  // the writes reach L2, where the sub-tiles' cp.async reads them
         __syncthreads();
     }
-    load_kv_tile<HD, LDS>(Ks[0], Vs[0], K, V, start, end);
-    cp_async_commit();
-    if (ntiles > 1) load_kv_tile<HD, LDS>(Ks[1], Vs[1], K, V, start + ATT_TILE, end);
-    cp_async_commit();
-    for (int g = warp; g < G; g += ATT_WARPS)  // while the first tiles load
-        rope_head<HD>(row + (size_t)(kvh * G + g) * HD, qn_w, cs, sn, neox, eps, scale, qs[g]);
-
-    float m[HPW], l[HPW], o[HPW][DPL];
+    auto Ks = reinterpret_cast<__half(*)[ATT_SUB][LDS]>(att_smem) + (size_t)warp * 2 * S;
+    auto Vs = Ks + S;
 #pragma unroll
-    for (int i = 0; i < HPW; ++i) {
-        m[i] = -INFINITY;
-        l[i] = 0.f;
-#pragma unroll
-        for (int d = 0; d < DPL; ++d) o[i][d] = 0.f;
-    }
-    const int voff = vlane ? lane * DPL : 0;
-
-    for (int t = 0; t < ntiles; ++t) {
-        const int st = t & 1, t0 = start + t * ATT_TILE;
-        cp_async_wait_all_but_newest();  // tile t has landed (for this thread's copies)
-        __syncthreads();                 // ... and for everyone's; qs is written
-        const bool valid = t0 + lane < end;
-#pragma unroll
-        for (int i = 0; i < HPW; ++i) {
-            const int g = warp + i * ATT_WARPS;
-            if (g >= G) break;  // warp-uniform
-            float s = 0.f;
-#pragma unroll
-            for (int c = 0; c < HD / 8; ++c) {
-                const uint4 kr = *reinterpret_cast<const uint4*>(&Ks[st][lane][c * 8]);
-                const __half2* kh = reinterpret_cast<const __half2*>(&kr);
-                const float4 qa = *reinterpret_cast<const float4*>(&qs[g][c * 8]);
-                const float4 qb = *reinterpret_cast<const float4*>(&qs[g][c * 8 + 4]);
-                const float2 k0 = __half22float2(kh[0]), k1 = __half22float2(kh[1]);
-                const float2 k2 = __half22float2(kh[2]), k3 = __half22float2(kh[3]);
-                s = fmaf(qa.x, k0.x, s);
-                s = fmaf(qa.y, k0.y, s);
-                s = fmaf(qa.z, k1.x, s);
-                s = fmaf(qa.w, k1.y, s);
-                s = fmaf(qb.x, k2.x, s);
-                s = fmaf(qb.y, k2.y, s);
-                s = fmaf(qb.z, k3.x, s);
-                s = fmaf(qb.w, k3.y, s);
-            }
-            const float sg = valid ? s : -INFINITY;
-            const float mnew = fmaxf(m[i], warp_max(sg));  // finite: lane 0 is valid
-            const float p = valid ? __expf(sg - mnew) : 0.f;
-            const float alpha = __expf(m[i] - mnew);
-            l[i] = l[i] * alpha + warp_sum(p);
-            m[i] = mnew;
-            float acc[DPL];
-#pragma unroll
-            for (int d = 0; d < DPL; ++d) acc[d] = o[i][d] * alpha;
-#pragma unroll
-            for (int j = 0; j < ATT_TILE; ++j) {
-                const float pj = __shfl_sync(FULL_MASK, p, j);
-                const __half* vrow = &Vs[st][j][voff];
-                if (DPL == 4) {
-                    const uint2 raw = *reinterpret_cast<const uint2*>(vrow);
-                    const __half2* vh = reinterpret_cast<const __half2*>(&raw);
-                    const float2 f0 = __half22float2(vh[0]), f1 = __half22float2(vh[1]);
-                    acc[0] = fmaf(pj, f0.x, acc[0]);
-                    acc[DPL > 1 ? 1 : 0] = fmaf(pj, f0.y, acc[DPL > 1 ? 1 : 0]);
-                    acc[DPL > 2 ? 2 : 0] = fmaf(pj, f1.x, acc[DPL > 2 ? 2 : 0]);
-                    acc[DPL > 3 ? 3 : 0] = fmaf(pj, f1.y, acc[DPL > 3 ? 3 : 0]);
-                } else if (DPL == 2) {
-                    const float2 f0 = __half22float2(*reinterpret_cast<const __half2*>(vrow));
-                    acc[0] = fmaf(pj, f0.x, acc[0]);
-                    acc[DPL > 1 ? 1 : 0] = fmaf(pj, f0.y, acc[DPL > 1 ? 1 : 0]);
-                } else {
-                    acc[0] = fmaf(pj, __half2float(*vrow), acc[0]);
-                }
-            }
-#pragma unroll
-            for (int d = 0; d < DPL; ++d) o[i][d] = acc[d];
-        }
-        __syncthreads();  // every warp is done with stage st: tile t + 2 may land there
-        if (t + 2 < ntiles) load_kv_tile<HD, LDS>(Ks[st], Vs[st], K, V, t0 + 2 * ATT_TILE, end);
+    for (int i = 0; i < S - 1; ++i) {  // the ring's first S - 1 sub-tiles (a group each, even empty)
+        if (i < mine) load_kv_sub<HD, LDS>(Ks[i], Vs[i], K, V, start + (warp + i * ATT_WARPS) * ATT_SUB, end);
         cp_async_commit();
     }
+    for (int h = warp; h < G; h += ATT_WARPS)  // while the first sub-tiles load
+        rope_head<HD>(row + (size_t)(kvh * G + h) * HD, qn_w, cs, sn, neox, eps, scale, qs[h]);
+    __syncthreads();
 
+    // A fragments of Q (rows g < G; rows g + 8 are zero) as hi and lo halves
+    u32 qh[KSTEPS][2], ql[KSTEPS][2];
 #pragma unroll
-    for (int i = 0; i < HPW; ++i) {
-        const int g = warp + i * ATT_WARPS;
-        if (g >= G) break;
-        const size_t slot = ((size_t)r * n_heads + kvh * G + g) * nsplit + split;
-        if (vlane) {
-#pragma unroll
-            for (int d = 0; d < DPL; ++d) part_o[slot * HD + lane * DPL + d] = o[i][d];
+    for (int kk = 0; kk < KSTEPS; ++kk) {
+        float2 x0 = make_float2(0.f, 0.f), x1 = x0;
+        if (g < G) {
+            x0 = *reinterpret_cast<const float2*>(&qs[g][kk * 16 + 2 * t]);
+            x1 = *reinterpret_cast<const float2*>(&qs[g][kk * 16 + 8 + 2 * t]);
         }
-        if (lane == 0) {
-            part_ml[slot * 2] = m[i];
-            part_ml[slot * 2 + 1] = l[i];
+        split_h2(x0.x, x0.y, qh[kk][0], ql[kk][0]);
+        split_h2(x1.x, x1.y, qh[kk][1], ql[kk][1]);
+    }
+    float o[NT_O][4];
+#pragma unroll
+    for (int j = 0; j < NT_O; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+    float m = -INFINITY, l = 0.f;  // row g's running max and this lane's share of its sum
+
+    for (int i = 0; i < mine; ++i) {
+        const int st = i % S, t0 = start + (warp + i * ATT_WARPS) * ATT_SUB;
+        cp_async_wait<S - 2>();  // sub-tile i has landed (this lane's copies)
+        __syncwarp();            // ... and the warp's; every lane is done with sub-tile i - 1
+        const int in = i + S - 1;  // into the stage sub-tile i - 1 used
+        if (in < mine)
+            load_kv_sub<HD, LDS>(Ks[in % S], Vs[in % S], K, V, start + (warp + in * ATT_WARPS) * ATT_SUB, end);
+        cp_async_commit();
+
+        float s[2][4];  // S = Q K^T, two n-tiles of 8 positions
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < KSTEPS; ++kk) {
+                const u32 b0 = *reinterpret_cast<const u32*>(&Ks[st][j * 8 + g][kk * 16 + 2 * t]);
+                const u32 b1 = *reinterpret_cast<const u32*>(&Ks[st][j * 8 + g][kk * 16 + 8 + 2 * t]);
+                mma16816(s[j], ql[kk][0], 0u, ql[kk][1], 0u, b0, b1);
+                mma16816(s[j], qh[kk][0], 0u, qh[kk][1], 0u, b0, b1);
+            }
+        }
+        float mx = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            const int p = t0 + j * 8 + 2 * t;
+            if (p >= end) s[j][0] = -INFINITY;
+            if (p + 1 >= end) s[j][1] = -INFINITY;
+            mx = fmaxf(mx, fmaxf(s[j][0], s[j][1]));
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 2));
+        const float mnew = fmaxf(m, mx);  // finite: the sub-tile's first position is valid
+        const float alpha = __expf(m - mnew);
+        m = mnew;
+        float p[2][2];
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            p[j][0] = __expf(s[j][0] - mnew);
+            p[j][1] = __expf(s[j][1] - mnew);
+        }
+        l = l * alpha + ((p[0][0] + p[0][1]) + (p[1][0] + p[1][1]));
+#pragma unroll
+        for (int j = 0; j < NT_O; ++j) {
+            o[j][0] *= alpha;
+            o[j][1] *= alpha;
+        }
+        // O += P V: the S accumulators of the two n-tiles are P's A fragment (rows g + 8: 0)
+        u32 ph0, pl0, ph2, pl2;
+        split_h2(p[0][0], p[0][1], ph0, pl0);
+        split_h2(p[1][0], p[1][1], ph2, pl2);
+        const int key = ((lane >> 3) & 1) * 8 + (lane & 7);
+#pragma unroll
+        for (int n0 = 0; n0 < HD; n0 += 16) {
+            u32 b0, b1, b2, b3;
+            ldmatrix_x4_trans(b0, b1, b2, b3, &Vs[st][key][n0 + (lane >> 4) * 8]);
+            mma16816(o[n0 / 8], pl0, 0u, pl2, 0u, b0, b1);
+            mma16816(o[n0 / 8], ph0, 0u, ph2, 0u, b0, b1);
+            mma16816(o[n0 / 8 + 1], pl0, 0u, pl2, 0u, b2, b3);
+            mma16816(o[n0 / 8 + 1], ph0, 0u, ph2, 0u, b2, b3);
+        }
+    }
+    l += __shfl_xor_sync(FULL_MASK, l, 1);
+    l += __shfl_xor_sync(FULL_MASK, l, 2);
+
+    // the warps' partials into shared memory (over the rings), merged in warp order
+    cp_async_wait<0>();
+    __syncthreads();
+    float* wo = reinterpret_cast<float*>(att_smem);  // [ATT_WARPS][GMAX][HD]
+    float* wml = wo + ATT_WARPS * GMAX * HD;         // [ATT_WARPS][GMAX][2]
+    if (g < G) {
+#pragma unroll
+        for (int j = 0; j < NT_O; ++j)
+            *reinterpret_cast<float2*>(&wo[((size_t)warp * GMAX + g) * HD + j * 8 + 2 * t]) =
+                make_float2(o[j][0], o[j][1]);
+        if (t == 0) {
+            wml[(warp * GMAX + g) * 2] = m;
+            wml[(warp * GMAX + g) * 2 + 1] = l;
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
+        const int h = i / HD, e = i % HD;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < ATT_WARPS; ++w) M = fmaxf(M, wml[(w * GMAX + h) * 2]);
+        float acc = 0.f, L = 0.f;
+#pragma unroll
+        for (int w = 0; w < ATT_WARPS; ++w) {
+            const float f = __expf(wml[(w * GMAX + h) * 2] - M);  // 0 for a warp with no sub-tile
+            acc += wo[((size_t)w * GMAX + h) * HD + e] * f;
+            L += wml[(w * GMAX + h) * 2 + 1] * f;
+        }
+        const size_t slot = ((size_t)r * n_heads + kvh * G + h) * nsplit + split;
+        part_o[slot * HD + e] = acc;
+        if (e == 0) {
+            part_ml[slot * 2] = M;
+            part_ml[slot * 2 + 1] = L;
         }
     }
 }
@@ -297,12 +352,6 @@ extern "C" __global__ void attn_combine(const float* __restrict__ part_o, const 
 #define PF_BQ 64
 #define PF_BK 64
 
-__device__ __forceinline__ void ldmatrix_x4_trans(u32& r0, u32& r1, u32& r2, u32& r3, const void* p) {
-    const u32 addr = (u32)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(addr));
-}
 
 // Rows k0 .. k0 + PF_BK - 1 of one head's cache into a padded tile; rows from nkeys on are
 // zeros (never read: the cache past the prompt may hold anything).

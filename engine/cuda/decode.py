@@ -14,7 +14,7 @@ import cupy as cp
 import numpy as np
 
 from engine.config import ModelConfig
-from engine.cuda.geometry import env_tuning, gemv_launch, gemv_shared_bytes
+from engine.cuda.geometry import attn_shared_bytes, env_tuning, gemv_launch, gemv_shared_bytes
 from engine.cuda.kv_cache import KvCache
 from engine.cuda.launch import NULL, KernelLauncher, f32, i32
 from engine.cuda.layout import GpuWeight
@@ -183,6 +183,7 @@ class DecodeStep:
                 b["part_o"], b["part_ml"], i32(c.n_heads), i32(c.n_kv_heads),
                 i32(kv.max_len), i32(ATTN_SPLITS), i32(ATTN_MIN_CHUNK), f32(scale),
             ),
+            attn_shared_bytes(hd),
         )  # fmt: skip
         quant_o = L.wo.quantized and hd >= 32
         self.launch(

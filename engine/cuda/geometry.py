@@ -31,6 +31,7 @@ GEOMETRY_DEFAULTS = {
     "MMA_WARPS_WIDE": 16,
     "MMA_S_WIDE": 0,
     "MMA_MB_WIDE": 4,
+    "ATT_STAGES": 2,
 }
 
 # Weight storage types: the WT_* numbers in kernels/common.cuh.
@@ -52,6 +53,9 @@ MMA_NAMES = tuple(
 MMA_M, MMA_N = 16, 8  # output rows x activation rows of one tensor-core n-tile
 MMA_SLOT_BYTES = 1024  # one K block of 16 rows per weight matrix in a warp's cp.async ring
 MMAQ_SLOT_BYTES = 768  # Q4_0: two K blocks of 16 rows (512 bytes of nibbles, 256 of scales)
+# decode attention (kernels/attention.cu): warps per split block, query heads per kv head at
+# most, positions of one warp's sub-tile
+ATT_WARPS, ATT_GMAX, ATT_SUB = 4, 8, 16
 
 
 def kernel_defines(environ: Mapping[str, str] = os.environ) -> dict[str, int]:
@@ -96,6 +100,8 @@ class Geometry:
         ):  # fmt: skip
             if self.values[name] < 1:
                 raise ValueError(f"{DEFINES_ENV}: {name}={self.values[name]} must be at least 1")
+        if self.values["ATT_STAGES"] < 2:
+            raise ValueError(f"{DEFINES_ENV}: ATT_STAGES must be at least 2")
         if self.values["MMA_NT_MAX"] not in MMA_TILES:
             raise ValueError(f"{DEFINES_ENV}: MMA_NT_MAX must be one of {sorted(MMA_TILES)}")
         if self.values["GEMV_WARPS"] % self.values["GEMV_KSPLIT"]:
@@ -196,6 +202,14 @@ class Geometry:
         partials = warps * (mats * MMA_M * bands + 1) * MMA_N * nt * 4  # tiles + sums of squares
         return max(ring, partials)
 
+    def attn_shared_bytes(self, head_dim: int) -> int:
+        """Dynamic shared memory of a decode attention split (attn_split_<head_dim>): each
+        warp's ring of ATT_STAGES K and as many V sub-tiles (rows padded by 8 halves), or the
+        warps' partial outputs, maxima and sums that replace them after the loop."""
+        ring = ATT_WARPS * self.values["ATT_STAGES"] * 2 * ATT_SUB * (head_dim + 8) * 2
+        partials = ATT_WARPS * ATT_GMAX * (head_dim + 2) * 4
+        return max(ring, partials)
+
 
 def gemv_name(wt: int, row_block: int, mode: str) -> str:
     return f"gemv_{WT_NAMES[wt]}_r{row_block}_{mode}"
@@ -206,3 +220,4 @@ GEOMETRY = Geometry(kernel_defines())
 NVRTC_OPTIONS = GEOMETRY.nvrtc_options
 gemv_launch = GEOMETRY.launch
 gemv_shared_bytes = GEOMETRY.shared_bytes
+attn_shared_bytes = GEOMETRY.attn_shared_bytes

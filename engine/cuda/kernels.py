@@ -25,6 +25,7 @@ from engine.cuda.geometry import (
     NVRTC_OPTIONS,
     QUANTIZED,
     WT_NAMES,
+    attn_shared_bytes,
     gemv_name,
     gemv_shared_bytes,
 )
@@ -68,6 +69,8 @@ class Kernels:
         for name in all_kernel_names():
             fn = self._find(name)
             shared = gemv_shared_bytes(name)
+            if name.startswith("attn_split_"):
+                shared = attn_shared_bytes(int(name.rsplit("_", 1)[1]))
             if shared:  # above 48 KB a kernel must ask for its dynamic shared memory
                 fn.max_dynamic_shared_size_bytes = shared
             self._functions[name] = fn

@@ -60,7 +60,9 @@ def print_profile(model: str, rows: int, times: dict[str, float]) -> None:
 @click.option("--widths", default="", help="also time concurrent decode at these widths")
 @click.option("--out", default="", help="JSON rows")
 @click.option("--profile", is_flag=True, help="per-kernel times of one eager decode step")
-@click.option("--ablate", is_flag=True, help="graph step time with kernel groups left out")
+@click.option(
+    "--ablate", is_flag=True, help="graph step time with kernel groups left out, at each --ctx"
+)
 def main(
     models: str,
     ctx: str,
@@ -97,26 +99,31 @@ def main(
             print(f"{name} decode@{c}: {tps:.1f} tok/s ceiling {ceil_c:.1f}", file=sys.stderr)
         if profile:
             print_profile(name, 1, profile_step(r, 1))
-        if ablate:
-            r.reset(1, 128 + 2000)
-            r.prefill(0, np.arange(128) % 1000)
+        for c in [int(x) for x in ctx.split(",") if x] if ablate else []:
+            r.reset(1, c + 2000)
+            r.prefill(0, np.arange(c) % 1000)
             # a decode step's kernels by name prefix (RoPE runs inside attn_split)
             others = ("embed", "rmsnorm", "attn_", "argmax", "quantize")
             for label, skip in [
                 ("full", ()),
                 ("no attention", ("attn_",)),
+                ("no combine", ("attn_combine",)),
                 ("no rmsnorm", ("rmsnorm",)),
                 ("no quantize", ("quantize",)),
                 ("mat-vec only", others),
                 ("no mat-vec", ("gemv_",)),
             ]:
                 ms = time_graph(r, 1, skip, reps=20)
-                print(f"  ablate {name:14} {label:14} {ms * 1e3:8.1f} us/step", file=sys.stderr)
+                print(
+                    f"  ablate {name:14} @{c:<6} {label:14} {ms * 1e3:8.1f} us/step",
+                    file=sys.stderr,
+                )
                 rows.append(
                     dict(
-                        model=name, what=f"abl:{label}", tok_s=1e3 / ms, ceiling=ceiling, ratio=0.0
+                        model=name, what=f"abl@{c}:{label}", tok_s=1e3 / ms, ceiling=ceiling,
+                        ratio=0.0,
                     )
-                )
+                )  # fmt: skip
         for w in [int(x) for x in widths.split(",") if x]:
             tps = time_decode(r, 128, tokens, width=w)
             rows.append(

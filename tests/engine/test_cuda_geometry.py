@@ -172,15 +172,15 @@ def test_tensor_core_rings_size_the_dynamic_shared_memory() -> None:
 
 def test_python_defaults_match_the_kernel_sources() -> None:
     """The grids and shared memory sizes follow GEOMETRY_DEFAULTS; the kernels compile with
-    the #define defaults in the mat-vec sources (kernels/gemv_*.cu). The two must agree, and
-    each default is defined in one file only."""
+    the #define defaults in the kernel sources (kernels/*.cu). The two must agree, and each
+    default is defined in one file only."""
     kernels = Path(__file__).resolve().parents[2] / "kernels"
-    src = "\n".join(p.read_text() for p in sorted(kernels.glob("gemv_*.cu")))
+    src = "\n".join(p.read_text() for p in sorted(kernels.glob("*.cu")))
     for name, value in GEOMETRY_DEFAULTS.items():
         if name in ("GEMV_MMA", "GEMV_MMA_Q"):  # read by the Python side only
             continue
         found = re.findall(rf"#ifndef {name}\n#define {name} (\d+)", src)
-        assert len(found) == 1, f"{name}: {len(found)} #ifndef defaults in kernels/gemv_*.cu"
+        assert len(found) == 1, f"{name}: {len(found)} #ifndef defaults in kernels/*.cu"
         assert int(found[0]) == value, name
 
 
@@ -211,3 +211,16 @@ def test_runner_tuning_knobs_from_the_environment() -> None:
     for bad in ("0", "48", "-32", "lots", ""):
         with pytest.raises(ValueError, match="SPARKBOARD_ATTN_MIN_CHUNK"):
             env_tuning("SPARKBOARD_ATTN_MIN_CHUNK", 32, 32, {"SPARKBOARD_ATTN_MIN_CHUNK": bad})
+
+
+def test_attention_ring_shared_bytes() -> None:
+    """A decode attention split's dynamic shared memory: per warp (4), ATT_STAGES K and V
+    sub-tiles of 16 positions, rows padded by 8 halves, which the warps' partials (8 heads
+    at most) reuse; a ring needs two stages at least."""
+    assert Geometry({}).attn_shared_bytes(128) == 4 * 2 * 2 * 16 * 136 * 2
+    assert Geometry({"ATT_STAGES": 2}).attn_shared_bytes(64) == 4 * 2 * 2 * 16 * 72 * 2
+    for hd in (16, 32, 64, 128):  # the partials fit where the rings were
+        assert Geometry({"ATT_STAGES": 2}).attn_shared_bytes(hd) >= 4 * 8 * (hd + 2) * 4
+    assert Geometry({"ATT_STAGES": 4}).attn_shared_bytes(128) <= 227 * 1024
+    with pytest.raises(ValueError, match="ATT_STAGES"):
+        Geometry({"ATT_STAGES": 1})

@@ -14,6 +14,12 @@
 #   bash tests/gpu/push_run.sh harness   carry .gguf/p2: the SmolLM2 file; the harness sessions a
 #                                        round runs (old tree and this one, phases of each), then
 #                                        the roofline, sweep, concurrent and peers numbers
+#   bash tests/gpu/push_run.sh ab        carry .whl, .bundle: wheels, the kernel tests (-k KTESTS),
+#                                        devcheck per variant (VARIANTS="old;default;ATT_STAGES=3
+#                                        SPARKBOARD_ATTN_SPLITS=64": "old" is the bundle's tree;
+#                                        SPARKBOARD_* items are set in the environment, the rest
+#                                        are kernel defines), MODELS, CTX, WIDTHS, then ABLATE
+#                                        models' leave-one-out step times at CTX
 # Logs and JSON under $OUT; a short table last.
 set -u
 OUT=${OUT:-/tmp/out}
@@ -165,10 +171,66 @@ for f in sorted(glob.glob(sys.argv[1] + "/*.json")):
 PY
 }
 
+install() {  # wheels into /tmp/site, the bundle's tree into $OLD (once per lease)
+  [ -d /tmp/site/pydantic ] || python3 -m pip install -q --no-index --no-deps --no-compile \
+    --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  if [ -d .bundle ] && [ ! -d "$OLD" ]; then git clone -q .bundle/main.bundle "$OLD" 2>/dev/null; fi
+}
+
+variant() {  # $1 tag, $2 spec ("old", "default" or KEY=VALUE items), then devcheck's arguments
+  local tag=$1 spec=$2 tree=$PWD item defs="" envs=()
+  shift 2
+  for item in $spec; do
+    case "$item" in
+      old) tree=$OLD ;;
+      default) ;;
+      SPARKBOARD_*) envs+=("$item") ;;
+      *) defs="$defs $item" ;;
+    esac
+  done
+  (cd "$tree" && env PYTHONPATH=/tmp/site:$tree SPARKBOARD_KERNEL_DEFINES="$defs" "${envs[@]}" \
+    timeout 280 python3 -m engine.tools.devcheck "$@" --out "$OUT/dc_$tag.json" >"$OUT/dc_$tag.log" 2>&1) ||
+    tail -n 5 "$OUT/dc_$tag.log"
+}
+
+ab() {
+  install
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  if [ -n "${KTESTS:-}" ]; then
+    timeout 240 python3 -m pytest -q tests/gpu/test_kernels.py -m gpu -k "$KTESTS" -p no:cacheprovider \
+      --tb=short >"$OUT/pytest_kernels.log" 2>&1
+    tail -n 3 "$OUT/pytest_kernels.log"
+  fi
+  local v tag i=0
+  IFS=';' read -r -a vs <<<"${VARIANTS:-old;default}"
+  for v in "${vs[@]}"; do
+    i=$((i + 1))
+    tag="$i.${v//[^A-Za-z0-9_.-]/_}"  # file names the device tool returns: no "=" or "+"
+    variant "$tag" "$v" --models "${MODELS:-llama-8b:f16}" --ctx "${CTX:-128}" --tokens 64 \
+      --widths "${WIDTHS:-}"
+  done
+  [ -n "${ABLATE:-}" ] && variant ablate default --models "$ABLATE" --ctx "${CTX:-128}" --tokens 32 --ablate
+  python3 - "$OUT" <<'PY'
+import glob, json, sys
+rows, tags = {}, []
+for f in sorted(glob.glob(sys.argv[1] + "/dc_*.json")):
+    tag = f.rsplit("/", 1)[1][3:-5]
+    tags.append(tag)
+    for r in json.load(open(f))["rows"]:
+        if r["what"] != "load_s":
+            rows.setdefault((r["model"], r["what"]), {})[tag] = (r["tok_s"], r["ratio"])
+for t in tags:
+    print(t, " ".join(f"{m[6:]}/{w}={d[t][0]:.0f}" + (f"({d[t][1]:.3f})" if d[t][1] else "")
+                      for (m, w), d in rows.items() if t in d))
+PY
+  grep -E "passed|failed" "$OUT/pytest_kernels.log" 2>/dev/null | tail -n 1
+}
+
 case "${1:-}" in
   kernels) kernels ;;
   models) models ;;
   harness) harness ;;
   sessions) sessions ;;
-  *) echo "usage: $0 kernels | models | harness | sessions" >&2; exit 2 ;;
+  ab) ab ;;
+  *) echo "usage: $0 kernels | models | harness | sessions | ab" >&2; exit 2 ;;
 esac

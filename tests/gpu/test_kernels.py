@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 from engine import quants
+from engine.cuda.geometry import GEOMETRY
 from engine.weights import WeightTensor
 
 pytestmark = pytest.mark.gpu
@@ -400,6 +401,7 @@ def test_decode_attention_split_and_combine(cu, hd, n_heads, n_kv, neox, qk_norm
             part_o, part_ml, np.int32(n_heads), np.int32(n_kv), np.int32(max_len),
             np.int32(splits), np.int32(min_chunk), np.float32(scale),
         ),
+        shared_mem=GEOMETRY.attn_shared_bytes(hd),
     )  # fmt: skip
     xq = cp.zeros((rows, 2 * n_heads * hd), dtype=cp.int8)
     xs = nan_buffer(cp, (rows, n_heads * hd // 32 * 4))

@@ -14,6 +14,10 @@
 #   bash tests/gpu/push_run.sh harness   carry .gguf/p2: the SmolLM2 file; the harness sessions a
 #                                        round runs (old tree and this one, phases of each), then
 #                                        the roofline, sweep, concurrent and peers numbers
+#   bash tests/gpu/push_run.sh smollm2   carry .gguf/p2 (after p0 and p1 in this lease): the SmolLM2
+#                                        GPU tests
+#   bash tests/gpu/push_run.sh numbers   carry .gguf/p2 likewise: harness's numbers alone
+#                                        (NO_PEERS=1: without the torch peers)
 #   bash tests/gpu/push_run.sh ab        carry .whl, .bundle: wheels, the kernel tests (-k KTESTS),
 #                                        devcheck per variant (VARIANTS="old;default;ATT_STAGES=3
 #                                        SPARKBOARD_ATTN_SPLITS=64": "old" is the bundle's tree;
@@ -123,6 +127,12 @@ sessions() {  # one PR's sessions as the gpu profile runs them (collector/reques
   tail -n 2 "$OUT/pytest_smollm2.log"
 }
 
+smollm2_tests() {  # the GPU tests that need the SmolLM2 file
+  timeout 300 python3 -m pytest -q tests/gpu tests/engine/test_harness_cli.py tests/engine/test_engine_gpu_arrays.py \
+    -m gpu -k smollm2 -p no:cacheprovider --tb=short >"$OUT/pytest_smollm2.log" 2>&1
+  tail -n 2 "$OUT/pytest_smollm2.log"
+}
+
 harness() {
   assemble
   local conc=(concurrent --model llama-1b:f16 --widths 2,4,8,16,32 --tokens 32 --runs 3 --prompt-len 128)
@@ -139,18 +149,26 @@ harness() {
   timeout 200 python3 -m engine.harness.score score --model llama-1b:f16 --backend cupy \
     --text-file data/corpus.txt --topk 16 --out "$OUT/score.json" >"$OUT/score.log" 2>&1
   echo "score wall $(python3 -c "import time; print(round(time.time() - $t0, 1))") s"
+  numbers
+}
+
+numbers() {  # roofline, sweep, concurrent and peers numbers (the SmolLM2 file assembled)
   local B="timeout 200 python3 -m engine.harness.bench"
   $B roofline --model llama-8b:q4_0 --ctx 128 --tokens 64 --reps 3 --out "$OUT/roof_8b_q4_0.json" >"$OUT/roof_8b_q4_0.log" 2>&1
   $B roofline --model llama-8b:f16 --ctx 128 --tokens 64 --reps 3 --out "$OUT/roof_8b_f16.json" >"$OUT/roof_8b_f16.log" 2>&1
   $B roofline --model llama-1b:f16 --ctx 128 --tokens 128 --reps 3 --out "$OUT/roof_1b_f16.json" >"$OUT/roof_1b_f16.log" 2>&1
+  $B roofline --model llama-8b:q4_0 --ctx 32768 --tokens 64 --reps 2 --out "$OUT/roof32k_8b_q4_0.json" >"$OUT/roof32k_8b_q4_0.log" 2>&1
+  $B roofline --model llama-8b:f16 --ctx 32768 --tokens 64 --reps 2 --out "$OUT/roof32k_8b_f16.json" >"$OUT/roof32k_8b_f16.log" 2>&1
   $B sweep --model smollm2-135m --ctx 128 --tokens 128 --reps 3 --backend cupy --out "$OUT/sweep_smollm2.json" >"$OUT/sweep_smollm2.log" 2>&1
   $B sweep --model llama-8b:q4_0 --ctx 128,32768 --tokens 64 --reps 2 --backend cupy --out "$OUT/sweep_8b_q4_0.json" >"$OUT/sweep_8b_q4_0.log" 2>&1
   $B sweep --model llama-8b:f16 --ctx 128,32768 --tokens 64 --reps 2 --backend cupy --out "$OUT/sweep_8b_f16.json" >"$OUT/sweep_8b_f16.log" 2>&1
   $B concurrent --model llama-1b:f16 --widths 1,8,16,32 --tokens 64 --runs 2 --prompt-len 128 --backend cupy \
     --out "$OUT/conc_1b_f16.json" >"$OUT/conc_1b_f16.log" 2>&1
-  timeout 240 python3 -m engine.harness.bench peers --model llama-8b:f16 --ctx 4096 --tokens 16 \
-    --out "$OUT/peers_8b_f16_4k.json" >"$OUT/peers_8b_f16_4k.log" 2>&1
-  tail -n 4 "$OUT/peers_8b_f16_4k.log"
+  if [ -z "${NO_PEERS:-}" ]; then
+    timeout 240 python3 -m engine.harness.bench peers --model llama-8b:f16 --ctx 4096 --tokens 16 \
+      --out "$OUT/peers_8b_f16_4k.json" >"$OUT/peers_8b_f16_4k.log" 2>&1
+    tail -n 4 "$OUT/peers_8b_f16_4k.log"
+  fi
   python3 - "$OUT" <<'PY'
 import glob, json, sys
 from statistics import median
@@ -232,5 +250,7 @@ case "${1:-}" in
   harness) harness ;;
   sessions) sessions ;;
   ab) ab ;;
-  *) echo "usage: $0 kernels | models | harness | sessions | ab" >&2; exit 2 ;;
+  smollm2) install && assemble && smollm2_tests ;;
+  numbers) install && assemble && numbers ;;
+  *) echo "usage: $0 kernels | models | harness | sessions | ab | smollm2 | numbers" >&2; exit 2 ;;
 esac

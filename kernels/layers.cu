@@ -58,32 +58,46 @@ extern "C" __global__ void dequant_f16(int wt, const void* __restrict__ wq, cons
 }
 
 // out16 = silu(g) * u, the prefill SwiGLU (decode fuses it into the gate/up mat-vec).
-// gu rows hold [gate | up], ffn values each; n = rows * ffn.
-extern "C" __global__ void swiglu_f16(const float* __restrict__ gu, int ffn, __half* __restrict__ out,
-                                      size_t n) {
-    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    const size_t row = i / ffn, col = i % ffn;
-    const float a = gu[row * 2 * ffn + col];
-    out[i] = __float2half_rn(a / (1.f + expf(-a)) * gu[row * 2 * ffn + ffn + col]);
+// gu rows hold [gate | up], ffn values each. Grid (ceil(ffn / (4 * blockDim.x)), rows): a
+// thread takes 4 consecutive columns of one row (16-byte loads when ffn % 4 == 0), so no
+// thread divides by ffn.
+extern "C" __global__ void swiglu_f16(const float* __restrict__ gu, int ffn, __half* __restrict__ out) {
+    const int c0 = (blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    if (c0 >= ffn) return;
+    const size_t row = blockIdx.y;
+    const float* g = gu + row * 2 * ffn + c0;
+    const float* u = g + ffn;
+    __half* o = out + row * ffn + c0;
+    if (ffn % 4 == 0) {
+        const float4 a = *reinterpret_cast<const float4*>(g), b = *reinterpret_cast<const float4*>(u);
+        const __half2 lo = __floats2half2_rn(a.x / (1.f + expf(-a.x)) * b.x, a.y / (1.f + expf(-a.y)) * b.y);
+        const __half2 hi = __floats2half2_rn(a.z / (1.f + expf(-a.z)) * b.z, a.w / (1.f + expf(-a.w)) * b.w);
+        reinterpret_cast<__half2*>(o)[0] = lo;
+        reinterpret_cast<__half2*>(o)[1] = hi;
+        return;
+    }
+    for (int j = 0; j < 4 && c0 + j < ffn; ++j) o[j] = __float2half_rn(g[j] / (1.f + expf(-g[j])) * u[j]);
 }
 
 // Optional per-head RMSNorm (Qwen3 q/k norm), then RoPE on q and k, and the KV-cache write
-// of k and v in float16. Grid (n_heads + n_kv, rows), one warp per head. Input: the fused
-// q|k|v projection rows (row stride ld); q is written rotated to q_out [rows][n_heads][hd].
+// of k and v in float16. Grid (rows), ROPE_WARPS warps: the row's angles are computed once
+// (float64, as the reference), then each warp takes heads warp, warp + ROPE_WARPS, ... of
+// the n_heads + n_kv. Input: the fused q|k|v projection rows (row stride ld); q is written
+// rotated to q_out [rows][n_heads][hd] (hd <= 256).
 // Row r's sequence and position: decode reads them from device memory (seq_ids[r],
 // lens[seq]) so a captured graph replays for any position; prefill passes pos_base >= 0
 // and seq_fixed, and row r sits at pos_base + r.
 // Cache layout per layer: [seq][kv_head][max_len][head_dim].
-extern "C" __global__ void rope_kv(const float* __restrict__ qkv, int ld, float* __restrict__ q_out,
-                                   __half* __restrict__ kc, __half* __restrict__ vc,
-                                   const float* __restrict__ qn_w, const float* __restrict__ kn_w,
-                                   const int* __restrict__ seq_ids, const int* __restrict__ lens,
-                                   int seq_fixed, int pos_base, int n_heads, int n_kv, int hd,
-                                   int max_len, const double* __restrict__ inv_freq, int neox,
-                                   float eps) {
-    __shared__ float buf[256];
-    const int h = blockIdx.x, r = blockIdx.y, lane = threadIdx.x;
+#define ROPE_WARPS 8
+extern "C" __global__ void __launch_bounds__(ROPE_WARPS * 32)
+    rope_kv(const float* __restrict__ qkv, int ld, float* __restrict__ q_out, __half* __restrict__ kc,
+            __half* __restrict__ vc, const float* __restrict__ qn_w, const float* __restrict__ kn_w,
+            const int* __restrict__ seq_ids, const int* __restrict__ lens, int seq_fixed, int pos_base,
+            int n_heads, int n_kv, int hd, int max_len, const double* __restrict__ inv_freq, int neox,
+            float eps) {
+    __shared__ float buf[ROPE_WARPS][256];
+    __shared__ float cs[128], sn[128];
+    const int r = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     pdl_wait();
     pdl_trigger();
     int seq, pos;
@@ -94,35 +108,42 @@ extern "C" __global__ void rope_kv(const float* __restrict__ qkv, int ld, float*
         seq = seq_ids[r];
         pos = lens[seq];
     }
-    const bool isq = h < n_heads;
-    const int kvh = h - n_heads;
-    const float* row = qkv + (size_t)r * ld;
-    const float* src = isq ? row + (size_t)h * hd : row + (size_t)(n_heads + kvh) * hd;
-    const float* nw = isq ? qn_w : kn_w;
-    load_head(src, nw, hd, eps, buf);
-    const size_t cache_row = (((size_t)seq * n_kv + (isq ? 0 : kvh)) * max_len + pos) * hd;
     const int half_dim = hd / 2;
-    for (int i = lane; i < half_dim; i += 32) {
-        const int a = neox ? i : 2 * i;
-        const int b = neox ? i + half_dim : 2 * i + 1;
-        double sn, cs;
-        sincos((double)pos * inv_freq[i], &sn, &cs);  // the angle in float64, as the reference
-        const float c = (float)cs, s = (float)sn;
-        const float x0 = buf[a], x1 = buf[b];
-        const float y0 = x0 * c - x1 * s;
-        const float y1 = x0 * s + x1 * c;
-        if (isq) {
-            float* dst = q_out + ((size_t)r * n_heads + h) * hd;
-            dst[a] = y0;
-            dst[b] = y1;
-        } else {
-            kc[cache_row + a] = __float2half_rn(y0);
-            kc[cache_row + b] = __float2half_rn(y1);
-        }
+    for (int i = threadIdx.x; i < half_dim; i += blockDim.x) {
+        double s, c;
+        sincos((double)pos * inv_freq[i], &s, &c);  // the angle in float64, as the reference
+        cs[i] = (float)c;
+        sn[i] = (float)s;
     }
-    if (!isq) {
-        const float* vs = row + (size_t)(n_heads + n_kv + kvh) * hd;
-        for (int e = lane; e < hd; e += 32) vc[cache_row + e] = __float2half_rn(vs[e]);
+    __syncthreads();
+    const float* row = qkv + (size_t)r * ld;
+    for (int h = warp; h < n_heads + n_kv; h += ROPE_WARPS) {  // warp-uniform
+        const bool isq = h < n_heads;
+        const int kvh = h - n_heads;
+        const float* src = isq ? row + (size_t)h * hd : row + (size_t)(n_heads + kvh) * hd;
+        load_head(src, isq ? qn_w : kn_w, hd, eps, buf[warp]);
+        const size_t cache_row = (((size_t)seq * n_kv + (isq ? 0 : kvh)) * max_len + pos) * hd;
+        for (int i = lane; i < half_dim; i += 32) {
+            const int a = neox ? i : 2 * i;
+            const int b = neox ? i + half_dim : 2 * i + 1;
+            const float c = cs[i], s = sn[i];
+            const float x0 = buf[warp][a], x1 = buf[warp][b];
+            const float y0 = x0 * c - x1 * s;
+            const float y1 = x0 * s + x1 * c;
+            if (isq) {
+                float* dst = q_out + ((size_t)r * n_heads + h) * hd;
+                dst[a] = y0;
+                dst[b] = y1;
+            } else {
+                kc[cache_row + a] = __float2half_rn(y0);
+                kc[cache_row + b] = __float2half_rn(y1);
+            }
+        }
+        if (!isq) {
+            const float* vs = row + (size_t)(n_heads + n_kv + kvh) * hd;
+            for (int e = lane; e < hd; e += 32) vc[cache_row + e] = __float2half_rn(vs[e]);
+        }
+        __syncwarp();  // the warp's buf is read before its next head overwrites it
     }
 }
 

@@ -32,6 +32,7 @@ CUDA_R_16F, CUDA_R_32F = 2, 0
 CUBLAS_OP_N, CUBLAS_OP_T = 0, 1
 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT = 68, -1
 LOG2E = 1.4426950408889634
+ROPE_THREADS = 256  # rope_kv's block: ROPE_WARPS warps (kernels/layers.cu), one row each
 
 
 class Prefill:
@@ -99,10 +100,7 @@ class Prefill:
             else:
                 self._gemm(h16, L.wg, gu, 0.0)
                 self._gemm(h16, L.wu, gu, 0.0, c.ffn_dim)
-            total = n * c.ffn_dim
-            k["swiglu_f16"](
-                ((total + 255) // 256,), (256,), (gu, i32(c.ffn_dim), f16, np.uint64(total))
-            )
+            k["swiglu_f16"]((-(-c.ffn_dim // 1024), n), (256,), (gu, i32(c.ffn_dim), f16))
             self._gemm(f16, L.wd, x, 1.0)
         if logits == "none":
             return None
@@ -131,8 +129,8 @@ class Prefill:
         c, m = self.config, self.model
         self.launch(
             "rope_kv",
-            (c.n_heads + c.n_kv_heads, n),
-            (32,),
+            (n,),
+            (ROPE_THREADS,),
             (
                 qkv, i32(qkv.shape[1]), q, cache.k[li], cache.v[li],
                 L.q_norm if L.q_norm is not None else NULL,

@@ -22,7 +22,7 @@
 #                                        devcheck per variant (VARIANTS="old;default;ATT_STAGES=3
 #                                        SPARKBOARD_ATTN_SPLITS=64": "old" is the bundle's tree;
 #                                        SPARKBOARD_* items are set in the environment, the rest
-#                                        are kernel defines), MODELS, CTX, WIDTHS, then ABLATE
+#                                        are kernel defines), MODELS, CTX, WIDTHS, PREFILL, then ABLATE
 #                                        models' leave-one-out step times at CTX
 # Logs and JSON under $OUT; a short table last.
 set -u
@@ -225,7 +225,7 @@ ab() {
     i=$((i + 1))
     tag="$i.${v//[^A-Za-z0-9_.-]/_}"  # file names the device tool returns: no "=" or "+"
     variant "$tag" "$v" --models "${MODELS:-llama-8b:f16}" --ctx "${CTX:-128}" --tokens 64 \
-      --widths "${WIDTHS:-}"
+      --widths "${WIDTHS:-}" ${PREFILL:+--prefill "$PREFILL"}
   done
   [ -n "${ABLATE:-}" ] && variant ablate default --models "$ABLATE" --ctx "${CTX:-128}" --tokens 32 --ablate
   python3 - "$OUT" <<'PY'

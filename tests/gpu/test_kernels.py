@@ -313,8 +313,8 @@ def test_rope_kv_decode_positions_from_device(cu, hd, neox, qk_norm):
     vc = cp.full((n_seqs, n_kv, max_len, hd), cp.nan, dtype=cp.float16)
     qd = nan_buffer(cp, (rows, n_heads, hd))
     k["rope_kv"](
-        (n_heads + n_kv, rows),
-        (32,),
+        (rows,),
+        (256,),
         (
             cp.asarray(qkv), np.int32(qkv.shape[1]), qd, kc, vc,
             cp.asarray(qn) if qk_norm else NULL, cp.asarray(kn) if qk_norm else NULL,
@@ -496,14 +496,14 @@ def test_argmax_advance(cu):
     assert np.array_equal(cp.asnumpy(ld), expect)
 
 
-def test_swiglu_f16(cu):
+@pytest.mark.parametrize("ffn", [1000, 1002, 5])  # 16-byte rows, and rows with a tail
+def test_swiglu_f16(cu, ffn):
     """Prefill SwiGLU over [gate | up] rows (the GEMM's float32 output), float16 out."""
     cp, k = cu
-    rows, ffn = 7, 1000
+    rows = 7
     gu = (RNG.standard_normal((rows, 2 * ffn)) * 3).astype(np.float32)
     out = cp.full((rows, ffn), cp.nan, dtype=cp.float16)
-    n = rows * ffn
-    k["swiglu_f16"](((n + 255) // 256,), (256,), (cp.asarray(gu), np.int32(ffn), out, np.uint64(n)))
+    k["swiglu_f16"]((-(-ffn // 1024), rows), (256,), (cp.asarray(gu), np.int32(ffn), out))
     g, u = gu[:, :ffn].astype(np.float64), gu[:, ffn:].astype(np.float64)
     assert rel(cp.asnumpy(out), g / (1 + np.exp(-g)) * u) < 1e-3  # float16 output
 

@@ -224,3 +224,13 @@ def test_attention_ring_shared_bytes() -> None:
     assert Geometry({"ATT_STAGES": 4}).attn_shared_bytes(128) <= 227 * 1024
     with pytest.raises(ValueError, match="ATT_STAGES"):
         Geometry({"ATT_STAGES": 1})
+
+
+def test_attention_constants_match_the_kernel_source() -> None:
+    """The decode attention's shared-memory size follows geometry's copies of its constants."""
+    from engine.cuda import geometry
+
+    src = (Path(__file__).resolve().parents[2] / "kernels" / "attention.cu").read_text()
+    for name, cu_name in [("ATT_WARPS", "ATT_WARPS"), ("ATT_GMAX", "GMAX"), ("ATT_SUB", "ATT_SUB")]:
+        found = re.findall(rf"#define {cu_name} (\d+)", src)
+        assert found == [str(getattr(geometry, name))], name

@@ -18,6 +18,7 @@ from pathlib import Path
 import cupy as cp
 
 from engine.cuda.geometry import (
+    ATT_GMAX,
     GEMV_MODES,
     GEMV_ROW_BLOCKS,
     MMA_NAMES,
@@ -34,7 +35,7 @@ KERNEL_DIR = Path(__file__).resolve().parents[2] / "kernels"
 SOURCES = ("gemv_simt.cu", "gemv_mma.cu", "quantize_q8.cu", "layers.cu", "attention.cu")
 GEMV_SOURCES = SOURCES[:3]  # the mat-vec kernels and their input quantizer (gemvbench)
 HEAD_DIMS = (16, 32, 64, 128)  # attention instantiations
-MAX_GROUP = 8  # query heads per KV head (GMAX in attention.cu)
+MAX_GROUP = ATT_GMAX  # query heads per KV head (GMAX in attention.cu)
 
 
 def source_text(*names: str) -> str:

@@ -4,12 +4,12 @@
 // chunks of at least min_chunk positions (multiples of 32); one block per (split, kv head,
 // row) streams its chunk of K and V through shared memory once for all the query heads of
 // that kv head (grouped-query attention), on tensor cores, and writes an unnormalised partial
-// output with its running max and sum; attn_combine merges the partials. The split kernel also does the
-// decode step's RoPE (rope_kv's work, without its launch): each block rotates its query heads
-// from the q|k|v projection row, and the block holding the current position rotates its k and
-// writes k and v into the cache before it loads that tile. The lengths are read from device
-// memory and the split geometry depends only on a sequence's own length, so the grid is
-// fixed for a CUDA graph and a row's result does not depend on the other rows.
+// output with its running max and sum; attn_combine merges the partials. The split kernel
+// also does the decode step's RoPE (rope_kv's work, without its launch): each block rotates
+// its query heads from the q|k|v projection row, and the block holding the current position
+// rotates its k and writes k and v into the cache before it loads them. The lengths are read
+// from device memory and the split geometry depends only on a sequence's own length, so the
+// grid is fixed for a CUDA graph and a row's result does not depend on the other rows.
 //
 // Prefill: attn_prefill_<HD> is a causal flash-attention kernel on tensor cores
 // (mma.sync m16n8k16, f16 in, f32 accumulate): a block owns 64 queries of one head, walks

@@ -283,8 +283,11 @@ def test_a_shortcut_taken_while_timed_is_seen_by_verification(tmp_path: Path) ->
     doc = _sweep(tmp_path, _checkout_with(tmp_path, skip_last_layer))
     margins = doc["measured"]["verification"]["decode_margins"]
     assert sum(m <= 1e-3 for m in margins) < 0.5 * len(margins)
-    regions = np.array(doc["measured"]["timing"]["regions"])
-    assert np.median(regions[:, 1] / regions[:, 0]) > 0.8  # an honest clock
+    timing = doc["measured"]["timing"]
+    regions = [tuple(r) for r in timing["regions"]]
+    # an honest clock, by the collector's own rule (a fixed ratio bound failed on a busy
+    # 2-core machine, where 0.6 ms regions carry ~0.15 ms of the pipe's overhead)
+    assert timing_problem(regions, ForgeryRules(), timing["groups"]) is None
 
 
 def _phases_in_order(doc: dict) -> list[float]:

@@ -129,12 +129,7 @@ __device__ __forceinline__ void attn_split_body(const float* __restrict__ qkv, i
     __half* K = kc + head_base;
     __half* V = vc + head_base;
     const float* row = qkv + (size_t)r * ld;
-    for (int i = threadIdx.x; i < HD / 2; i += blockDim.x) {
-        double s, c;
-        sincos((double)pos * inv_freq[i], &s, &c);  // the angle in float64, as the reference
-        cs[i] = (float)c;
-        sn[i] = (float)s;
-    }
+    rope_angles(pos, inv_freq, HD / 2, cs, sn);
     __syncthreads();
     if (end == n) {  // this block holds the current position: k and v into the cache first
         if (warp == 0) {

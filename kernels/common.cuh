@@ -155,6 +155,18 @@ __device__ __forceinline__ float weight_at(int wt, const void* __restrict__ wq,
     }
 }
 
+// The RoPE angles of position pos into cs[i], sn[i] (i < half_dim) by the block's threads
+// (the caller synchronises before reading them): computed in float64 as the reference.
+__device__ __forceinline__ void rope_angles(int pos, const double* __restrict__ inv_freq, int half_dim,
+                                            float* cs, float* sn) {
+    for (int i = threadIdx.x; i < half_dim; i += blockDim.x) {
+        double s, c;
+        sincos((double)pos * inv_freq[i], &s, &c);
+        cs[i] = (float)c;
+        sn[i] = (float)s;
+    }
+}
+
 // One head's n values of a q|k|v row into dst (shared memory), by one warp, RMS-normalised
 // with weight nw when given (Qwen3's q/k head norm); the warp may read dst afterwards.
 __device__ __forceinline__ void load_head(const float* src, const float* __restrict__ nw, int n, float eps,

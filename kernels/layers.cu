@@ -109,12 +109,7 @@ extern "C" __global__ void __launch_bounds__(ROPE_WARPS * 32)
         pos = lens[seq];
     }
     const int half_dim = hd / 2;
-    for (int i = threadIdx.x; i < half_dim; i += blockDim.x) {
-        double s, c;
-        sincos((double)pos * inv_freq[i], &s, &c);  // the angle in float64, as the reference
-        cs[i] = (float)c;
-        sn[i] = (float)s;
-    }
+    rope_angles(pos, inv_freq, half_dim, cs, sn);
     __syncthreads();
     const float* row = qkv + (size_t)r * ld;
     for (int h = warp; h < n_heads + n_kv; h += ROPE_WARPS) {  // warp-uniform

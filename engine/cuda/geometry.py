@@ -56,6 +56,7 @@ MMAQ_SLOT_BYTES = 768  # Q4_0: two K blocks of 16 rows (512 bytes of nibbles, 25
 # decode attention (kernels/attention.cu): warps per split block, query heads per kv head at
 # most, positions of one warp's sub-tile
 ATT_WARPS, ATT_GMAX, ATT_SUB = 4, 8, 16
+ROPE_WARPS = 8  # prefill's rope_kv: warps per block, one block per row (kernels/layers.cu)
 
 
 def kernel_defines(environ: Mapping[str, str] = os.environ) -> dict[str, int]:

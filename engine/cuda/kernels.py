@@ -69,9 +69,10 @@ class Kernels:
         self._functions: dict[str, cp.RawKernel] = {}
         for name in all_kernel_names():
             fn = self._find(name)
-            shared = gemv_shared_bytes(name)
             if name.startswith("attn_split_"):
                 shared = attn_shared_bytes(int(name.rsplit("_", 1)[1]))
+            else:
+                shared = gemv_shared_bytes(name)
             if shared:  # above 48 KB a kernel must ask for its dynamic shared memory
                 fn.max_dynamic_shared_size_bytes = shared
             self._functions[name] = fn

@@ -15,7 +15,7 @@ import numpy as np
 
 from engine.config import ModelConfig
 from engine.cuda.decode import rmsnorm
-from engine.cuda.geometry import WT_F16
+from engine.cuda.geometry import ROPE_WARPS, WT_F16
 from engine.cuda.kv_cache import KvCache
 from engine.cuda.launch import NULL, KernelLauncher, f32, i32
 from engine.cuda.layout import GpuWeight
@@ -32,7 +32,6 @@ CUDA_R_16F, CUDA_R_32F = 2, 0
 CUBLAS_OP_N, CUBLAS_OP_T = 0, 1
 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT = 68, -1
 LOG2E = 1.4426950408889634
-ROPE_THREADS = 256  # rope_kv's block: ROPE_WARPS warps (kernels/layers.cu), one row each
 
 
 class Prefill:
@@ -130,7 +129,7 @@ class Prefill:
         self.launch(
             "rope_kv",
             (n,),
-            (ROPE_THREADS,),
+            (ROPE_WARPS * 32,),
             (
                 qkv, i32(qkv.shape[1]), q, cache.k[li], cache.v[li],
                 L.q_norm if L.q_norm is not None else NULL,

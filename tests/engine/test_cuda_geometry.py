@@ -227,10 +227,14 @@ def test_attention_ring_shared_bytes() -> None:
 
 
 def test_attention_constants_match_the_kernel_source() -> None:
-    """The decode attention's shared-memory size follows geometry's copies of its constants."""
+    """The decode attention's shared-memory size and rope_kv's block follow geometry's copies
+    of the kernels' constants."""
     from engine.cuda import geometry
 
-    src = (Path(__file__).resolve().parents[2] / "kernels" / "attention.cu").read_text()
-    for name, cu_name in [("ATT_WARPS", "ATT_WARPS"), ("ATT_GMAX", "GMAX"), ("ATT_SUB", "ATT_SUB")]:
-        found = re.findall(rf"#define {cu_name} (\d+)", src)
+    kernels = Path(__file__).resolve().parents[2] / "kernels"
+    for file, name, cu_name in [
+        ("attention.cu", "ATT_WARPS", "ATT_WARPS"), ("attention.cu", "ATT_GMAX", "GMAX"),
+        ("attention.cu", "ATT_SUB", "ATT_SUB"), ("layers.cu", "ROPE_WARPS", "ROPE_WARPS"),
+    ]:  # fmt: skip
+        found = re.findall(rf"#define {cu_name} (\d+)", (kernels / file).read_text())
         assert found == [str(getattr(geometry, name))], name

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from engine import quants
-from engine.cuda.geometry import GEOMETRY
+from engine.cuda.geometry import GEOMETRY, ROPE_WARPS, Geometry
 from engine.weights import WeightTensor
 
 pytestmark = pytest.mark.gpu
@@ -73,8 +73,6 @@ def run_gemv(
     """Launch one mat-vec the way the runner does and return the float32 result (norm: (g,
     eps) for the tensor-core kernel that applies RMSNorm to x itself; geo: launch geometry
     other than the process's, e.g. with an opt-in kernel)."""
-    from engine.cuda.geometry import GEOMETRY
-
     geo = geo or GEOMETRY
     gemv_launch, gemv_shared_bytes = geo.launch, geo.shared_bytes
 
@@ -137,8 +135,6 @@ def test_gemv_f16_rows_of_odd_length_use_the_float_loop(cu, rows):
 
 def q4_0_on_tensor_cores():
     """The process's geometry with the opt-in int8 tensor-core Q4_0 mat-vec (GEMV_MMA_Q)."""
-    from engine.cuda.geometry import GEOMETRY, Geometry
-
     return Geometry({**GEOMETRY.defines, "GEMV_MMA_Q": 1})
 
 
@@ -314,7 +310,7 @@ def test_rope_kv_decode_positions_from_device(cu, hd, neox, qk_norm):
     qd = nan_buffer(cp, (rows, n_heads, hd))
     k["rope_kv"](
         (rows,),
-        (256,),
+        (ROPE_WARPS * 32,),
         (
             cp.asarray(qkv), np.int32(qkv.shape[1]), qd, kc, vc,
             cp.asarray(qn) if qk_norm else NULL, cp.asarray(kn) if qk_norm else NULL,

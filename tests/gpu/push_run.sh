@@ -32,11 +32,8 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 OLD=/tmp/old
 
 kernels() {  # VARIANTS: SPARKBOARD_KERNEL_DEFINES values, ";"-separated ("default": none)
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
+  install
   mkdir -p /tmp/parts && cp .gguf/* /tmp/parts/ 2>/dev/null
-  if [ -d .bundle ]; then rm -rf "$OLD" && git clone -q .bundle/main.bundle "$OLD" 2>/dev/null &&
-    git -C "$OLD" log --oneline -1; fi
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   timeout 240 python3 -m pytest -q tests/gpu/test_kernels.py -m gpu -p no:cacheprovider --tb=short \
     >"$OUT/pytest_kernels.log" 2>&1
@@ -189,10 +186,12 @@ for f in sorted(glob.glob(sys.argv[1] + "/*.json")):
 PY
 }
 
-install() {  # wheels into /tmp/site, the bundle's tree into $OLD (once per lease)
+install() {  # wheels into /tmp/site (once per lease); the carried bundle's tree into $OLD, afresh
+  # each call, so a later call's bundle is never measured against an earlier one's clone
   [ -d /tmp/site/pydantic ] || python3 -m pip install -q --no-index --no-deps --no-compile \
     --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  if [ -d .bundle ] && [ ! -d "$OLD" ]; then git clone -q .bundle/main.bundle "$OLD" 2>/dev/null; fi
+  if [ -d .bundle ]; then rm -rf "$OLD" && git clone -q .bundle/main.bundle "$OLD" 2>/dev/null &&
+    git -C "$OLD" log --oneline -1; fi
 }
 
 variant() {  # $1 tag, $2 spec ("old", "default" or KEY=VALUE items), then devcheck's arguments

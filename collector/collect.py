@@ -8,6 +8,7 @@ skipped, sessions that failed for infrastructure are tried again, and no row is 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import sys
 import time
@@ -30,16 +31,18 @@ from collector.candidates import (
     preflight,
 )
 from collector.errors import RoundError
-from collector.forgery import forged_evidence
+from collector.forgery import clock_problem, diverged_evidence, main_regions
 from collector.harness import Outcome, run_request
 from collector.manifest import LoadedManifest, ManifestError, load_manifest
 from collector.policy import ResolvedPolicy, load_policy, resolve
 from collector.requests import build_request
 from collector.sandbox import BoxGuard
-from collector.schedule import Task, plan_shards
+from collector.schedule import Slot, Task, plan_confirmation, plan_shards
 from collector.stats import is_implausible, median
 from collector.store import Store, open_store
 from collector.writer import Placement, samples_of
+
+TIMED = ("sweep", "guard", "concurrent", "longctx")  # the speed sessions: timed by main's harness
 
 # Statuses that end a session for good; 'infra' sessions are tried again on the next run.
 FINISHED = (
@@ -84,6 +87,17 @@ def _implausible(
             ratio = median(vals) / median(main_vals)
             return f"{ax} claims {ratio:.0f}x main ({median(vals):.4g} vs {median(main_vals):.4g} tok/s)"
     return None
+
+
+def _main_regions(store: Store, round_id: str, shard: int) -> dict[str, list[tuple[float, float]]]:
+    """Main's timed regions so far in this round on this GPU, by group: the box's own gaps
+    between the parent's clock and the engine's (a PR session always has main's before it)."""
+    docs = store.query(
+        "SELECT document FROM sessions WHERE round_id = ? AND shard = ? AND side = 'main' "
+        "AND status = 'ok' AND list_contains(?, kind) AND document IS NOT NULL ORDER BY slot",
+        [round_id, shard, list(TIMED)],
+    )
+    return main_regions(d for (d,) in docs)
 
 
 def _check_round(store: Store, loaded: LoadedManifest, main_commit: str) -> bool:
@@ -206,20 +220,27 @@ def _collect(
     plans = plan_shards(
         m.round, measurable, policy.profile, _shard_count(store, m.round, gpus, len(measurable))
     )
-    finished = {
-        r[0]
-        for r in store.query(
-            f"SELECT session_id FROM sessions WHERE round_id = ? AND fault <> 'infra' "
-            f"AND status IN ({','.join('?' * len(FINISHED))})",
-            [m.round, *FINISHED],
-        )
-    }
+
+    def still_to_run(plans: list[list[Slot]]) -> list[list[Task]]:
+        finished = {
+            r[0]
+            for r in store.query(
+                f"SELECT session_id FROM sessions WHERE round_id = ? AND fault <> 'infra' "
+                f"AND status IN ({','.join('?' * len(FINISHED))})",
+                [m.round, *FINISHED],
+            )
+        }
+        return [
+            [t for s in plan for t in s.tasks if t.session_id not in finished] for plan in plans
+        ]
+
     tasks = [t for plan in plans for s in plan for t in s.tasks]
-    todo = [[t for s in plan for t in s.tasks if t.session_id not in finished] for plan in plans]
+    todo = still_to_run(plans)
     n_todo = sum(map(len, todo))
     if n_todo < len(tasks):
         log(f"resuming: {len(tasks) - n_todo} of {len(tasks)} sessions already finished")
 
+    @functools.cache
     def bench(shard: int) -> Bench:
         """A shard's own main checkout and scratch: shards on one host run side by side. Its
         box guard watches the checkouts of its own PRs (in one process: every shard's)."""
@@ -239,29 +260,40 @@ def _collect(
     def skip(task: Task) -> Outcome | None:
         return skipped_outcome(store, m.round, task, policy.failures.stop_after)
 
-    bar_ctx = (
-        click.progressbar(length=n_todo, label="measuring", file=sys.stderr, item_show_func=str)
-        if progress
-        else contextlib.nullcontext(None)
-    )
-    with bar_ctx as bar:
+    def run(todo: list[list[Task]], label: str) -> int:
+        """Every task of `todo` (one list per shard); the sessions left failing for infrastructure."""
+        n = sum(map(len, todo))
+        bar_ctx = (
+            click.progressbar(length=n, label=label, file=sys.stderr, item_show_func=str)
+            if progress
+            else contextlib.nullcontext(None)
+        )
+        with bar_ctx as bar:
 
-        def done(task: Task, o: Outcome, placement: Placement | None) -> int:
-            failed = record(store, task, commit_of(task), o, policy, log, placement)
-            if bar is not None:
-                bar.update(1, task.session_id.split("/", 1)[1])
-            return failed
+            def done(task: Task, o: Outcome, placement: Placement | None) -> int:
+                failed = record(store, task, commit_of(task), o, policy, log, placement)
+                if bar is not None:
+                    bar.update(1, task.session_id.split("/", 1)[1])
+                return failed
 
-        if conn is None:
-            infra_left = _run_here(
-                bench(0), [t for shard in todo for t in shard], by_pr, done, skip, log
-            )
-        else:
+            if conn is None:
+                return _run_here(
+                    bench(0), [t for shard in todo for t in shard], by_pr, done, skip, log
+                )
             from collector import cluster as ray_cluster  # noqa: PLC0415 - Ray only when asked
 
-            infra_left = ray_cluster.run_shards(
+            return ray_cluster.run_shards(
                 conn, todo, bench, _pr_checkout(by_pr), done, skip, log, hook
             )
+
+    infra_left = run(todo, "measuring")
+    if infra_left == 0:  # every planned session in: the verdicts that rest on speed, again
+        confirm = _confirmation_plans(store, m.round, plans, measurable, policy)
+        todo = still_to_run(confirm)
+        if any(todo):
+            prs = sorted({s.pr for plan in confirm for s in plan if s.side == "pr"})
+            log(f"confirming PR {', '.join(f'#{n}' for n in prs)}: verdicts that rest on speed")
+            infra_left = run(todo, "confirming")
     _finish(store, m.round, infra_left, log)
     return infra_left
 
@@ -301,6 +333,28 @@ def _finish(store: Store, round_id: str, infra_left: int, log: Callable[[str], N
         )
     for v in verdict_mod.decide_round(store, round_id):
         log(f"  #{v.pr}: {v.label}" + (" (merge-first)" if v.merge_first else ""))
+
+
+def _confirmation_plans(
+    store: Store,
+    round_id: str,
+    plans: list[list[Slot]],
+    measurable: list[tuple[int, list[str]]],
+    policy: ResolvedPolicy,
+) -> list[list[Slot]]:
+    """Each shard's confirmation sessions (schedule.plan_confirmation): its PRs whose verdict on
+    its planned sessions rests on speed. Chosen again on a resume from the same planned
+    sessions, so the same plan."""
+    targets = dict(measurable)
+    out = []
+    for k, plan in enumerate(plans):
+        mine = sorted({s.pr for s in plan if s.side == "pr"})
+        chosen = verdict_mod.to_confirm(store, round_id, k, mine)
+        shard = None if len(plans) <= 1 else k
+        out.append(
+            plan_confirmation(round_id, [(n, targets[n]) for n in chosen], policy.profile, shard)
+        )
+    return out
 
 
 def _shard_count(store: Store, round_id: str, gpus: int, n_prs: int) -> int:
@@ -413,10 +467,10 @@ def measure(bench: Bench, guard: BoxGuard, task: Task, checkout: Path | None) ->
         o.extra["stop_round"], guard.stop_round = guard.stop_round, None
     if tampered and task.side == "pr":
         o.status, o.detail = "forged", tampered
-    elif o.status == "ok" and task.kind in ("sweep", "guard", "concurrent", "longctx"):
-        found = forged_evidence(o.document, task.model, bench.policy)
-        if found:
-            o.status, o.detail = found
+    elif o.status == "ok" and task.kind in TIMED:
+        outputs = diverged_evidence(o.document, task.model, bench.policy)
+        if outputs:
+            o.status, o.detail = "diverged", outputs
     return o
 
 
@@ -429,12 +483,19 @@ def record(
     log: Callable[[str], None],
     placement: Placement | None = None,
 ) -> int:
-    """What needs the round's evidence (a gain beyond main's range, main failing the same way:
-    main of the task's own shard), then the session written; 1 when it failed for infrastructure."""
+    """What needs the round's evidence (a PR's clock against main's, a gain beyond main's range,
+    main failing the same way: main of the task's own shard), then the session written; 1 when
+    it failed for infrastructure."""
     round_id = slot_round(task)
     if o.status == "skipped":
         writer.write_session(store, round_id, task, commit, o, placement=placement)
         return 0
+    if task.side == "pr" and task.kind in TIMED and o.status in ("ok", "diverged"):
+        clock = clock_problem(
+            o.document, policy.forgery, _main_regions(store, round_id, task.shard)
+        )
+        if clock:
+            o.status, o.detail = "forged", clock
     if task.side == "pr" and o.status == "ok" and task.kind in ("sweep", "guard", "concurrent"):
         why = _implausible(
             store,

@@ -2,7 +2,7 @@
 
 Speed axes (`compare_axis`): delta = median(PR) / median(main) - 1 with a bootstrap interval,
 the round's noise on the axis and the band it implies, each PR session against the main sessions
-beside it; significance and the floor are decided by `gates.rules` (words and decision from one
+beside it (its confirmation sessions also apart); significance and the floor are decided by `gates.rules` (words and decision from one
 function). Memory axes (`compare_memory`): bytes, lower is better, never a tier.
 """
 
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from collector.gates.base import EPS
 from collector.gates.rules import gain_shortfall, loss_shortfall
 from collector.policy import ResolvedPolicy
+from collector.schedule import is_confirmation
 from collector.stats import (
     Slotted,
     bootstrap_delta_ci,
@@ -45,6 +46,7 @@ class Comparison:
     # not stored: what the gates' words read
     band: float = 1.0  # VerdictRules.band(noise)
     per_session: tuple[float, ...] = ()  # each PR session's delta against main beside it
+    confirmed: tuple[float, ...] = ()  # the same, of its confirmation sessions alone
     least_gain: float = 0.0  # the PR's slowest sample over main's fastest
 
 
@@ -69,12 +71,20 @@ def compare_axis(
         v.confidence,
         seed_for(v.bootstrap_seed, model, ax),
     )
-    noise = max(drift_free_spread(main_sessions, v.noise_outliers), policy.profile.noise_floor(ax))
+    # the band is the planned round's: main's confirmation sessions only stand beside the PR's
+    # (the largest of more deviations is larger, and would loosen the band for a confirmed PR)
+    planned = [(slot, m) for slot, m in main_sessions if not is_confirmation(slot)]
+    noise = max(drift_free_spread(planned, v.noise_outliers), policy.profile.noise_floor(ax))
     main_med = median(main_vals)
     per_session = (
         [r - 1 for r in local_ratios(main_sessions, pr_sessions)]
         if pr_sessions
         else [median(pr_vals) / main_med - 1]
+    )
+    confirmed = (
+        [d for (slot, _), d in zip(pr_sessions, per_session, strict=True) if is_confirmation(slot)]
+        if pr_sessions
+        else []
     )
     c = Comparison(
         model=model,
@@ -94,6 +104,7 @@ def compare_axis(
         n_pr=len(pr_vals),
         band=v.band(noise),
         per_session=tuple(per_session),
+        confirmed=tuple(confirmed),
         least_gain=least_gain(main_vals, pr_vals),
     )
     c.significant = gain_shortfall(c, v) is None

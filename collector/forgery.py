@@ -7,10 +7,13 @@ what they must be:
 
 * **timing**: every timed region has the parent's seconds and the engine process's own figure
   for it. The engine's figure lies inside the parent's interval, so it can only be a little
-  shorter (the two pipe hops). A process whose clock was patched to run slow (or fast) shows it
-  in most regions at once: `forged` when, in the median region, the engine's own time is more than
-  `timing_rel_gap` short of the parent's *and* more than `timing_abs_gap_s` short, or when it is
-  longer than the parent's by more than `timing_rel_over` (impossible for an honest clock). The
+  shorter (the two pipe hops, whose cost is the box's: 0.13-0.18 ms idle on a 2-core VM, 0.3 ms
+  loaded, 12-16% of a 1-2 ms region). A process whose clock was patched to run slow (or fast)
+  shows it in most regions at once: `forged` when, in the median region, the engine's own time
+  is short of the parent's by more than `timing_rel_gap` *and* more than `timing_abs_gap_s`
+  beyond main's own gap in the same operations in this round on this GPU (main's sessions run
+  the same harness on the same box), or when it is longer than the parent's by more than
+  `timing_rel_over` (impossible for an honest clock). Main is not judged: it is the reference. The
   rule holds for the whole document and for each group of at least `timing_min_group` regions
   (one operation at one shape, labelled by the parent: "decode ctx=4096 w=1"), so a clock patched
   around one operation only, a minority of the document's regions, shows in its own group.
@@ -26,9 +29,10 @@ them is the run gate (a `forged` or `diverged` session is the PR's fault, a REJE
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -59,44 +63,66 @@ class ForgeryRules(BaseModel):
     z: Annotated[float, Field(gt=0.0)] = 2.33
 
 
+Regions = Sequence[tuple[float, float]]  # (the parent's seconds, the engine's own) per region
+
+
 def timing_problem(
-    regions: list[tuple[float, float]], rules: ForgeryRules, groups: Sequence[str] = ()
+    regions: Regions,
+    rules: ForgeryRules,
+    groups: Sequence[str] = (),
+    main: Mapping[str, Regions] | None = None,
 ) -> str | None:
     """Why the engine process's own timings betray a clock it changed, or None: the median rule
     over the whole document, then over each group of `timing_min_group` regions or more (`groups`:
-    one label per region, TimingReport.groups; empty in older documents)."""
+    one label per region, TimingReport.groups; empty in older documents). `main`: main's regions
+    of the same round by group label ("" for unlabelled ones), whose gaps are the box's own pipe
+    hops at each shape: the PR's gap counts beyond main's in the same groups."""
     if groups and len(groups) != len(regions):
         raise ValueError(f"{len(groups)} group labels for {len(regions)} timed regions")
-    judged: list[tuple[str, list[tuple[float, float]]]] = [("", regions)]
+    labels = list(groups) or [""] * len(regions)
     by_group: dict[str, list[tuple[float, float]]] = {}
-    for region, group in zip(regions, groups, strict=False):
+    for region, group in zip(regions, labels, strict=True):
         by_group.setdefault(group, []).append(region)
-    judged += [(g, rs) for g, rs in by_group.items() if len(rs) >= rules.timing_min_group]
-    for group, rs in judged:
-        why = _median_problem(rs, group, rules)
+    judged = [("", list(regions), set(by_group))]
+    judged += [
+        (g, rs, {g}) for g, rs in by_group.items() if g and len(rs) >= rules.timing_min_group
+    ]
+    for group, rs, covers in judged:
+        base = [r for g in sorted(covers) for r in (main or {}).get(g, ())]
+        why = _median_problem(rs, group, rules, base)
         if why:
             return why
     return None
 
 
+def _gaps(regions: Regions) -> tuple[float, float]:
+    """The median region's gap: (relative to the parent's time, seconds)."""
+    return (
+        statistics.median((parent - own) / parent for parent, own in regions),
+        statistics.median(parent - own for parent, own in regions),
+    )
+
+
 def _median_problem(
-    regions: list[tuple[float, float]], group: str, rules: ForgeryRules
+    regions: Regions, group: str, rules: ForgeryRules, main: Regions = ()
 ) -> str | None:
-    """The median rule on one set of regions (`group`: its label, "" for the whole document)."""
+    """The median rule on one set of regions (`group`: its label, "" for the whole document),
+    the gap counted beyond main's in `main` (main's regions of the same operations)."""
     if len(regions) < MIN_REGIONS:
         return None  # too few to tell a clock from one slow pipe hop
-    gaps = [(parent - own) / parent for parent, own in regions]
-    rel = statistics.median(gaps)
-    absolute = statistics.median(parent - own for parent, own in regions)
+    rel, absolute = _gaps(regions)
+    known = len(main) >= MIN_REGIONS
+    base_rel, base_abs = _gaps(main) if known else (0.0, 0.0)
     parent_med = statistics.median(p for p, _ in regions) * 1e3
     own_med = statistics.median(o for _, o in regions) * 1e3
     where = f"{len(regions)} timed regions" + (f" of {group}" if group else "")
-    if rel > rules.timing_rel_gap and absolute > rules.timing_abs_gap_s:
+    if rel - base_rel > rules.timing_rel_gap and absolute - base_abs > rules.timing_abs_gap_s:
+        beside = f", main's own {(1 - base_rel) * 100:.0f}% in the same operations" if known else ""
         return (
             f"the engine's own clock read {(1 - rel) * 100:.0f}% of the collector's in the median "
-            f"of {where} ({own_med:.3g} ms against {parent_med:.3g} ms; "
-            f"tolerance {rules.timing_rel_gap * 100:.0f}% and {rules.timing_abs_gap_s * 1e3:g} ms): "
-            "its clock was changed"
+            f"of {where} ({own_med:.3g} ms against {parent_med:.3g} ms{beside}; tolerance "
+            f"{rules.timing_rel_gap * 100:.0f}% and {rules.timing_abs_gap_s * 1e3:g} ms"
+            f"{' beyond main' if known else ''}): its clock was changed"
         )
     if -rel > rules.timing_rel_over:
         return (
@@ -146,18 +172,33 @@ def output_problem(
     return "the timed run computed something else: " + "; ".join(parts)
 
 
-def forged_evidence(doc: object, model: str, policy: ResolvedPolicy) -> tuple[str, str] | None:
-    """(status, why) when a speed document's numbers are not the PR's own honest work
-    (collector/forgery.py): 'forged' (its clock), 'diverged' (its outputs are not main's model's)."""
-    if isinstance(doc, LongContextResult) and doc.measured is None:
-        return None  # it died before any timed work: the long-context gate judges that
-    if not isinstance(doc, SweepResult | ConcurrentResult | LongContextResult):
-        return None
-    rules = policy.forgery
-    bars = policy.accuracy.bars(model)
+SpeedDocument = SweepResult | ConcurrentResult | LongContextResult
+
+
+def clock_problem(doc: object, rules: ForgeryRules, main: Mapping[str, Regions]) -> str | None:
+    """Why a PR's speed document betrays a clock its engine process changed (`forged`), or None.
+    `main`: main's regions of the same round and GPU by group (main_regions)."""
+    if not isinstance(doc, SpeedDocument) or doc.measured is None:
+        return None  # a long-context check that died before any timed work: its gate judges it
     timing = doc.measured.timing
-    clock = timing_problem(timing.regions, rules, timing.groups)
-    if clock:
-        return "forged", clock
-    outputs = output_problem(doc, bars.top1_min, bars.kl_max, rules)
-    return ("diverged", outputs) if outputs else None
+    return timing_problem(timing.regions, rules, timing.groups, main)
+
+
+def main_regions(documents: Iterable[str]) -> dict[str, list[tuple[float, float]]]:
+    """Main's timed regions by group label, from its stored speed documents (JSON)."""
+    out: dict[str, list[tuple[float, float]]] = {}
+    for text in documents:
+        timing = (json.loads(text).get("measured") or {}).get("timing") or {}
+        regions = timing.get("regions") or []
+        labels = timing.get("groups") or [""] * len(regions)
+        for (parent, own), group in zip(regions, labels, strict=True):
+            out.setdefault(group, []).append((float(parent), float(own)))
+    return out
+
+
+def diverged_evidence(doc: object, model: str, policy: ResolvedPolicy) -> str | None:
+    """Why a speed document's timed outputs are not main's model's (`diverged`), or None."""
+    if not isinstance(doc, SpeedDocument) or doc.measured is None:
+        return None
+    bars = policy.accuracy.bars(model)
+    return output_problem(doc, bars.top1_min, bars.kl_max, policy.forgery)

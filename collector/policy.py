@@ -136,6 +136,10 @@ class Profile(_Strict):
     min_main_sessions: Annotated[int, Field(ge=2)] = 3
     pr_sessions: PosInt = 2  # sessions per PR: a verdict on speed must hold in each of them
     main_every: PosInt = 2
+    # Timed sessions more for each PR whose verdict rests on speed alone (a tier, or a REJECT for
+    # a loss), run after the planned ones: a burst of load that hit a PR's planned sessions does
+    # not decide its verdict (collector/README.md, "Verdict rules"). 0: no confirmation.
+    confirm_sessions: Annotated[int, Field(ge=0)] = 1
     score_text: str = "data/corpus.txt"
     env: dict[str, str] = {}  # extra environment for the harness subprocesses
     # The least main-vs-main noise this class of box is credited with, whatever a round's few

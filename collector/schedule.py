@@ -3,7 +3,13 @@
 Main's sessions serve every PR of the round. With n measured PRs each PR gets
 max(pr_sessions, ceil((min_main_sessions - 1) / n)) sessions, and there are
 max(min_main_sessions, ceil(PR sessions / main_every) + 1) main sessions, the PR sessions split
-as evenly as possible between them, so every PR session has a main session on each side.
+as evenly as possible between them, so every PR session has a main session on each side. A
+round of one PR has a main session between each two of its sessions.
+
+Confirmation (`plan_confirmation`): once the planned sessions are in, each PR whose verdict
+rests on speed alone (a tier, or a REJECT for a loss) is measured again, laid out the same way
+after the plan, in slots from CONFIRM_SLOTS; collector/README.md ("Verdict rules") says how
+they count.
 
 Every task has a stable id '<round>/<side>/<pr>/<slot>/<kind>/<model>': a re-run of the same
 manifest skips the tasks already finished.
@@ -22,6 +28,9 @@ from dataclasses import dataclass
 from collector.policy import Profile
 
 MAIN_SCORE_SESSIONS = 2  # main scores twice: its dump, and main-vs-main calibration
+# Confirmation sessions (plan_confirmation) have slots from here on: after every planned slot of
+# any round, and known as confirmations by their slot alone.
+CONFIRM_SLOTS = 10_000
 
 # Device minutes per PR by target model, from `sparkboard cost` of the published H200 round
 # (data/demo/gpu/README.md): the 8B's full sweep prefills 16k and 32k tokens three times.
@@ -142,11 +151,43 @@ def plan_round(
     one shard of a sharded round (ids '<round>/s<shard>/…')."""
     if not prs:
         return []
-    n = len(prs)
-    per_pr = max(profile.pr_sessions, math.ceil((profile.min_main_sessions - 1) / n))
+    per_pr = max(profile.pr_sessions, math.ceil((profile.min_main_sessions - 1) / len(prs)))
+    return _interleave(round_id, prs, per_pr, profile, shard, confirming=False)
+
+
+def plan_confirmation(
+    round_id: str, prs: list[tuple[int, list[str]]], profile: Profile, shard: int | None = None
+) -> list[Slot]:
+    """The round's (or shard's) confirmation sessions: `profile.confirm_sessions` more timed
+    sessions of each PR in `prs` (those whose planned verdict rests on speed), after every
+    planned slot, each with a main session after it (the plan's last main is before it). Slots
+    from CONFIRM_SLOTS on; no accuracy, prefill or long-context tasks (those are not timings)."""
+    if not prs or profile.confirm_sessions == 0:
+        return []
+    return _interleave(round_id, prs, profile.confirm_sessions, profile, shard, confirming=True)
+
+
+def is_confirmation(slot: int) -> bool:
+    return slot >= CONFIRM_SLOTS
+
+
+def _interleave(
+    round_id: str,
+    prs: list[tuple[int, list[str]]],
+    per_pr: int,
+    profile: Profile,
+    shard: int | None,
+    confirming: bool,
+) -> list[Slot]:
+    """per_pr sessions of each PR, round-robin in manifest order, cut into even chunks of at
+    most main_every with a main session after each (and, planned, one before the first)."""
+    # one PR alone would run back to back: a burst of load on the box then hits all of its
+    # sessions and none of main's, so it gets a main session between each two
+    every = profile.main_every if len(prs) > 1 else 1
     pr_sessions = [(num, targets) for _ in range(per_pr) for num, targets in prs]
-    n_main = max(profile.min_main_sessions, math.ceil(len(pr_sessions) / profile.main_every) + 1)
-    gaps = n_main - 1
+    gaps = math.ceil(len(pr_sessions) / every)
+    if not confirming:
+        gaps = max(profile.min_main_sessions - 1, gaps)
     base, extra = divmod(len(pr_sessions), gaps)
     chunks = []
     i = 0
@@ -161,14 +202,15 @@ def plan_round(
     # sweep is held against main's guard sweeps only (one context in a fresh process is not the
     # same measurement as that context inside a full sweep)
     main_guards = _ordered({m for _, t in prs for m in guards_of(t, profile)}, profile)
-    checked = tuple(profile.long_context)  # models with a long-context memory check
+    checked = () if confirming else tuple(profile.long_context)  # the long-context memory check
+    first_slot = CONFIRM_SLOTS if confirming else 0
     slots: list[Slot] = []
     seen: dict[int, int] = {}
-    main_nth = 0
+    main_nth = MAIN_SCORE_SESSIONS if confirming else 0  # confirmations score nothing
 
     def main_slot() -> None:
         nonlocal main_nth
-        idx = len(slots)
+        idx = first_slot + len(slots)
         slots.append(
             Slot(
                 idx,
@@ -191,12 +233,14 @@ def plan_round(
         )
         main_nth += 1
 
-    main_slot()
+    if not confirming:
+        main_slot()
     for chunk in chunks:
         for num, targets in chunk:
-            idx = len(slots)
+            idx = first_slot + len(slots)
             nth = seen.get(num, 0)
             seen[num] = nth + 1
+            first = nth == 0 and not confirming  # a PR's accuracy evidence comes once
             slots.append(
                 Slot(
                     idx,
@@ -210,9 +254,9 @@ def plan_round(
                         list(targets),
                         guards_of(targets, profile),
                         nth,
-                        score=nth == 0,
-                        prefill=nth == 0,
-                        long_context=checked if nth == 0 else (),
+                        score=first,
+                        prefill=first,
+                        long_context=checked if first else (),
                         shard=shard,
                     ),
                 )

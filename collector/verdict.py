@@ -37,7 +37,7 @@ from collector.gates import (
 )
 from collector.merge import DUMPS_LEFT_OUT
 from collector.policy import TIER_NAMES, Policy, ResolvedPolicy, resolve
-from collector.schedule import guards_of
+from collector.schedule import CONFIRM_SLOTS, guards_of
 from collector.stats import (
     median,
 )
@@ -63,14 +63,17 @@ OF_SHARD = "(x.side <> 'main' OR x.shard = ?)"
 
 
 class RoundData:
-    """Everything a round's verdict needs, read once; in a sharded round, one shard's view."""
+    """Everything a round's verdict needs, read once; in a sharded round, one shard's view.
+    `planned`: the planned sessions only, without the confirmation sessions (what decides which
+    PRs are confirmed, and how an unconfirmed PR is judged)."""
 
-    def __init__(self, store: Store, round_id: str, shard: int = 0) -> None:
+    def __init__(self, store: Store, round_id: str, shard: int = 0, planned: bool = False) -> None:
         rows = store.query_dicts("SELECT * FROM rounds WHERE round_id = ?", [round_id])
         if not rows:
             raise LookupError(f"no round {round_id!r} in {store.path}")
         self.round = rows[0]
         self.shard = shard
+        scope = OF_SHARD + (f" AND x.slot < {CONFIRM_SLOTS}" if planned else "")
         self.policy = ResolvedPolicy.model_validate_json(self.round["policy_json"])
         self.prs = store.query_dicts("SELECT * FROM prs WHERE round_id = ? ORDER BY pr", [round_id])
         self.candidates = {
@@ -79,7 +82,7 @@ class RoundData:
         }
         self.sessions = store.query_dicts(
             "SELECT session_id, side, pr, slot, kind, model, status, fault, detail, exit_code "
-            f"FROM sessions x WHERE round_id = ? AND {OF_SHARD} ORDER BY slot, session_id",
+            f"FROM sessions x WHERE round_id = ? AND {scope} ORDER BY slot, session_id",
             [round_id, shard],
         )
         self.slots = {s["session_id"]: s["slot"] for s in self.sessions}
@@ -89,7 +92,7 @@ class RoundData:
         self.samples: dict[tuple, list[tuple[str, float]]] = defaultdict(list)
         for sid, side, pr, model, ax, kind, val in store.query(
             "SELECT s.session_id, s.side, s.pr, s.model, s.axis, x.kind, s.value FROM samples s "
-            f"JOIN sessions x USING (session_id) WHERE s.round_id = ? AND {OF_SHARD} "
+            f"JOIN sessions x USING (session_id) WHERE s.round_id = ? AND {scope} "
             "AND x.status IN ('ok', 'implausible', 'incomplete') ORDER BY s.session_id, s.axis, s.rep",
             [round_id, shard],
         ):
@@ -98,14 +101,14 @@ class RoundData:
         self.dumps: dict[tuple, list[str]] = defaultdict(list)
         for side, pr, model, doc in store.query(
             "SELECT d.side, d.pr, d.model, d.document FROM score_dumps d JOIN sessions x "
-            f"USING (session_id) WHERE d.round_id = ? AND {OF_SHARD} ORDER BY x.slot",
+            f"USING (session_id) WHERE d.round_id = ? AND {scope} ORDER BY x.slot",
             [round_id, shard],
         ):
             self.dumps[(side, pr, model)].append(doc)
         self.checks: dict[tuple, dict[int, tuple[float, float]]] = defaultdict(dict)
         for side, pr, model, prefix, top1, kl in store.query(
             "SELECT c.side, c.pr, c.model, c.prefix, c.top1, c.kl_mean FROM prefill_checks c "
-            f"JOIN sessions x USING (session_id) WHERE c.round_id = ? AND {OF_SHARD} "
+            f"JOIN sessions x USING (session_id) WHERE c.round_id = ? AND {scope} "
             "ORDER BY x.slot DESC",
             [round_id, shard],
         ):
@@ -114,7 +117,7 @@ class RoundData:
         self.longctx: dict[tuple, list[LongContextResult]] = defaultdict(list)
         for side, pr, model, doc in store.query(
             "SELECT side, pr, model, document FROM sessions x WHERE round_id = ? "
-            f"AND kind = 'longctx' AND status = 'ok' AND document IS NOT NULL AND {OF_SHARD} "
+            f"AND kind = 'longctx' AND status = 'ok' AND document IS NOT NULL AND {scope} "
             "ORDER BY slot",
             [round_id, shard],
         ):
@@ -349,7 +352,9 @@ def adopt_policy(store: Store, round_id: str, policy: Policy) -> None:
 
 
 def decide_round(store: Store, round_id: str) -> list[Verdict]:
-    """Judge every PR of a round from its stored evidence and store the judgement."""
+    """Judge every PR of a round from its stored evidence and store the judgement. A PR with
+    confirmation sessions is judged on all of its round's sessions; any other PR on the planned
+    ones, as when confirmation was chosen (main's confirmation sessions never move it)."""
     _require_dumps(store, round_id)
     # each PR judged in its shard's view (main of its own GPU); a PR not yet measured in shard 0's
     shard_of = dict(
@@ -358,12 +363,46 @@ def decide_round(store: Store, round_id: str) -> list[Verdict]:
             [round_id],
         )
     )
-    views = {k: RoundData(store, round_id, k) for k in sorted({0, *shard_of.values()})}
-    data = views[0]
-    verdicts = [decide_pr(views[shard_of.get(p["pr"], 0)], p) for p in data.prs]
+    confirmed = {
+        r[0]
+        for r in store.query(
+            "SELECT DISTINCT pr FROM sessions WHERE round_id = ? AND side = 'pr' AND slot >= ?",
+            [round_id, CONFIRM_SLOTS],
+        )
+    }
+    shards = sorted({0, *shard_of.values()})
+    views = {(k, False): RoundData(store, round_id, k) for k in shards}
+    views |= {(k, True): RoundData(store, round_id, k, planned=True) for k in shards}
+    data = views[(0, False)]
+    verdicts = [
+        decide_pr(views[(shard_of.get(p["pr"], 0), p["pr"] not in confirmed)], p) for p in data.prs
+    ]
     winner = choose_merge_first(verdicts, {p["pr"]: p for p in data.prs}, data.policy)
     for v in verdicts:
         v.merge_first = v.pr == winner
     decided = datetime.now(UTC).replace(tzinfo=None)
     writer.write_verdicts(store, round_id, verdicts, calibration(data), decided)
     return verdicts
+
+
+# The gates whose failure is a loss on a speed axis: a REJECT for nothing else is confirmed.
+TIMING_GATES = frozenset({"floor", "guard"})
+
+
+def rests_on_speed(v: Verdict) -> bool:
+    """Whether a verdict's label turns on timings alone, which a burst of load can fake: a tier,
+    or a REJECT whose every failing gate is a loss on a speed axis."""
+    if v.label in TIER_NAMES:
+        return True
+    failing = {g.gate.split(":")[0] for g in v.gates if g.status == "fail"}
+    return v.label == "REJECT" and bool(failing) and failing <= TIMING_GATES
+
+
+def to_confirm(store: Store, round_id: str, shard: int, prs: list[int]) -> list[int]:
+    """Those of `prs` (measured in `shard`) whose verdict on the planned sessions rests on speed:
+    they get confirmation sessions (schedule.plan_confirmation)."""
+    if not prs:
+        return []
+    data = RoundData(store, round_id, shard, planned=True)
+    rows = {p["pr"]: p for p in data.prs}
+    return [n for n in prs if rests_on_speed(decide_pr(data, rows[n]))]

@@ -21,6 +21,7 @@ class AxisEvidence(Protocol):
     ci_high: float
     band: float  # VerdictRules.band of the axis's noise
     per_session: Sequence[float]  # each PR session's delta against main beside it
+    confirmed: Sequence[float]  # the same, of its confirmation sessions alone
 
 
 def gain_shortfall(c: AxisEvidence, rules: VerdictRules) -> str | None:
@@ -52,6 +53,11 @@ def loss_shortfall(c: AxisEvidence, rules: VerdictRules) -> str | None:
     best = max(c.per_session)
     if best >= rules.floor - 1 - EPS:
         misses.append(f"one PR session at {pct(best)} is not below the {pct_of(rules.floor)} floor")
+    # load on a shared box only ever slows a session: a real loss measured again is past the
+    # band again, whatever the box does; a loss that was a burst in the planned sessions is not
+    unconfirmed = [d for d in c.confirmed if 1 + d >= 1 / c.band]
+    if unconfirmed:
+        misses.append(f"its confirmation session at {pct(max(unconfirmed))} is inside the band")
     return _listed(misses)
 
 
@@ -72,4 +78,8 @@ def below_floor_words(rules: VerdictRules) -> str:
 
 def loss_in_words(c: AxisEvidence, where: str) -> str:
     """A loss with the numbers the floor rule read."""
-    return f"{where} {pct(c.delta)} (CI {pct(c.ci_low)}..{pct(c.ci_high)}, noise band {pct(1 / c.band - 1)})"
+    again = "".join(f", confirmed at {pct(d)}" for d in c.confirmed)
+    return (
+        f"{where} {pct(c.delta)} (CI {pct(c.ci_low)}..{pct(c.ci_high)}, "
+        f"noise band {pct(1 / c.band - 1)}{again})"
+    )

@@ -19,7 +19,7 @@ from collector.cli import main
 from collector.cluster import Handed, device_problem, here
 from collector.collect import collect
 from collector.policy import load_policy, resolve
-from collector.schedule import Task, plan_shards
+from collector.schedule import Task, plan_confirmation, plan_shards
 from collector.store import open_store
 
 pytest.importorskip("ray")
@@ -98,6 +98,8 @@ def test_a_worker_killed_mid_shard_loses_and_duplicates_nothing(
     assert len(set(workers)) == 2  # a new worker took over shard 1
     profile = resolve(load_policy(r.path / "policy.toml"), "cpu").profile
     plans = plan_shards("killed", [(1, ["tiny"]), (2, ["tiny"])], profile, 2)
+    # #1's tier rests on speed: one session more in its shard (0), main beside it
+    plans.append(plan_confirmation("killed", [(1, ["tiny"])], profile, shard=0))
     planned = sorted(t.session_id for plan in plans for s in plan for t in s.tasks)
     assert sorted(x[0] for x in rows(db, "SELECT session_id FROM sessions")) == planned
     assert rows(db, "SELECT DISTINCT status FROM sessions") == [("ok",)]

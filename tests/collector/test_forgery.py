@@ -15,7 +15,13 @@ from pydantic import ValidationError
 from collector.cli import main
 from collector.collect import collect
 from collector.errors import RoundError
-from collector.forgery import ForgeryRules, output_problem, timing_problem, upper_bound
+from collector.forgery import (
+    ForgeryRules,
+    main_regions,
+    output_problem,
+    timing_problem,
+    upper_bound,
+)
 from collector.policy import load_policy
 from collector.store import open_store
 from engine.harness.protocol import SweepResult, TimingReport
@@ -93,6 +99,43 @@ def test_honest_groups_with_noise_are_clean() -> None:
     regions += [(0.010, 0.001)]
     groups += ["decode ctx=32768 w=1"]
     assert "of decode ctx=32768 w=1" in (timing_problem(regions, RULES, groups) or "")
+
+
+def _loaded_box(factor: float = 1.0, seed: int = 3) -> tuple[list[tuple[float, float]], list[str]]:
+    """Regions on a loaded 2-core box, where each pipe hop pair costs ~0.3 ms: 16% of a 1.9 ms
+    prefill (measured: a test suite's load read main itself at 84-85% of the parent's clock)."""
+    rng = random.Random(seed)
+    regions, groups = [], []
+    for group, base, n in (("prefill n=32", 0.0016, 200), ("decode ctx=32 w=1", 0.0019, 120)):
+        for _ in range(n):
+            own = base * rng.uniform(0.95, 1.05)
+            regions.append((own + rng.uniform(0.00026, 0.00036), own * factor))
+            groups.append(group)
+    return regions, groups
+
+
+def test_the_gap_counts_beyond_mains_on_the_same_box() -> None:
+    main_regions, labels = _loaded_box(seed=1)
+    main = {}
+    for r, g in zip(main_regions, labels, strict=True):
+        main.setdefault(g, []).append(r)
+    honest, groups = _loaded_box(seed=2)
+    why = timing_problem(honest, RULES, groups)
+    assert why and "clock was changed" in why  # alone, the box's hops look like a slowed clock
+    assert timing_problem(honest, RULES, groups, main) is None  # main's own gap is the same
+    slowed, groups = _loaded_box(factor=0.8, seed=2)  # a clock patched to run 1.25x slow
+    why = timing_problem(slowed, RULES, groups, main)
+    assert why and "main's own 8" in why and "clock was changed" in why
+    # a group main never ran is judged by the rule alone
+    assert timing_problem(honest, RULES, groups, {"decode ctx=32 w=1": main["decode ctx=32 w=1"]})
+
+
+def test_mains_regions_come_from_its_stored_documents() -> None:
+    doc = _doc([0.0], [0.0], [0.0]).model_dump_json()
+    regions = main_regions([doc, doc])
+    assert list(regions) == [""] and len(regions[""]) == 2 * len(
+        _doc([0.0], [0.0], [0.0]).measured.timing.regions
+    )
 
 
 def test_documents_without_groups_are_judged_as_before() -> None:

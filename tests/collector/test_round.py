@@ -19,6 +19,7 @@ from collector.cli import main
 from collector.collect import collect
 from collector.export import TABLES
 from collector.manifest import ManifestError
+from collector.schedule import CONFIRM_SLOTS
 from collector.store import open_store
 
 
@@ -97,8 +98,12 @@ def test_verdicts_of_a_mixed_round(fake_repo: FakeRepo, tmp_path: Path) -> None:
     with open_store(db, read_only=True) as s:
         # raw samples kept: every repetition of every session
         n = "SELECT count(*) FROM samples WHERE pr = 1 AND axis = 'decode@128' AND model = ?"
-        assert s.query(n, ["tiny"])[0][0] == 2 * 3  # two sessions of three repetitions
-        assert s.query(n, ["tiny:q8_0"])[0][0] == 2 * 3  # the guard, as often
+        # two planned sessions of three repetitions, and a confirmation session (a tier)
+        assert s.query(n, ["tiny"])[0][0] == 3 * 3
+        assert s.query(n, ["tiny:q8_0"])[0][0] == 3 * 3  # the guard, as often
+        # confirmed: the verdicts that rest on speed (tiers, losses), none of the others
+        confirmed = "SELECT DISTINCT pr FROM sessions WHERE side = 'pr' AND slot >= 10000"
+        assert sorted(r[0] for r in s.query(confirmed)) == [1, 2, 3, 5]
         assert s.query("SELECT count(*) FROM sessions WHERE pr IN (7, 8)")[0][0] == 0
         c = s.query("SELECT pr_commit, merged_commit, main_commit FROM candidates WHERE pr = 1")[0]
         assert all(len(x) == 40 for x in c) and len({*c}) == 3
@@ -199,6 +204,42 @@ def test_main_failing_is_infrastructure(fake_repo: FakeRepo, tmp_path: Path) -> 
         assert s.query(
             "SELECT DISTINCT fault FROM sessions WHERE side = 'main' AND kind = 'concurrent'"
         ) == [("infra",)]
+
+
+@pytest.mark.slow
+def test_verdicts_that_rest_on_speed_are_measured_again(
+    fake_repo: FakeRepo, tmp_path: Path
+) -> None:
+    """A burst of load that slowed only a PR's planned sessions is not a regression: the
+    confirmation session, after the plan, has the PR at main's speed. A real loss and a real
+    gain hold in it; a PR with nothing at stake gets no confirmation session."""
+    r = fake_repo
+    r.branch("burst", "SLOW_SWEEPS = 2\nBURST = 0.7")  # main's code, its two planned sweeps slow
+    r.branch("slow", 'SPEED = {"tiny/decode": 0.85}')
+    r.branch("fast", 'SPEED = {"tiny/decode": 1.12}')
+    m = r.manifest(
+        "again",
+        [pr(1, "burst"), pr(2, "slow"), pr(3, "fast"), pr(4, "main")],
+    )
+    db = tmp_path / "c.duckdb"
+    assert collect(m, db, progress=False) == 0
+    out = show_json(db)
+    assert {n: d["label"] for n, d in out.items()} == {1: "none", 2: "REJECT", 3: "L", 4: "none"}
+    floor = {n: next(g for g in d["gates"] if g["gate"] == "floor") for n, d in out.items()}
+    # why #1's loss does not stand: its pooled median is still the burst's (6 of 9 samples)
+    assert "its confirmation session at" in floor[1]["reason"] and floor[1]["status"] == "pass"
+    assert "confirmed at" in out[2]["reason"] and floor[2]["status"] == "fail"
+    with open_store(db, read_only=True) as s:
+        confirmed = "SELECT pr, count(DISTINCT slot) FROM sessions WHERE side = 'pr' AND slot >= ? GROUP BY pr ORDER BY pr"
+        assert s.query(confirmed, [CONFIRM_SLOTS]) == [(1, 1), (2, 1), (3, 1)]
+        # main measured beside them: the plan's last main session, and one after the three
+        mains = "SELECT count(DISTINCT slot) FROM sessions WHERE side = 'main' AND slot >= ?"
+        assert s.query(mains, [CONFIRM_SLOTS])[0][0] == 2
+        before = counts(db)
+    # judged on the planned sessions, #1 would have been a REJECT (what confirmation was for)
+    assert collect(m, db, progress=False) == 0  # a resume: the same plan, nothing new to run
+    assert counts(db)["sessions"] == before["sessions"]
+    assert show_json(db)[1]["label"] == "none"
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from test_harness_units import VOCAB, FakeRunner, corpus
 
-from collector.forgery import ForgeryRules, forged_evidence, timing_problem
+from collector.forgery import ForgeryRules, clock_problem, timing_problem
 from collector.policy import load_policy, resolve
 from engine.errors import EngineOutputError
 from engine.harness.common import log_softmax_rows, top_k
@@ -271,7 +271,7 @@ def test_a_clock_patched_around_one_context_only_is_seen_in_its_group(tmp_path: 
     why = timing_problem(regions, rules, groups)
     assert why and f"of {len(slowed)} timed regions of decode ctx=32 w=1" in why
     parsed = parse_document(json.dumps(doc).encode(), "sweep")
-    assert forged_evidence(parsed, "tiny", resolve(load_policy(), "cpu")) == ("forged", why)
+    assert clock_problem(parsed, resolve(load_policy(), "cpu").forgery, {}) == why
 
 
 @pytest.mark.slow

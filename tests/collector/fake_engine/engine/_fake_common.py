@@ -5,8 +5,11 @@ import random
 import signal
 import sys
 import time
+from pathlib import Path
 
 from engine import fake_behavior as B
+
+_burst = 1.0  # this process's share of its speed (fake_behavior.SLOW_SWEEPS)
 
 
 def misbehave(command: str, out: str) -> None:
@@ -15,6 +18,8 @@ def misbehave(command: str, out: str) -> None:
         with open(ledger, "a") as f:
             f.write(command + "\n")
     time.sleep(float(os.environ.get("FAKE_ENGINE_SLEEP", "0")))
+    global _burst
+    _burst = _in_burst(command)
     how = B.FAIL.get(command) or B.FAIL.get("*")
     if not how:
         return
@@ -50,8 +55,20 @@ def header(model: str, backend: str) -> dict:
     }
 
 
+def _in_burst(command: str) -> float:
+    """BURST for each of the checkout's first SLOW_SWEEPS sweeps of a model, else 1."""
+    n = getattr(B, "SLOW_SWEEPS", 0)
+    if command != "sweep" or not n:
+        return 1.0
+    model = sys.argv[sys.argv.index("--model") + 1]
+    count = Path(B.__file__).with_name(f".sweeps-run-{model}")
+    done = int(count.read_text()) if count.exists() else 0
+    count.write_text(str(done + 1))
+    return B.BURST if done < n else 1.0
+
+
 def speed(model: str, phase: str) -> float:
-    return B.SPEED.get(f"{model}/{phase}", 1.0)
+    return B.SPEED.get(f"{model}/{phase}", 1.0) * _burst
 
 
 def jitter() -> float:

@@ -8,3 +8,7 @@ FORGE_CLOCK: float = 1.0  # the engine process's own clock reads this share of t
 WRONG_WORK: bool = False  # the timed runs' outputs disagree with main's model
 MEMORY: dict[str, int] = {}  # model -> bytes kept resident beyond the base (FAKE_ENGINE_MEMORY)
 WRONG_BATCHED: set[str] = set()  # models whose multi-sequence decode is wrong (not single)
+# A burst of load on the box that hit only this checkout's first SLOW_SWEEPS sweeps of each model:
+# each runs at BURST of its speed (the count is kept in a file beside this one).
+SLOW_SWEEPS: int = 0
+BURST: float = 1.0

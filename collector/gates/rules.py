@@ -54,7 +54,8 @@ def loss_shortfall(c: AxisEvidence, rules: VerdictRules) -> str | None:
     if best >= rules.floor - 1 - EPS:
         misses.append(f"one PR session at {pct(best)} is not below the {pct_of(rules.floor)} floor")
     # load on a shared box only ever slows a session: a real loss measured again is past the
-    # band again, whatever the box does; a loss that was a burst in the planned sessions is not
+    # band again (unless main's sessions beside it are slowed too); a burst that hit the PR's
+    # planned sessions is not
     unconfirmed = [d for d in c.confirmed if 1 + d >= 1 / c.band]
     if unconfirmed:
         misses.append(f"its confirmation session at {pct(max(unconfirmed))} is inside the band")

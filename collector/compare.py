@@ -2,8 +2,9 @@
 
 Speed axes (`compare_axis`): delta = median(PR) / median(main) - 1 with a bootstrap interval,
 the round's noise on the axis and the band it implies, each PR session against the main sessions
-beside it (its confirmation sessions also apart); significance and the floor are decided by `gates.rules` (words and decision from one
-function). Memory axes (`compare_memory`): bytes, lower is better, never a tier.
+beside it (its confirmation sessions also apart); significance and the floor are decided by
+`gates.rules` (words and decision from one function). Memory axes (`compare_memory`): bytes,
+lower is better, never a tier.
 """
 
 from __future__ import annotations

@@ -370,12 +370,20 @@ def decide_round(store: Store, round_id: str) -> list[Verdict]:
             [round_id, CONFIRM_SLOTS],
         )
     }
-    shards = sorted({0, *shard_of.values()})
-    views = {(k, False): RoundData(store, round_id, k) for k in shards}
-    views |= {(k, True): RoundData(store, round_id, k, planned=True) for k in shards}
-    data = views[(0, False)]
+    views: dict[tuple[int, bool], RoundData] = {}
+
+    def view(shard: int, planned: bool) -> RoundData:
+        """A shard's view, read when a PR first needs it: a round without confirmation sessions
+        reads one view per shard, as before there were any."""
+        if (shard, planned) not in views:
+            views[(shard, planned)] = RoundData(store, round_id, shard, planned)
+        return views[(shard, planned)]
+
+    # the PRs, the policy and main's score dumps are the same in either view (confirmation
+    # sessions score nothing)
+    data = view(0, planned=True)
     verdicts = [
-        decide_pr(views[(shard_of.get(p["pr"], 0), p["pr"] not in confirmed)], p) for p in data.prs
+        decide_pr(view(shard_of.get(p["pr"], 0), p["pr"] not in confirmed), p) for p in data.prs
     ]
     winner = choose_merge_first(verdicts, {p["pr"]: p for p in data.prs}, data.policy)
     for v in verdicts:

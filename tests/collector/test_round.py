@@ -228,6 +228,9 @@ def test_verdicts_that_rest_on_speed_are_measured_again(
     floor = {n: next(g for g in d["gates"] if g["gate"] == "floor") for n, d in out.items()}
     # why #1's loss does not stand: its pooled median is still the burst's (6 of 9 samples)
     assert "its confirmation session at" in floor[1]["reason"] and floor[1]["status"] == "pass"
+    # its guard's sweeps ran in the same burst: that loss does not stand either
+    guard = next(g for g in out[1]["gates"] if g["gate"] == "guard:tiny:q8_0")
+    assert guard["status"] == "pass" and "its confirmation session at" in guard["reason"]
     assert "confirmed at" in out[2]["reason"] and floor[2]["status"] == "fail"
     with open_store(db, read_only=True) as s:
         confirmed = "SELECT pr, count(DISTINCT slot) FROM sessions WHERE side = 'pr' AND slot >= ? GROUP BY pr ORDER BY pr"

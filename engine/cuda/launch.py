@@ -151,10 +151,6 @@ class KernelLauncher:
                 )
                 self.pdl.disable()
 
-    def __getitem__(self, name: str) -> Any:
-        """The kernel itself, for launches outside the step (CuPy's own launch)."""
-        return self.kernels[name]
-
     def __call__(self, name: str, grid: tuple, block: tuple, args: tuple, shared: int = 0) -> None:
         """Launch one kernel on the stream (`shared`: dynamic shared memory bytes); timed per
         kernel when tracing."""
@@ -167,8 +163,18 @@ class KernelLauncher:
             else:
                 fn(grid, block, args, shared_mem=shared)
             return
+        self._traced(name, lambda: fn(grid, block, args, shared_mem=shared))
+
+    def library_call(self, name: str, fn: Any, *args: Any) -> None:
+        """A library's launch on the stream (a cuBLAS GEMM), timed like a kernel when tracing."""
+        if self.trace is None:
+            fn(*args)
+        else:
+            self._traced(name, lambda: fn(*args))
+
+    def _traced(self, name: str, issue: Any) -> None:
         a, b = cp.cuda.Event(), cp.cuda.Event()
         a.record(self.stream)
-        fn(grid, block, args, shared_mem=shared)
+        issue()
         b.record(self.stream)
         self.trace.append((name, a, b))

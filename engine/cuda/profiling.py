@@ -24,6 +24,29 @@ def profile_step(runner: Any, rows: int = 1) -> dict[str, float]:
     return out
 
 
+def profile_prefill(runner: Any, n: int) -> dict[str, float]:
+    """Microseconds per kernel name (cuBLAS GEMMs by shape) for one prefill of n random ids
+    into a fresh sequence 0, after one untimed prefill of the same length."""
+    import numpy as np
+
+    rng = np.random.default_rng(2)
+    launch = runner.launcher
+    runner.reset(1, n + 8)
+    runner.prefill(0, rng.integers(0, 1000, n))
+    runner.truncate(0, 0)
+    runner.synchronize()
+    launch.trace = []
+    try:
+        runner.prefill(0, rng.integers(0, 1000, n))
+        launch.stream.synchronize()
+        out: dict[str, float] = {}
+        for name, a, b in launch.trace:
+            out[name] = out.get(name, 0.0) + cp.cuda.get_elapsed_time(a, b) * 1e3
+    finally:
+        launch.trace = None
+    return out
+
+
 def time_graph(runner: Any, rows: int, skip: tuple[str, ...] = (), reps: int = 50) -> float:
     """Milliseconds per replay of a decode-step graph captured without the `skip` kernels
     (kernel-name prefixes).

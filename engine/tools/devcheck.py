@@ -44,12 +44,40 @@ def time_prefill(runner, n: int) -> float:
     return n / (time.perf_counter() - t0)
 
 
-def print_profile(model: str, rows: int, times: dict[str, float]) -> None:
-    """The costliest kernels of one eager decode step (each launch timed alone)."""
+def print_profile(model: str, what: str, times: dict[str, float]) -> None:
+    """The costliest kernels of one eager decode step or prefill (each launch timed alone)."""
     total = sum(times.values())
-    print(f"{model} x{rows}: eager step kernels sum {total:.0f} us", file=sys.stderr)
+    print(f"{model} {what}: eager kernels sum {total:.0f} us", file=sys.stderr)
     for kname, us in sorted(times.items(), key=lambda kv: -kv[1])[:12]:
         print(f"  {kname:28} {us:9.1f} us", file=sys.stderr)
+
+
+def ablation(runner, model: str, rows: int, ctx: int, tag: str, ceiling: float) -> list[dict]:
+    """Graph step times of `rows` sequences of `ctx` tokens with groups of kernels left out
+    (each replay moves the rows on by a token: the cache has room for all of them)."""
+    from engine.cuda.profiling import time_graph
+
+    runner.reset(rows, ctx + 2000)
+    for s in range(rows):
+        runner.prefill(s, np.arange(ctx) % 1000)
+    # a decode step's kernels by name prefix (RoPE runs inside attn_split)
+    others = ("embed", "rmsnorm", "attn_", "argmax", "quantize")
+    out = []
+    for label, skip in [
+        ("full", ()),
+        ("no attention", ("attn_",)),
+        ("no combine", ("attn_combine",)),
+        ("no rmsnorm", ("rmsnorm",)),
+        ("no quantize", ("quantize",)),
+        ("no argmax", ("argmax",)),
+        ("mat-vec only", others),
+        ("no mat-vec", ("gemv_",)),
+    ]:
+        ms = time_graph(runner, rows, skip, reps=20)
+        print(f"  ablate {model:14} {tag:<6} {label:14} {ms * 1e3:8.1f} us/step", file=sys.stderr)
+        what = f"abl{tag}:{label}"
+        out.append(dict(model=model, what=what, tok_s=1e3 / ms, ceiling=ceiling, ratio=0.0))
+    return out
 
 
 @click.command()
@@ -59,9 +87,13 @@ def print_profile(model: str, rows: int, times: dict[str, float]) -> None:
 @click.option("--prefill", "prefill_n", default=0, type=int, help="also time a prefill of N")
 @click.option("--widths", default="", help="also time concurrent decode at these widths")
 @click.option("--out", default="", help="JSON rows")
-@click.option("--profile", is_flag=True, help="per-kernel times of one eager decode step")
 @click.option(
-    "--ablate", is_flag=True, help="graph step time with kernel groups left out, at each --ctx"
+    "--profile", is_flag=True, help="per-kernel times of one eager decode step (and prefill)"
+)
+@click.option(
+    "--ablate",
+    is_flag=True,
+    help="graph step time with kernel groups left out, at each --ctx and each width > 1",
 )
 def main(
     models: str,
@@ -75,7 +107,7 @@ def main(
 ) -> None:
     import cupy as cp
 
-    from engine.cuda.profiling import profile_step, time_graph
+    from engine.cuda.profiling import profile_prefill, profile_step
     from engine.models import open_runner
 
     dev = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
@@ -98,44 +130,25 @@ def main(
             )
             print(f"{name} decode@{c}: {tps:.1f} tok/s ceiling {ceil_c:.1f}", file=sys.stderr)
         if profile:
-            print_profile(name, 1, profile_step(r, 1))
+            print_profile(name, "x1 decode step", profile_step(r, 1))
         for c in [int(x) for x in ctx.split(",") if x] if ablate else []:
-            r.reset(1, c + 2000)
-            r.prefill(0, np.arange(c) % 1000)
-            # a decode step's kernels by name prefix (RoPE runs inside attn_split)
-            others = ("embed", "rmsnorm", "attn_", "argmax", "quantize")
-            for label, skip in [
-                ("full", ()),
-                ("no attention", ("attn_",)),
-                ("no combine", ("attn_combine",)),
-                ("no rmsnorm", ("rmsnorm",)),
-                ("no quantize", ("quantize",)),
-                ("mat-vec only", others),
-                ("no mat-vec", ("gemv_",)),
-            ]:
-                ms = time_graph(r, 1, skip, reps=20)
-                print(
-                    f"  ablate {name:14} @{c:<6} {label:14} {ms * 1e3:8.1f} us/step",
-                    file=sys.stderr,
-                )
-                rows.append(
-                    dict(
-                        model=name, what=f"abl@{c}:{label}", tok_s=1e3 / ms, ceiling=ceiling,
-                        ratio=0.0,
-                    )
-                )  # fmt: skip
+            rows += ablation(r, name, 1, c, f"@{c}", ceiling)
         for w in [int(x) for x in widths.split(",") if x]:
             tps = time_decode(r, 128, tokens, width=w)
             rows.append(
                 dict(model=name, what=f"width{w}", tok_s=tps, ceiling=w * ceiling, ratio=0.0)
             )
             if profile:
-                print_profile(name, w, profile_step(r, w))
+                print_profile(name, f"x{w} decode step", profile_step(r, w))
+            if ablate and w > 1:
+                rows += ablation(r, name, w, 128, f"w{w}", ceiling)
         if prefill_n:
             tps = time_prefill(r, prefill_n)
             rows.append(
                 dict(model=name, what=f"prefill@{prefill_n}", tok_s=tps, ceiling=0.0, ratio=0.0)
             )
+            if profile:
+                print_profile(name, f"prefill of {prefill_n}", profile_prefill(r, prefill_n))
         rows.append(dict(model=name, what="load_s", tok_s=load_s, ceiling=0.0, ratio=0.0))
         del r
         cp.get_default_memory_pool().free_all_blocks()

@@ -18,6 +18,10 @@
 #                                        GPU tests
 #   bash tests/gpu/push_run.sh numbers   carry .gguf/p2 likewise: harness's numbers alone
 #                                        (NO_PEERS=1: without the torch peers)
+#   bash tests/gpu/push_run.sh profile   carry .whl: where the time goes (devcheck --profile: per-kernel
+#                                        times of a decode step and of a prefill of PREFILL, 4096 by
+#                                        default; --ablate at WIDTHS) for MODELS, and torch's causal
+#                                        SDPA at the same shape as the prefill's attention
 #   bash tests/gpu/push_run.sh ab        carry .whl, .bundle: wheels, the kernel tests (-k KTESTS),
 #                                        devcheck per variant (VARIANTS="old;default;ATT_STAGES=3
 #                                        SPARKBOARD_ATTN_SPLITS=64": "old" is the bundle's tree;
@@ -243,13 +247,39 @@ PY
   grep -E "passed|failed" "$OUT/pytest_kernels.log" 2>/dev/null | tail -n 1
 }
 
+profile() {
+  install
+  local m
+  IFS=',' read -r -a ms <<<"${MODELS:-llama-8b:f16,llama-1b:f16}"
+  for m in "${ms[@]}"; do
+    variant "prof_${m//[^A-Za-z0-9_.-]/_}" default --models "$m" --ctx 128 --tokens 32 --profile \
+      --prefill "${PREFILL:-4096}" --widths "${WIDTHS:-}" --ablate
+    grep -E "eager kernels|^  |ablate" "$OUT/dc_prof_${m//[^A-Za-z0-9_.-]/_}.log"
+  done
+  timeout 120 python3 - "${PREFILL:-4096}" <<'PY' 2>&1 | tail -n 3
+import sys, torch, torch.nn.functional as F
+n = int(sys.argv[1])
+q, k, v = (torch.randn(1, 32, n, 128, device="cuda", dtype=torch.float16) for _ in range(3))
+for _ in range(3):
+    F.scaled_dot_product_attention(q, k, v, is_causal=True)
+a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+a.record()
+for _ in range(20):
+    F.scaled_dot_product_attention(q, k, v, is_causal=True)
+b.record()
+b.synchronize()
+print(f"torch SDPA causal 32 heads x {n} x 128 (one layer): {a.elapsed_time(b) / 20 * 1e3:.0f} us")
+PY
+}
+
 case "${1:-}" in
   kernels) kernels ;;
   models) models ;;
   harness) harness ;;
   sessions) sessions ;;
   ab) ab ;;
+  profile) profile ;;
   smollm2) install && assemble && smollm2_tests ;;
   numbers) install && assemble && numbers ;;
-  *) echo "usage: $0 kernels | models | harness | sessions | ab | smollm2 | numbers" >&2; exit 2 ;;
+  *) echo "usage: $0 kernels | models | harness | sessions | ab | profile | smollm2 | numbers" >&2; exit 2 ;;
 esac

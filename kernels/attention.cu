@@ -12,9 +12,9 @@
 // grid is fixed for a CUDA graph and a row's result does not depend on the other rows.
 //
 // Prefill: attn_prefill_<HD> is a causal flash-attention kernel on tensor cores
-// (mma.sync m16n8k16, f16 in, f32 accumulate): a block owns 64 queries of one head, walks
-// 64-key tiles of the cache up to the diagonal with an online softmax held in registers, and
-// never materialises the score matrix; K and V tiles stream in by cp.async, one tile ahead.
+// (mma.sync m16n8k16, f16 in, f32 accumulate): a block owns 16 * PF_WARPS queries of one head,
+// walks 64-key tiles of the cache up to the diagonal with an online softmax held in registers,
+// and never materialises the score matrix; K and V tiles stream in by cp.async, one tile ahead.
 
 #define ATT_WARPS 4
 #define GMAX 8
@@ -343,10 +343,28 @@ extern "C" __global__ void attn_combine(const float* __restrict__ part_o, const 
 
 // ---------------------------------------------------------------------------------------
 // Prefill: causal flash attention on tensor cores.
+//
+// A block of PF_WARPS warps owns PF_BQ = 16 * PF_WARPS queries of one head (16 rows a warp).
+// K and V tiles of PF_BK keys stream through two stages of dynamic shared memory: tile t + 1
+// is requested right after the block barrier that opens tile t, so it lands while tile t is
+// multiplied, and that one barrier per tile is the only one (it also tells every warp that
+// the stage it overwrites was read). K's B fragments come by ldmatrix (two key n-tiles a
+// load), V's by ldmatrix.trans. Only the tiles that cross a warp's diagonal are masked. The
+// arithmetic of each output (fragments, accumulation order over head dim and key tiles) does
+// not depend on PF_WARPS.
 
-#define PF_BQ 64
+#ifndef PF_WARPS
+#define PF_WARPS 4  // warps per block (16 queries each)
+#endif
+#define PF_BQ (16 * PF_WARPS)
 #define PF_BK 64
 
+__device__ __forceinline__ void ldmatrix_x4(u32& r0, u32& r1, u32& r2, u32& r3, const void* p) {
+    const u32 addr = (u32)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
 
 // Rows k0 .. k0 + PF_BK - 1 of one head's cache into a padded tile; rows from nkeys on are
 // zeros (never read: the cache past the prompt may hold anything).
@@ -370,8 +388,9 @@ __device__ __forceinline__ void attn_prefill_body(const float* __restrict__ q, c
     constexpr int LDS = HD + 8;  // padded smem row (halves): 16-byte aligned, no bank conflicts
     constexpr int KSTEPS = HD / 16;
     constexpr int NT_O = HD / 8;
-    __shared__ __align__(16) __half Ks[PF_BK][LDS];
-    __shared__ __align__(16) __half Vs[PF_BK][LDS];
+    extern __shared__ uint4 pf_smem[];
+    // [stage][K, V][key][LDS]
+    __half(*tiles)[2][PF_BK][LDS] = reinterpret_cast<__half(*)[2][PF_BK][LDS]>(pf_smem);
 
     const int qtile = gridDim.x - 1 - blockIdx.x;  // heaviest (latest) tiles first
     const int h = blockIdx.y;
@@ -408,48 +427,58 @@ __device__ __forceinline__ void attn_prefill_body(const float* __restrict__ q, c
     for (int j = 0; j < NT_O; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
     const int qp0 = p0 + qi0, qp1 = p0 + qi1;
+    const int warp_first = p0 + qtile * PF_BQ + warp * 16;  // the warp's earliest query position
 
     const int nkeys = p0 + T;
     const int last_q = min(T, (qtile + 1) * PF_BQ) - 1;
     const int ntiles = (p0 + last_q) / PF_BK + 1;
     const size_t head_base = ((size_t)seq * n_kv + kvh) * (size_t)max_len * HD;
 
-    // K and V tiles arrive by cp.async, each one tile ahead: the next K tile loads while this
-    // tile's softmax and P V run, the next V tile while the next Q K^T runs. Commit groups go
-    // K0, V0, K1, V1, ...; waiting for "all but the newest" then always means the tile needed.
-    load_tile<HD, LDS>(Ks, kc + head_base, 0, nkeys);
-    cp_async_commit();
-    load_tile<HD, LDS>(Vs, vc + head_base, 0, nkeys);
+    load_tile<HD, LDS>(tiles[0][0], kc + head_base, 0, nkeys);
+    load_tile<HD, LDS>(tiles[0][1], vc + head_base, 0, nkeys);
     cp_async_commit();
     for (int kt = 0; kt < ntiles; ++kt) {
         const int k0 = kt * PF_BK;
-        cp_async_wait_all_but_newest();  // K tile kt
-        __syncthreads();
+        const int st = kt & 1;
+        cp_async_wait<0>();  // this thread's copies of tile kt
+        __syncthreads();     // everyone's; and every warp is done with tile kt - 1's stage
+        if (kt + 1 < ntiles) {
+            load_tile<HD, LDS>(tiles[st ^ 1][0], kc + head_base, k0 + PF_BK, nkeys);
+            load_tile<HD, LDS>(tiles[st ^ 1][1], vc + head_base, k0 + PF_BK, nkeys);
+        }
+        cp_async_commit();
+        __half(*Ks)[LDS] = tiles[st][0];
+        __half(*Vs)[LDS] = tiles[st][1];
 
-        // S = Q K^T: 8 n-tiles of 8 keys.
+        // S = Q K^T: 8 n-tiles of 8 keys; one ldmatrix gives two n-tiles' B fragments.
         float s[PF_BK / 8][4];
 #pragma unroll
-        for (int j = 0; j < PF_BK / 8; ++j) {
-            s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+        for (int j = 0; j < PF_BK / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+        for (int j = 0; j < PF_BK / 8; j += 2) {
 #pragma unroll
             for (int kk = 0; kk < KSTEPS; ++kk) {
-                const u32 b0 = *reinterpret_cast<const u32*>(&Ks[j * 8 + g][kk * 16 + 2 * t]);
-                const u32 b1 = *reinterpret_cast<const u32*>(&Ks[j * 8 + g][kk * 16 + 8 + 2 * t]);
+                u32 b0, b1, b2, b3;  // n-tile j: b0, b1; n-tile j + 1: b2, b3
+                ldmatrix_x4(b0, b1, b2, b3, &Ks[(j + (lane >> 4)) * 8 + (lane & 7)][kk * 16 + ((lane >> 3) & 1) * 8]);
                 mma16816(s[j], qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], b0, b1);
+                mma16816(s[j + 1], qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], b2, b3);
             }
         }
-        __syncthreads();  // every warp is done with Ks: the next K tile may land there
-        if (kt + 1 < ntiles) load_tile<HD, LDS>(Ks, kc + head_base, k0 + PF_BK, nkeys);
-        cp_async_commit();
-        // Causal mask and the row maxima (rows g and g+8; 4 threads share a row).
+        // Causal mask (only where the tile crosses this warp's diagonal) and the row maxima
+        // (rows g and g+8; 4 threads share a row).
+        if (k0 + PF_BK - 1 > warp_first) {
+#pragma unroll
+            for (int j = 0; j < PF_BK / 8; ++j) {
+                const int kp = k0 + j * 8 + 2 * t;
+                if (kp > qp0) s[j][0] = -INFINITY;
+                if (kp + 1 > qp0) s[j][1] = -INFINITY;
+                if (kp > qp1) s[j][2] = -INFINITY;
+                if (kp + 1 > qp1) s[j][3] = -INFINITY;
+            }
+        }
         float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
         for (int j = 0; j < PF_BK / 8; ++j) {
-            const int kp = k0 + j * 8 + 2 * t;
-            if (kp > qp0) s[j][0] = -INFINITY;
-            if (kp + 1 > qp0) s[j][1] = -INFINITY;
-            if (kp > qp1) s[j][2] = -INFINITY;
-            if (kp + 1 > qp1) s[j][3] = -INFINITY;
             mx0 = fmaxf(mx0, fmaxf(s[j][0], s[j][1]));
             mx1 = fmaxf(mx1, fmaxf(s[j][2], s[j][3]));
         }
@@ -484,8 +513,6 @@ __device__ __forceinline__ void attn_prefill_body(const float* __restrict__ q, c
             o[j][2] *= a1;
             o[j][3] *= a1;
         }
-        cp_async_wait_all_but_newest();  // V tile kt
-        __syncthreads();
         // O += P V: the S accumulators of two adjacent key tiles are the A fragment of P.
 #pragma unroll
         for (int ks = 0; ks < PF_BK / 16; ++ks) {
@@ -502,9 +529,6 @@ __device__ __forceinline__ void attn_prefill_body(const float* __restrict__ q, c
                 mma16816(o[n0 / 8 + 1], pa0, pa1, pa2, pa3, b2, b3);
             }
         }
-        __syncthreads();  // every warp is done with Vs
-        if (kt + 1 < ntiles) load_tile<HD, LDS>(Vs, vc + head_base, k0 + PF_BK, nkeys);
-        cp_async_commit();
     }
 
     const float il0 = 1.f / l0, il1 = 1.f / l1;
@@ -526,15 +550,15 @@ __device__ __forceinline__ void attn_prefill_body(const float* __restrict__ q, c
         float scale_log2
 #define ATTN_PREFILL_PASS q, kc, vc, out, seq, p0, T, n_heads, n_kv, max_len, scale_log2
 
-extern "C" __global__ void __launch_bounds__(128) attn_prefill_16(ATTN_PREFILL_ARGS) {
+extern "C" __global__ void __launch_bounds__(PF_WARPS * 32) attn_prefill_16(ATTN_PREFILL_ARGS) {
     attn_prefill_body<16>(ATTN_PREFILL_PASS);
 }
-extern "C" __global__ void __launch_bounds__(128) attn_prefill_32(ATTN_PREFILL_ARGS) {
+extern "C" __global__ void __launch_bounds__(PF_WARPS * 32) attn_prefill_32(ATTN_PREFILL_ARGS) {
     attn_prefill_body<32>(ATTN_PREFILL_PASS);
 }
-extern "C" __global__ void __launch_bounds__(128) attn_prefill_64(ATTN_PREFILL_ARGS) {
+extern "C" __global__ void __launch_bounds__(PF_WARPS * 32) attn_prefill_64(ATTN_PREFILL_ARGS) {
     attn_prefill_body<64>(ATTN_PREFILL_PASS);
 }
-extern "C" __global__ void __launch_bounds__(128) attn_prefill_128(ATTN_PREFILL_ARGS) {
+extern "C" __global__ void __launch_bounds__(PF_WARPS * 32) attn_prefill_128(ATTN_PREFILL_ARGS) {
     attn_prefill_body<128>(ATTN_PREFILL_PASS);
 }

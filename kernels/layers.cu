@@ -4,8 +4,8 @@
 // y[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * w. Grid (slices, rows): every block sums the
 // squares of its whole row (in the same order, so every block gets the same scale) and writes
 // elements [slice * per, slice * per + per) of it. Decode uses slices of 256 so the int8
-// quantization (one warp per block of 32) spreads over many SMs; prefill, with thousands of
-// rows, one slice per row. Writes any of: float32 (y), float16 (y16, the prefill GEMM input),
+// quantization (one warp per block of 32) spreads over many SMs; a float row, one slice (prefill
+// has its own rmsnorm_f16, below). Writes any of: float32 (y), float16 (y16, the prefill GEMM input),
 // two-level int8 blocks (xq/xs, the input of the quantized mat-vec). dim and per are multiples
 // of 32.
 extern "C" __global__ void rmsnorm(const float* __restrict__ x, const float* __restrict__ w,
@@ -30,6 +30,34 @@ extern "C" __global__ void rmsnorm(const float* __restrict__ x, const float* __r
         if (y) y[base + i] = v;
         if (y16) y16[base + i] = __float2half_rn(v);
         if (xq) quant_block(v, xq + (base / 32 + b) * 64, xs + base / 32 + b);
+    }
+}
+
+// Prefill's RMSNorm into the float16 GEMM input: one block per row (thousands of rows, so
+// each block is small: many rows in flight), 16-byte loads, the row read twice (the second
+// time from L1). Each element is x * (1 / rms) * w, as rmsnorm computes it. dim % 4 == 0.
+extern "C" __global__ void rmsnorm_f16(const float* __restrict__ x, const float* __restrict__ w,
+                                       __half* __restrict__ y16, int dim, float eps) {
+    const size_t base = (size_t)blockIdx.x * dim;
+    const float4* x4 = reinterpret_cast<const float4*>(x + base);
+    const float4* w4 = reinterpret_cast<const float4*>(w);
+    uint2* y4 = reinterpret_cast<uint2*>(y16 + base);
+    const int n4 = dim / 4;
+    float ss = 0.f;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < n4; i += blockDim.x) {
+        const float4 v = x4[i];
+        ss = fmaf(v.x, v.x, ss);
+        ss = fmaf(v.y, v.y, ss);
+        ss = fmaf(v.z, v.z, ss);
+        ss = fmaf(v.w, v.w, ss);
+    }
+    ss = block_sum(ss);
+    const float rs = rsqrtf(ss / (float)dim + eps);
+#pragma unroll 4
+    for (int i = threadIdx.x; i < n4; i += blockDim.x) {
+        const float4 v = x4[i], g = w4[i];
+        y4[i] = make_uint2(pack_h2(v.x * rs * g.x, v.y * rs * g.y), pack_h2(v.z * rs * g.z, v.w * rs * g.w));
     }
 }
 

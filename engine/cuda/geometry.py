@@ -32,6 +32,7 @@ GEOMETRY_DEFAULTS = {
     "MMA_S_WIDE": 0,
     "MMA_MB_WIDE": 4,
     "ATT_STAGES": 2,
+    "PF_WARPS": 4,
 }
 
 # Weight storage types: the WT_* numbers in kernels/common.cuh.
@@ -57,6 +58,7 @@ MMAQ_SLOT_BYTES = 768  # Q4_0: two K blocks of 16 rows (512 bytes of nibbles, 25
 # most, positions of one warp's sub-tile
 ATT_WARPS, ATT_GMAX, ATT_SUB = 4, 8, 16
 ROPE_WARPS = 8  # prefill's rope_kv: warps per block, one block per row (kernels/layers.cu)
+PF_BK = 64  # keys per tile of the prefill attention (attention.cu)
 
 
 def kernel_defines(environ: Mapping[str, str] = os.environ) -> dict[str, int]:
@@ -97,7 +99,7 @@ class Geometry:
         self.values = {k: int(self.defines.get(k, v)) for k, v in GEOMETRY_DEFAULTS.items()}
         for name in (
             "GEMV_WARPS", "GEMV_KSPLIT", "MMA_WARPS", "MMA_S", "MMA_S_GLU", "MMAQ_S", "MMA_WARPS_WIDE",
-            "MMA_MB_WIDE",
+            "MMA_MB_WIDE", "PF_WARPS",
         ):  # fmt: skip
             if self.values[name] < 1:
                 raise ValueError(f"{DEFINES_ENV}: {name}={self.values[name]} must be at least 1")
@@ -211,6 +213,17 @@ class Geometry:
         partials = ATT_WARPS * ATT_GMAX * (head_dim + 2) * 4
         return max(ring, partials)
 
+    def prefill_attention(self, head_dim: int, n: int, n_heads: int) -> tuple[tuple, tuple, int]:
+        """(grid, block, dynamic shared bytes) of attn_prefill_<head_dim> over n queries: a block
+        per 16 * PF_WARPS queries of a head; two stages of a K and a V tile of PF_BK keys (rows
+        padded by 8 halves)."""
+        warps = self.values["PF_WARPS"]
+        grid = (-(-n // (16 * warps)), n_heads)
+        return grid, (warps * 32,), self.prefill_shared_bytes(head_dim)
+
+    def prefill_shared_bytes(self, head_dim: int) -> int:
+        return 2 * 2 * PF_BK * (head_dim + 8) * 2
+
 
 def gemv_name(wt: int, row_block: int, mode: str) -> str:
     return f"gemv_{WT_NAMES[wt]}_r{row_block}_{mode}"
@@ -222,3 +235,4 @@ NVRTC_OPTIONS = GEOMETRY.nvrtc_options
 gemv_launch = GEOMETRY.launch
 gemv_shared_bytes = GEOMETRY.shared_bytes
 attn_shared_bytes = GEOMETRY.attn_shared_bytes
+prefill_attention = GEOMETRY.prefill_attention

@@ -29,6 +29,7 @@ from engine.cuda.geometry import (
     attn_shared_bytes,
     gemv_name,
     gemv_shared_bytes,
+    prefill_attention,
 )
 
 KERNEL_DIR = Path(__file__).resolve().parents[2] / "kernels"
@@ -53,7 +54,15 @@ def all_kernel_names() -> list[str]:
         for m in NORM_MODES
     ]
     names += list(MMA_NAMES)
-    names += ["quantize_q8", "rmsnorm", "embed", "dequant_f16", "swiglu_f16", "rope_kv"]
+    names += [
+        "quantize_q8",
+        "rmsnorm",
+        "rmsnorm_f16",
+        "embed",
+        "dequant_f16",
+        "swiglu_f16",
+        "rope_kv",
+    ]
     names += ["argmax_advance", "advance_lens", "attn_combine"]
     names += [f"attn_split_{hd}" for hd in HEAD_DIMS] + [f"attn_prefill_{hd}" for hd in HEAD_DIMS]
     return names
@@ -71,6 +80,8 @@ class Kernels:
             fn = self._find(name)
             if name.startswith("attn_split_"):
                 shared = attn_shared_bytes(int(name.rsplit("_", 1)[1]))
+            elif name.startswith("attn_prefill_"):
+                shared = prefill_attention(int(name.rsplit("_", 1)[1]), 1, 1)[2]
             else:
                 shared = gemv_shared_bytes(name)
             if shared:  # above 48 KB a kernel must ask for its dynamic shared memory

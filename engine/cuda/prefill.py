@@ -14,8 +14,7 @@ import cupy as cp
 import numpy as np
 
 from engine.config import ModelConfig
-from engine.cuda.decode import rmsnorm
-from engine.cuda.geometry import ROPE_WARPS, WT_F16
+from engine.cuda.geometry import ROPE_WARPS, WT_F16, prefill_attention
 from engine.cuda.kv_cache import KvCache
 from engine.cuda.launch import NULL, KernelLauncher, f32, i32
 from engine.cuda.layout import GpuWeight
@@ -32,6 +31,7 @@ CUDA_R_16F, CUDA_R_32F = 2, 0
 CUBLAS_OP_N, CUBLAS_OP_T = 0, 1
 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT = 68, -1
 LOG2E = 1.4426950408889634
+RMSNORM_F16_THREADS = 256  # a block per row (kernels/layers.cu rmsnorm_f16)
 
 
 class Prefill:
@@ -75,41 +75,53 @@ class Prefill:
         f16 = self._pbuf("f16", (C, c.ffn_dim), cp.float16)[:n]
         tok.set(ids.astype(np.int32), stream=k.stream)
         e = m.tok_embd
-        k["embed"](
-            (n,), (256,), (tok, i32(e.wt), e.q, e.s if e.s is not None else NULL, x, i32(c.dim))
+        k(
+            "embed",
+            (n,),
+            (256,),
+            (tok, i32(e.wt), e.q, e.s if e.s is not None else NULL, x, i32(c.dim)),
         )
         scale_log2 = LOG2E / math.sqrt(hd)
+        att_grid, att_block, att_shared = prefill_attention(hd, n, c.n_heads)
         for li, L in enumerate(m.layers):
-            rmsnorm(k, c, x, L.attn_norm, NULL, h16, n, c.dim)
+            self._rmsnorm_f16(x, L.attn_norm, h16, n)
             for w, col0 in L.qkv:
                 self._gemm(h16, w, qkv, 0.0, col0)
             self._rope_kv(cache, seq_ids, li, L, qkv, q, n, seq, pos0)
-            k[f"attn_prefill_{hd}"](
-                ((n + 63) // 64, c.n_heads),
-                (128,),
+            k(
+                f"attn_prefill_{hd}",
+                att_grid,
+                att_block,
                 (
                     q, cache.k[li], cache.v[li], a16, i32(seq), i32(pos0), i32(n),
                     i32(c.n_heads), i32(c.n_kv_heads), i32(cache.max_len), f32(scale_log2),
                 ),
+                att_shared,
             )  # fmt: skip
             self._gemm(a16, L.wo, x, 1.0)
-            rmsnorm(k, c, x, L.ffn_norm, NULL, h16, n, c.dim)
+            self._rmsnorm_f16(x, L.ffn_norm, h16, n)
             if L.wgu is not None:
                 self._gemm(h16, L.wgu, gu, 0.0)
             else:
                 self._gemm(h16, L.wg, gu, 0.0)
                 self._gemm(h16, L.wu, gu, 0.0, c.ffn_dim)
-            k["swiglu_f16"]((-(-c.ffn_dim // 1024), n), (256,), (gu, i32(c.ffn_dim), f16))
+            k("swiglu_f16", (-(-c.ffn_dim // 1024), n), (256,), (gu, i32(c.ffn_dim), f16))
             self._gemm(f16, L.wd, x, 1.0)
         if logits == "none":
             return None
         rows = x if logits == "all" else x[n - 1 :]
         nr = rows.shape[0]
         hn = h16[:nr]
-        rmsnorm(k, c, rows, m.out_norm, NULL, hn, nr, c.dim)
+        self._rmsnorm_f16(rows, m.out_norm, hn, nr)
         out = cp.empty((nr, c.vocab_size), dtype=cp.float32)
         self._gemm(hn, m.w_out, out, 0.0)
         return out
+
+    def _rmsnorm_f16(self, x: Any, w: Any, y16: Any, rows: int) -> None:
+        """RMSNorm of x's rows into y16, the float16 input of the next GEMM."""
+        c = self.config
+        args = (x, w, y16, i32(c.dim), f32(c.norm_eps))
+        self.launch("rmsnorm_f16", (rows,), (RMSNORM_F16_THREADS,), args)
 
     def _rope_kv(
         self,
@@ -159,7 +171,8 @@ class Prefill:
             if w16 is None:
                 w16 = self._deq[: nr * k].reshape(nr, k)
                 total = nr * (k // 8)
-                self.launch["dequant_f16"](
+                self.launch(
+                    "dequant_f16",
                     ((total + 255) // 256,),
                     (256,),
                     (
@@ -172,7 +185,9 @@ class Prefill:
                         i32(k),
                     ),
                 )
-            cublas.gemmEx(
+            self.launch.library_call(
+                f"gemm n={nr} k={k}",
+                cublas.gemmEx,
                 handle, CUBLAS_OP_T, CUBLAS_OP_N, nr, m_rows, k,
                 self._one.ctypes.data, w16.data.ptr, CUDA_R_16F, k,
                 x16.data.ptr, CUDA_R_16F, k,

@@ -274,6 +274,22 @@ def test_rmsnorm_and_fused_quantization(cu, dim, per):
     assert np.array_equal(cp.asnumpy(xs), want_s)
 
 
+@pytest.mark.parametrize("dim", [4096, 2048, 576, 96])
+def test_prefill_rmsnorm_f16(cu, dim):
+    cp, k = cu
+    rows, eps = 7, 1e-5
+    x = RNG.standard_normal((rows, dim)).astype(np.float32) * 3
+    w = (1 + 0.1 * RNG.standard_normal(dim)).astype(np.float32)
+    y16 = cp.full((rows + 1, dim), cp.nan, dtype=cp.float16)  # the row after stays untouched
+    args = (cp.asarray(x), cp.asarray(w), y16, np.int32(dim), np.float32(eps))
+    k["rmsnorm_f16"]((rows,), (256,), args)
+    x64 = x.astype(np.float64)
+    ref = x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + eps) * w
+    got = cp.asnumpy(y16)
+    assert rel(got[:rows], ref) < 1e-3
+    assert np.isnan(got[rows]).all()
+
+
 def rope_ref(x: np.ndarray, pos: np.ndarray, base: float, neox: bool) -> np.ndarray:
     """x [rows, heads, hd] float64 rotated by each row's position."""
     hd = x.shape[-1]
@@ -431,7 +447,13 @@ def test_decode_attention_split_and_combine(cu, hd, n_heads, n_kv, neox, qk_norm
 
 @pytest.mark.parametrize(
     "hd,n_heads,n_kv,p0,T",
-    [(64, 9, 3, 0, 200), (128, 8, 2, 100, 130), (32, 4, 2, 3, 64), (16, 4, 1, 0, 5)],
+    [
+        (64, 9, 3, 0, 200),
+        (128, 8, 2, 100, 130),
+        (128, 4, 4, 64, 300),  # key tiles before, across and after each warp's diagonal
+        (32, 4, 2, 3, 64),
+        (16, 4, 1, 0, 5),
+    ],
 )
 def test_prefill_attention_causal(cu, hd, n_heads, n_kv, p0, T):
     cp, k = cu
@@ -443,14 +465,16 @@ def test_prefill_attention_causal(cu, hd, n_heads, n_kv, p0, T):
     q = RNG.standard_normal((T, n_heads, hd)).astype(np.float32)
     scale = 1 / math.sqrt(hd)
     out = cp.full((T, n_heads * hd), cp.nan, dtype=cp.float16)
+    grid, block, shared = GEOMETRY.prefill_attention(hd, T, n_heads)
     k[f"attn_prefill_{hd}"](
-        ((T + 63) // 64, n_heads),
-        (128,),
+        grid,
+        block,
         (
             cp.asarray(q), cp.asarray(kc), cp.asarray(vc), out, np.int32(seq), np.int32(p0),
             np.int32(T), np.int32(n_heads), np.int32(n_kv), np.int32(max_len),
             np.float32(scale * 1.4426950408889634),
         ),
+        shared_mem=shared,
     )  # fmt: skip
     got = cp.asnumpy(out).astype(np.float64).reshape(T, n_heads, hd)
     ref = np.stack([attention_ref(q[i], kc[seq], vc[seq], p0 + i + 1, scale) for i in range(T)])

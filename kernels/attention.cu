@@ -12,7 +12,7 @@
 // grid is fixed for a CUDA graph and a row's result does not depend on the other rows.
 //
 // Prefill: attn_prefill_<HD> is a causal flash-attention kernel on tensor cores
-// (mma.sync m16n8k16, f16 in, f32 accumulate): a block owns PF_BQ queries of one head,
+// (mma.sync m16n8k16, f16 in, f32 accumulate): a block owns 16 * PF_WARPS queries of one head,
 // walks 64-key tiles of the cache up to the diagonal with an online softmax held in registers,
 // and never materialises the score matrix; K and V tiles stream in by cp.async, one tile ahead.
 
@@ -344,28 +344,20 @@ extern "C" __global__ void attn_combine(const float* __restrict__ part_o, const 
 // ---------------------------------------------------------------------------------------
 // Prefill: causal flash attention on tensor cores.
 //
-// A block of PF_WARPS warps owns PF_BQ = 16 * PF_MR * PF_WARPS queries of one head: each warp
-// PF_MR m-tiles of 16 rows, so every K and V fragment it reads from shared memory feeds PF_MR
-// mmas (half the shared-memory traffic per multiply at 2, and two independent chains). The
-// block's queries are staged once in shared memory as float16 (scaled by scale * log2 e) and
-// read by ldmatrix, not held in registers. K and V tiles of PF_BK keys stream through two
-// stages: tile t + 1 is requested right after the block barrier that opens tile t, so it lands
-// while tile t is multiplied, and that one barrier per tile is the only one (it also tells
-// every warp that the stage it overwrites was read). K's B fragments come by ldmatrix (two key
-// n-tiles a load), V's by ldmatrix.trans. Only the tiles that cross an m-tile's diagonal are
-// masked. The arithmetic of each output (its fragments, the accumulation order over head dim
-// and key tiles) depends on neither PF_WARPS nor PF_MR.
+// A block of PF_WARPS warps owns PF_BQ = 16 * PF_WARPS queries of one head (16 rows a warp).
+// K and V tiles of PF_BK keys stream through two stages of dynamic shared memory: tile t + 1
+// is requested right after the block barrier that opens tile t, so it lands while tile t is
+// multiplied, and that one barrier per tile is the only one (it also tells every warp that
+// the stage it overwrites was read). K's B fragments come by ldmatrix (two key n-tiles a
+// load), V's by ldmatrix.trans. Only the tiles that cross a warp's diagonal are masked. The
+// arithmetic of each output (fragments, accumulation order over head dim and key tiles) does
+// not depend on PF_WARPS.
 
 #ifndef PF_WARPS
-#define PF_WARPS 4  // warps per block
+#define PF_WARPS 4  // warps per block (16 queries each)
 #endif
-#ifndef PF_MR
-#define PF_MR 2  // m-tiles of 16 queries per warp
-#endif
-#ifndef PF_BK
-#define PF_BK 64  // keys per tile (a multiple of 16)
-#endif
-#define PF_BQ (16 * PF_MR * PF_WARPS)
+#define PF_BQ (16 * PF_WARPS)
+#define PF_BK 64
 
 __device__ __forceinline__ void ldmatrix_x4(u32& r0, u32& r1, u32& r2, u32& r3, const void* p) {
     const u32 addr = (u32)__cvta_generic_to_shared(p);
@@ -396,47 +388,55 @@ __device__ __forceinline__ void attn_prefill_body(const float* __restrict__ q, c
     constexpr int LDS = HD + 8;  // padded smem row (halves): 16-byte aligned, no bank conflicts
     constexpr int KSTEPS = HD / 16;
     constexpr int NT_O = HD / 8;
-    constexpr int MR = PF_MR;
     extern __shared__ uint4 pf_smem[];
-    // [stage][K, V][key][LDS], then the block's queries [PF_BQ][LDS]
+    // [stage][K, V][key][LDS]
     __half(*tiles)[2][PF_BK][LDS] = reinterpret_cast<__half(*)[2][PF_BK][LDS]>(pf_smem);
-    __half(*Qs)[LDS] = reinterpret_cast<__half(*)[LDS]>(&tiles[2][0][0][0]);
 
     const int qtile = gridDim.x - 1 - blockIdx.x;  // heaviest (latest) tiles first
     const int h = blockIdx.y;
     const int kvh = h / (n_heads / n_kv);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
-    const int q_block = qtile * PF_BQ;
-    const int wrow = warp * 16 * MR;  // the warp's first row in the block
+    const int qi0 = qtile * PF_BQ + warp * 16 + g;  // this thread's rows: qi0 and qi0 + 8
+    const int qi1 = qi0 + 8;
+
+    // Q fragments for the whole head dim, scaled by softmax scale * log2(e).
+    u32 qa[KSTEPS][4];
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; ++kk) {
+        const int c0 = kk * 16 + 2 * t;
+        float2 v00 = make_float2(0.f, 0.f), v01 = v00, v10 = v00, v11 = v00;
+        if (qi0 < T) {
+            const float* row = q + ((size_t)qi0 * n_heads + h) * HD;
+            v00 = *reinterpret_cast<const float2*>(row + c0);
+            v01 = *reinterpret_cast<const float2*>(row + c0 + 8);
+        }
+        if (qi1 < T) {
+            const float* row = q + ((size_t)qi1 * n_heads + h) * HD;
+            v10 = *reinterpret_cast<const float2*>(row + c0);
+            v11 = *reinterpret_cast<const float2*>(row + c0 + 8);
+        }
+        qa[kk][0] = pack_h2(v00.x * scale_log2, v00.y * scale_log2);
+        qa[kk][1] = pack_h2(v10.x * scale_log2, v10.y * scale_log2);
+        qa[kk][2] = pack_h2(v01.x * scale_log2, v01.y * scale_log2);
+        qa[kk][3] = pack_h2(v11.x * scale_log2, v11.y * scale_log2);
+    }
+
+    float o[NT_O][4];
+#pragma unroll
+    for (int j = 0; j < NT_O; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+    const int qp0 = p0 + qi0, qp1 = p0 + qi1;
+    const int warp_first = p0 + qtile * PF_BQ + warp * 16;  // the warp's earliest query position
 
     const int nkeys = p0 + T;
-    const int last_q = min(T, q_block + PF_BQ) - 1;
+    const int last_q = min(T, (qtile + 1) * PF_BQ) - 1;
     const int ntiles = (p0 + last_q) / PF_BK + 1;
     const size_t head_base = ((size_t)seq * n_kv + kvh) * (size_t)max_len * HD;
 
     load_tile<HD, LDS>(tiles[0][0], kc + head_base, 0, nkeys);
     load_tile<HD, LDS>(tiles[0][1], vc + head_base, 0, nkeys);
     cp_async_commit();
-    // the block's queries, scaled and rounded to float16 as the A fragments take them (rows
-    // past T: zeros); visible to every warp after the loop's first barrier
-    for (int i = threadIdx.x; i < PF_BQ * (HD / 2); i += blockDim.x) {
-        const int r = i / (HD / 2), c = (i % (HD / 2)) * 2;
-        float2 v = make_float2(0.f, 0.f);
-        if (q_block + r < T) v = *reinterpret_cast<const float2*>(q + ((size_t)(q_block + r) * n_heads + h) * HD + c);
-        *reinterpret_cast<u32*>(&Qs[r][c]) = pack_h2(v.x * scale_log2, v.y * scale_log2);
-    }
-
-    float o[MR][NT_O][4];
-    float m[MR][2], l[MR][2];
-#pragma unroll
-    for (int r = 0; r < MR; ++r) {
-#pragma unroll
-        for (int j = 0; j < NT_O; ++j) o[r][j][0] = o[r][j][1] = o[r][j][2] = o[r][j][3] = 0.f;
-        m[r][0] = m[r][1] = -INFINITY;
-        l[r][0] = l[r][1] = 0.f;
-    }
-
     for (int kt = 0; kt < ntiles; ++kt) {
         const int k0 = kt * PF_BK;
         const int st = kt & 1;
@@ -450,124 +450,97 @@ __device__ __forceinline__ void attn_prefill_body(const float* __restrict__ q, c
         __half(*Ks)[LDS] = tiles[st][0];
         __half(*Vs)[LDS] = tiles[st][1];
 
-        // S = Q K^T: 8 n-tiles of 8 keys per m-tile; one ldmatrix gives two n-tiles' B
-        // fragments, used by every m-tile.
-        float s[MR][PF_BK / 8][4];
+        // S = Q K^T: 8 n-tiles of 8 keys; one ldmatrix gives two n-tiles' B fragments.
+        float s[PF_BK / 8][4];
 #pragma unroll
-        for (int r = 0; r < MR; ++r)
+        for (int j = 0; j < PF_BK / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
 #pragma unroll
-            for (int j = 0; j < PF_BK / 8; ++j) s[r][j][0] = s[r][j][1] = s[r][j][2] = s[r][j][3] = 0.f;
+        for (int j = 0; j < PF_BK / 8; j += 2) {
 #pragma unroll
-        for (int kk = 0; kk < KSTEPS; ++kk) {
-            u32 qa[MR][4];
-#pragma unroll
-            for (int r = 0; r < MR; ++r)
-                ldmatrix_x4(qa[r][0], qa[r][1], qa[r][2], qa[r][3],
-                            &Qs[wrow + 16 * r + (lane & 15)][kk * 16 + (lane >> 4) * 8]);
-#pragma unroll
-            for (int j = 0; j < PF_BK / 8; j += 2) {
+            for (int kk = 0; kk < KSTEPS; ++kk) {
                 u32 b0, b1, b2, b3;  // n-tile j: b0, b1; n-tile j + 1: b2, b3
                 ldmatrix_x4(b0, b1, b2, b3, &Ks[(j + (lane >> 4)) * 8 + (lane & 7)][kk * 16 + ((lane >> 3) & 1) * 8]);
-#pragma unroll
-                for (int r = 0; r < MR; ++r) {
-                    mma16816(s[r][j], qa[r][0], qa[r][1], qa[r][2], qa[r][3], b0, b1);
-                    mma16816(s[r][j + 1], qa[r][0], qa[r][1], qa[r][2], qa[r][3], b2, b3);
-                }
+                mma16816(s[j], qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], b0, b1);
+                mma16816(s[j + 1], qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], b2, b3);
             }
         }
-        u32 pa[MR][PF_BK / 16][4];  // P as the A fragments of P V
-#pragma unroll
-        for (int r = 0; r < MR; ++r) {
-            const int qp0 = p0 + q_block + wrow + 16 * r + g, qp1 = qp0 + 8;  // rows g, g + 8
-            // causal mask, only where the tile crosses this m-tile's diagonal
-            if (k0 + PF_BK - 1 > qp0 - g) {
-#pragma unroll
-                for (int j = 0; j < PF_BK / 8; ++j) {
-                    const int kp = k0 + j * 8 + 2 * t;
-                    if (kp > qp0) s[r][j][0] = -INFINITY;
-                    if (kp + 1 > qp0) s[r][j][1] = -INFINITY;
-                    if (kp > qp1) s[r][j][2] = -INFINITY;
-                    if (kp + 1 > qp1) s[r][j][3] = -INFINITY;
-                }
-            }
-            // row maxima (4 threads share a row)
-            float mx0 = -INFINITY, mx1 = -INFINITY;
+        // Causal mask (only where the tile crosses this warp's diagonal) and the row maxima
+        // (rows g and g+8; 4 threads share a row).
+        if (k0 + PF_BK - 1 > warp_first) {
 #pragma unroll
             for (int j = 0; j < PF_BK / 8; ++j) {
-                mx0 = fmaxf(mx0, fmaxf(s[r][j][0], s[r][j][1]));
-                mx1 = fmaxf(mx1, fmaxf(s[r][j][2], s[r][j][3]));
-            }
-            mx0 = fmaxf(mx0, __shfl_xor_sync(FULL_MASK, mx0, 1));
-            mx0 = fmaxf(mx0, __shfl_xor_sync(FULL_MASK, mx0, 2));
-            mx1 = fmaxf(mx1, __shfl_xor_sync(FULL_MASK, mx1, 1));
-            mx1 = fmaxf(mx1, __shfl_xor_sync(FULL_MASK, mx1, 2));
-            const float mn0 = fmaxf(m[r][0], mx0), mn1 = fmaxf(m[r][1], mx1);  // finite: key 0 is in tile 0
-            const float a0 = exp2f(m[r][0] - mn0), a1 = exp2f(m[r][1] - mn1);
-            m[r][0] = mn0;
-            m[r][1] = mn1;
-            float rs0 = 0.f, rs1 = 0.f;
-#pragma unroll
-            for (int j = 0; j < PF_BK / 8; ++j) {
-                s[r][j][0] = exp2f(s[r][j][0] - mn0);
-                s[r][j][1] = exp2f(s[r][j][1] - mn0);
-                s[r][j][2] = exp2f(s[r][j][2] - mn1);
-                s[r][j][3] = exp2f(s[r][j][3] - mn1);
-                rs0 += s[r][j][0] + s[r][j][1];
-                rs1 += s[r][j][2] + s[r][j][3];
-            }
-            rs0 += __shfl_xor_sync(FULL_MASK, rs0, 1);
-            rs0 += __shfl_xor_sync(FULL_MASK, rs0, 2);
-            rs1 += __shfl_xor_sync(FULL_MASK, rs1, 1);
-            rs1 += __shfl_xor_sync(FULL_MASK, rs1, 2);
-            l[r][0] = l[r][0] * a0 + rs0;
-            l[r][1] = l[r][1] * a1 + rs1;
-#pragma unroll
-            for (int j = 0; j < NT_O; ++j) {
-                o[r][j][0] *= a0;
-                o[r][j][1] *= a0;
-                o[r][j][2] *= a1;
-                o[r][j][3] *= a1;
-            }
-            // the S accumulators of two adjacent key n-tiles are the A fragment of P
-#pragma unroll
-            for (int ks = 0; ks < PF_BK / 16; ++ks) {
-                pa[r][ks][0] = pack_h2(s[r][2 * ks][0], s[r][2 * ks][1]);
-                pa[r][ks][1] = pack_h2(s[r][2 * ks][2], s[r][2 * ks][3]);
-                pa[r][ks][2] = pack_h2(s[r][2 * ks + 1][0], s[r][2 * ks + 1][1]);
-                pa[r][ks][3] = pack_h2(s[r][2 * ks + 1][2], s[r][2 * ks + 1][3]);
+                const int kp = k0 + j * 8 + 2 * t;
+                if (kp > qp0) s[j][0] = -INFINITY;
+                if (kp + 1 > qp0) s[j][1] = -INFINITY;
+                if (kp > qp1) s[j][2] = -INFINITY;
+                if (kp + 1 > qp1) s[j][3] = -INFINITY;
             }
         }
-        // O += P V: each V fragment feeds every m-tile.
+        float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < PF_BK / 8; ++j) {
+            mx0 = fmaxf(mx0, fmaxf(s[j][0], s[j][1]));
+            mx1 = fmaxf(mx1, fmaxf(s[j][2], s[j][3]));
+        }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(FULL_MASK, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(FULL_MASK, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(FULL_MASK, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(FULL_MASK, mx1, 2));
+        const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);  // finite: key 0 is in tile 0
+        const float a0 = exp2f(m0 - mn0), a1 = exp2f(m1 - mn1);
+        m0 = mn0;
+        m1 = mn1;
+        float rs0 = 0.f, rs1 = 0.f;
+#pragma unroll
+        for (int j = 0; j < PF_BK / 8; ++j) {
+            s[j][0] = exp2f(s[j][0] - mn0);
+            s[j][1] = exp2f(s[j][1] - mn0);
+            s[j][2] = exp2f(s[j][2] - mn1);
+            s[j][3] = exp2f(s[j][3] - mn1);
+            rs0 += s[j][0] + s[j][1];
+            rs1 += s[j][2] + s[j][3];
+        }
+        rs0 += __shfl_xor_sync(FULL_MASK, rs0, 1);
+        rs0 += __shfl_xor_sync(FULL_MASK, rs0, 2);
+        rs1 += __shfl_xor_sync(FULL_MASK, rs1, 1);
+        rs1 += __shfl_xor_sync(FULL_MASK, rs1, 2);
+        l0 = l0 * a0 + rs0;
+        l1 = l1 * a1 + rs1;
+#pragma unroll
+        for (int j = 0; j < NT_O; ++j) {
+            o[j][0] *= a0;
+            o[j][1] *= a0;
+            o[j][2] *= a1;
+            o[j][3] *= a1;
+        }
+        // O += P V: the S accumulators of two adjacent key tiles are the A fragment of P.
 #pragma unroll
         for (int ks = 0; ks < PF_BK / 16; ++ks) {
+            const u32 pa0 = pack_h2(s[2 * ks][0], s[2 * ks][1]);
+            const u32 pa1 = pack_h2(s[2 * ks][2], s[2 * ks][3]);
+            const u32 pa2 = pack_h2(s[2 * ks + 1][0], s[2 * ks + 1][1]);
+            const u32 pa3 = pack_h2(s[2 * ks + 1][2], s[2 * ks + 1][3]);
             const int key = ks * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
 #pragma unroll
             for (int n0 = 0; n0 < HD; n0 += 16) {
                 u32 b0, b1, b2, b3;
                 ldmatrix_x4_trans(b0, b1, b2, b3, &Vs[key][n0 + (lane >> 4) * 8]);
-#pragma unroll
-                for (int r = 0; r < MR; ++r) {
-                    mma16816(o[r][n0 / 8], pa[r][ks][0], pa[r][ks][1], pa[r][ks][2], pa[r][ks][3], b0, b1);
-                    mma16816(o[r][n0 / 8 + 1], pa[r][ks][0], pa[r][ks][1], pa[r][ks][2], pa[r][ks][3], b2, b3);
-                }
+                mma16816(o[n0 / 8], pa0, pa1, pa2, pa3, b0, b1);
+                mma16816(o[n0 / 8 + 1], pa0, pa1, pa2, pa3, b2, b3);
             }
         }
     }
 
+    const float il0 = 1.f / l0, il1 = 1.f / l1;
 #pragma unroll
-    for (int r = 0; r < MR; ++r) {
-        const int qi0 = q_block + wrow + 16 * r + g, qi1 = qi0 + 8;
-        const float il0 = 1.f / l[r][0], il1 = 1.f / l[r][1];
-#pragma unroll
-        for (int j = 0; j < NT_O; ++j) {
-            const int c = j * 8 + 2 * t;
-            if (qi0 < T)
-                *reinterpret_cast<__half2*>(out + ((size_t)qi0 * n_heads + h) * HD + c) =
-                    __floats2half2_rn(o[r][j][0] * il0, o[r][j][1] * il0);
-            if (qi1 < T)
-                *reinterpret_cast<__half2*>(out + ((size_t)qi1 * n_heads + h) * HD + c) =
-                    __floats2half2_rn(o[r][j][2] * il1, o[r][j][3] * il1);
-        }
+    for (int j = 0; j < NT_O; ++j) {
+        const int c = j * 8 + 2 * t;
+        if (qi0 < T)
+            *reinterpret_cast<__half2*>(out + ((size_t)qi0 * n_heads + h) * HD + c) =
+                __floats2half2_rn(o[j][0] * il0, o[j][1] * il0);
+        if (qi1 < T)
+            *reinterpret_cast<__half2*>(out + ((size_t)qi1 * n_heads + h) * HD + c) =
+                __floats2half2_rn(o[j][2] * il1, o[j][3] * il1);
     }
 }
 

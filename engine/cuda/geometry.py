@@ -33,8 +33,6 @@ GEOMETRY_DEFAULTS = {
     "MMA_MB_WIDE": 4,
     "ATT_STAGES": 2,
     "PF_WARPS": 4,
-    "PF_MR": 2,
-    "PF_BK": 64,
 }
 
 # Weight storage types: the WT_* numbers in kernels/common.cuh.
@@ -60,6 +58,7 @@ MMAQ_SLOT_BYTES = 768  # Q4_0: two K blocks of 16 rows (512 bytes of nibbles, 25
 # most, positions of one warp's sub-tile
 ATT_WARPS, ATT_GMAX, ATT_SUB = 4, 8, 16
 ROPE_WARPS = 8  # prefill's rope_kv: warps per block, one block per row (kernels/layers.cu)
+PF_BK = 64  # keys per tile of the prefill attention (attention.cu)
 
 
 def kernel_defines(environ: Mapping[str, str] = os.environ) -> dict[str, int]:
@@ -100,12 +99,10 @@ class Geometry:
         self.values = {k: int(self.defines.get(k, v)) for k, v in GEOMETRY_DEFAULTS.items()}
         for name in (
             "GEMV_WARPS", "GEMV_KSPLIT", "MMA_WARPS", "MMA_S", "MMA_S_GLU", "MMAQ_S", "MMA_WARPS_WIDE",
-            "MMA_MB_WIDE", "PF_WARPS", "PF_MR",
+            "MMA_MB_WIDE", "PF_WARPS",
         ):  # fmt: skip
             if self.values[name] < 1:
                 raise ValueError(f"{DEFINES_ENV}: {name}={self.values[name]} must be at least 1")
-        if self.values["PF_BK"] not in (16, 32, 64, 128):
-            raise ValueError(f"{DEFINES_ENV}: PF_BK must be 16, 32, 64 or 128")
         if self.values["ATT_STAGES"] < 2:
             raise ValueError(f"{DEFINES_ENV}: ATT_STAGES must be at least 2")
         if self.values["MMA_NT_MAX"] not in MMA_TILES:
@@ -218,13 +215,14 @@ class Geometry:
 
     def prefill_attention(self, head_dim: int, n: int, n_heads: int) -> tuple[tuple, tuple, int]:
         """(grid, block, dynamic shared bytes) of attn_prefill_<head_dim> over n queries: a block
-        of PF_WARPS warps per 16 * PF_MR * PF_WARPS queries of a head; in shared memory two
-        stages of a K and a V tile of PF_BK keys, then the block's queries (float16 rows padded
-        by 8 halves)."""
+        per 16 * PF_WARPS queries of a head; two stages of a K and a V tile of PF_BK keys (rows
+        padded by 8 halves)."""
         warps = self.values["PF_WARPS"]
-        per_block = 16 * self.values["PF_MR"] * warps
-        shared = (2 * 2 * self.values["PF_BK"] + per_block) * (head_dim + 8) * 2
-        return (-(-n // per_block), n_heads), (warps * 32,), shared
+        grid = (-(-n // (16 * warps)), n_heads)
+        return grid, (warps * 32,), self.prefill_shared_bytes(head_dim)
+
+    def prefill_shared_bytes(self, head_dim: int) -> int:
+        return 2 * 2 * PF_BK * (head_dim + 8) * 2
 
 
 def gemv_name(wt: int, row_block: int, mode: str) -> str:

@@ -241,9 +241,9 @@ def test_attention_constants_match_the_kernel_source() -> None:
 
 
 def test_prefill_attention_geometry() -> None:
-    """A block per 16 * PF_MR * PF_WARPS queries of a head; in dynamic shared memory two
-    stages of a K and a V tile of 64 padded rows, and the block's queries."""
+    """A block per 16 * PF_WARPS queries of a head, two stages of a K and a V tile of 64
+    padded rows in dynamic shared memory."""
     grid, block, shared = Geometry({}).prefill_attention(128, 4096, 32)
-    assert (grid, block, shared) == ((32, 32), (128,), (2 * 2 * 64 + 128) * 136 * 2)
-    grid, block, _ = Geometry({"PF_WARPS": 8, "PF_MR": 1}).prefill_attention(64, 200, 9)
+    assert (grid, block, shared) == ((64, 32), (128,), 2 * 2 * 64 * 136 * 2)
+    grid, block, _ = Geometry({"PF_WARPS": 8}).prefill_attention(64, 200, 9)
     assert (grid, block) == ((2, 9), (256,))

@@ -1,10 +1,11 @@
 """`python -m engine.harness.bench peers --model M`: the same shape measured with PyTorch, same box.
 
 Builds the model's shape as a transformers Llama (or Qwen3) with random bf16 weights on the
-GPU and measures batch-1 decode after a `ctx`-token prompt and the prefill of that prompt:
-eager (HF's dynamic cache), and with --compile a static cache under torch.compile where that
-works on the installed versions (a failure is reported, not raised). Then this engine's CuPy
-backend on the same shape, and the ratios. A benchmark only: torch is never a dependency of
+GPU and measures batch-1 decode after a `ctx`-token prompt: eager (HF's dynamic cache), and
+with --compile a static cache under torch.compile where that works on the installed versions
+(a failure is reported, not raised); then this engine's CuPy backend on the same shape. The
+prefill of that prompt is timed with both engines resident, in turns, the median of
+--prefill-reps each; then the ratios. A benchmark only: torch is never a dependency of
 the engine, and the command says so in one line where torch is missing.
 """
 
@@ -55,15 +56,9 @@ def _timed(torch, fn) -> float:  # noqa: ANN001
     return time.perf_counter() - t0
 
 
-def torch_eager(model, torch, ids, tokens: int) -> tuple[float, float]:  # noqa: ANN001
-    """(decode tok/s, prefill tok/s) with transformers' eager forward and dynamic cache."""
+def torch_eager_decode(model, torch, ids, tokens: int) -> float:  # noqa: ANN001
+    """Decode tok/s after the prompt `ids`, transformers' eager forward and dynamic cache."""
     with torch.inference_mode():
-
-        def prefill():
-            return model(input_ids=ids, use_cache=False, logits_to_keep=1)
-
-        prefill()
-        t_pre = _timed(torch, prefill)
         out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
         past = out.past_key_values
         nxt = out.logits[:, -1].argmax(-1, keepdim=True)
@@ -78,7 +73,33 @@ def torch_eager(model, torch, ids, tokens: int) -> tuple[float, float]:  # noqa:
                 nxt = out.logits[:, -1].argmax(-1, keepdim=True)
 
         t_dec = _timed(torch, decode)
-    return tokens / t_dec, ids.shape[1] / t_pre
+    return tokens / t_dec
+
+
+def prefill_medians(torch, model, ids, runner, reps: int) -> tuple[float, float]:  # noqa: ANN001
+    """(torch eager, ours) prefill tok/s of the same prompt: the medians of `reps` prefills
+    each, taken in turns (torch, ours, torch, ...) after one untimed prefill each, so a drift
+    of the card's clocks falls on both."""
+    prompt = ids[0].cpu().numpy()
+
+    def torch_prefill():
+        with torch.inference_mode():
+            model(input_ids=ids, use_cache=False, logits_to_keep=1)
+
+    def ours_prefill():
+        runner.truncate(0, 0)
+        runner.prefill(0, prompt)
+        runner.synchronize()
+
+    runner.reset(1, ids.shape[1] + 8)
+    torch_prefill()
+    ours_prefill()
+    t_torch, t_ours = [], []
+    for _ in range(reps):
+        t_torch.append(_timed(torch, torch_prefill))
+        t_ours.append(_timed(torch, ours_prefill))
+    n = ids.shape[1]
+    return n / float(np.median(t_torch)), n / float(np.median(t_ours))
 
 
 def torch_compiled(model, cfg, torch, ids, tokens: int) -> float:  # noqa: ANN001
@@ -118,34 +139,20 @@ def torch_compiled(model, cfg, torch, ids, tokens: int) -> float:  # noqa: ANN00
     return tokens / t
 
 
-def ours(model: str, ctx: int, tokens: int) -> tuple[float, float]:
-    from engine.models import open_runner
-    from engine.roofline import measure_decode
-
-    runner = open_runner(model, "cupy")
-    dec = float(np.median(measure_decode(runner, ctx, tokens, reps=2)))
-    rng = np.random.default_rng(2)
-    vocab = min(runner.config.vocab_size, 49152)
-    runner.reset(1, ctx + 8)
-    runner.prefill(0, rng.integers(0, vocab, ctx))  # warm
-    runner.truncate(0, 0)
-    runner.synchronize()
-    t0 = time.perf_counter()
-    runner.prefill(0, rng.integers(0, vocab, ctx))
-    runner.synchronize()
-    return dec, ctx / (time.perf_counter() - t0)
-
-
 @click.command(name="peers")
 @click.option("--model", required=True, help="Model name, e.g. llama-8b:f16.")
 @click.option(
     "--ctx", default=128, show_default=True, help="Prompt length (prefill measured on it)."
 )
 @click.option("--tokens", default=64, show_default=True, help="Tokens decoded.")
+@click.option("--prefill-reps", default=5, show_default=True,
+              help="Prefills timed per engine (the median is reported).")  # fmt: skip
 @click.option("--compile/--no-compile", "use_compile", default=False, show_default=True,
               help="Also measure a static-cache decode under torch.compile (slow to build).")  # fmt: skip
 @click.option("--out", default="-", show_default=True, help="JSON file ('-' = stdout).")
-def peers(model: str, ctx: int, tokens: int, use_compile: bool, out: str) -> None:
+def peers(
+    model: str, ctx: int, tokens: int, prefill_reps: int, use_compile: bool, out: str
+) -> None:
     """This engine against PyTorch (transformers, random bf16 weights) on the same GPU."""
     try:
         import torch
@@ -154,17 +161,17 @@ def peers(model: str, ctx: int, tokens: int, use_compile: bool, out: str) -> Non
             "peers needs PyTorch (and transformers) installed; it is a benchmark only"
         ) from None
     from engine.backends import resolve_backend
-    from engine.models import model_config
+    from engine.models import model_config, open_runner
+    from engine.roofline import measure_decode
 
     resolve_backend("cupy")
-    if ctx < 1 or tokens < 1:
-        raise EngineError("--ctx and --tokens must be positive")
+    if ctx < 1 or tokens < 1 or prefill_reps < 1:
+        raise EngineError("--ctx, --tokens and --prefill-reps must be positive")
     config = model_config(model)
     rows: dict[str, dict[str, float | str]] = {}
     hf, cfg = _hf_model(config, torch)
     ids = torch.randint(0, min(config.vocab_size, 49152), (1, ctx), device="cuda")
-    dec, pre = torch_eager(hf, torch, ids, tokens)
-    rows["torch eager (bf16)"] = {"decode_tok_s": dec, "prefill_tok_s": pre}
+    rows["torch eager (bf16)"] = {"decode_tok_s": torch_eager_decode(hf, torch, ids, tokens)}
     if use_compile:
         try:
             rows["torch.compile static cache (bf16)"] = {
@@ -172,10 +179,12 @@ def peers(model: str, ctx: int, tokens: int, use_compile: bool, out: str) -> Non
             }
         except Exception as exc:  # report, don't fail: compile support varies by version
             rows["torch.compile static cache (bf16)"] = {"error": str(exc).splitlines()[0][:200]}
-    del hf
-    torch.cuda.empty_cache()
-    dec, pre = ours(model, ctx, tokens)
-    rows["sparkboard (cupy)"] = {"decode_tok_s": dec, "prefill_tok_s": pre}
+    runner = open_runner(model, "cupy")  # both engines resident from here on
+    dec = float(np.median(measure_decode(runner, ctx, tokens, reps=2)))
+    pre_torch, pre_ours = prefill_medians(torch, hf, ids, runner, prefill_reps)
+    rows["torch eager (bf16)"]["prefill_tok_s"] = pre_torch
+    rows["sparkboard (cupy)"] = {"decode_tok_s": dec, "prefill_tok_s": pre_ours}
+    del hf, runner
     base = rows["sparkboard (cupy)"]
     print(f"{model}, ctx {ctx}, {tokens} tokens, {torch.cuda.get_device_name()}:", file=sys.stderr)
     print(

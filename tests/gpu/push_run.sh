@@ -22,6 +22,11 @@
 #                                        times of a decode step and of a prefill of PREFILL, 4096 by
 #                                        default; --ablate at WIDTHS) for MODELS, and torch's causal
 #                                        SDPA at the same shape as the prefill's attention
+#   bash tests/gpu/push_run.sh prefill   carry .whl, .bundle: the kernel and model tests, then the
+#                                        prefill attention alone (engine.tools.attnbench) in this tree
+#                                        and at each of REFS (commits in the bundle; the tool file is
+#                                        this tree's), interleaved, devcheck --prefill 4096 here and
+#                                        at the first of REFS, and `peers --ctx 4096` (llama-8b:f16)
 #   bash tests/gpu/push_run.sh ab        carry .whl, .bundle: wheels, the kernel tests (-k KTESTS),
 #                                        devcheck per variant (VARIANTS="old;default;ATT_STAGES=3
 #                                        SPARKBOARD_ATTN_SPLITS=64": "old" is the bundle's tree;
@@ -272,6 +277,36 @@ print(f"torch SDPA causal 32 heads x {n} x 128 (one layer): {a.elapsed_time(b) /
 PY
 }
 
+prefill_ab() {
+  install
+  local ref tree i
+  timeout 240 python3 -m pytest -q tests/gpu/test_kernels.py -m gpu -p no:cacheprovider --tb=short \
+    >"$OUT/pytest_kernels.log" 2>&1
+  tail -n 1 "$OUT/pytest_kernels.log"
+  models
+  read -r -a refs <<<"${REFS:-}"
+  for ref in "${refs[@]}"; do
+    rm -rf "/tmp/ref_$ref" && git clone -q .bundle/main.bundle "/tmp/ref_$ref" && git -C "/tmp/ref_$ref" checkout -q "$ref"
+  done
+  for i in 1 2; do
+    for ref in "${refs[@]}"; do
+      (cd "/tmp/ref_$ref" && PYTHONPATH=/tmp/site:/tmp/ref_$ref timeout 60 python3 "$OLDPWD/engine/tools/attnbench.py" \
+        --reps 30 2>&1 | tail -n 1 | sed "s/^/$ref /")
+    done
+    timeout 60 python3 -m engine.tools.attnbench --reps 30 2>&1 | tail -n 1 | sed "s/^/this /"
+  done
+  ref=${refs[0]:-}
+  for i in 1 2; do
+    [ -n "$ref" ] && (cd "/tmp/ref_$ref" && PYTHONPATH=/tmp/site:/tmp/ref_$ref timeout 150 python3 -m engine.tools.devcheck \
+      --models llama-8b:f16,llama-1b:f16 --ctx 128 --tokens 16 --prefill 4096 2>/dev/null | grep prefill | sed "s/^/$ref /")
+    timeout 150 python3 -m engine.tools.devcheck --models llama-8b:f16,llama-1b:f16 --ctx 128 --tokens 16 \
+      --prefill 4096 2>/dev/null | grep prefill | sed "s/^/this /"
+  done
+  timeout 240 python3 -m engine.harness.bench peers --model llama-8b:f16 --ctx 4096 --tokens 16 \
+    --out "$OUT/peers_8b_f16_4k.json" >"$OUT/peers_8b_f16_4k.log" 2>&1
+  tail -n 3 "$OUT/peers_8b_f16_4k.log"
+}
+
 case "${1:-}" in
   kernels) kernels ;;
   models) models ;;
@@ -279,7 +314,8 @@ case "${1:-}" in
   sessions) sessions ;;
   ab) ab ;;
   profile) profile ;;
+  prefill) prefill_ab ;;
   smollm2) install && assemble && smollm2_tests ;;
   numbers) install && assemble && numbers ;;
-  *) echo "usage: $0 kernels | models | harness | sessions | ab | profile | smollm2 | numbers" >&2; exit 2 ;;
+  *) echo "usage: $0 kernels | models | harness | sessions | ab | profile | prefill | smollm2 | numbers" >&2; exit 2 ;;
 esac

@@ -119,7 +119,9 @@ class ShardWorker:
         self.guard = (
             None
             if self.problem
-            else BoxGuard(bench.main_checkout, self.notes.append, bench.pr_checkouts)
+            else BoxGuard(
+                bench.main_checkout, self.notes.append, bench.pr_checkouts, bench.kernel_caches
+            )
         )
 
     def run(self, task: Task, checkout: Path | None) -> Handed:

@@ -36,7 +36,7 @@ from collector.harness import Outcome, run_request
 from collector.manifest import LoadedManifest, ManifestError, load_manifest
 from collector.policy import ResolvedPolicy, load_policy, resolve
 from collector.requests import build_request
-from collector.sandbox import BoxGuard
+from collector.sandbox import BoxGuard, kernel_cache_env
 from collector.schedule import Slot, Task, plan_confirmation, plan_shards
 from collector.stats import is_implausible, median
 from collector.store import Store, open_store
@@ -126,11 +126,14 @@ def run_task(
     policy: ResolvedPolicy,
     disk_paths: list[Path],
     main_checkout: Path | None = None,
+    kernel_caches: Path | None = None,
 ) -> Outcome:
     """Run a task; infrastructure failures (and any failure of main) are retried. Speed tasks
-    are timed from `main_checkout` (main's pinned harness) measuring the engine of `checkout`."""
+    are timed from `main_checkout` (main's pinned harness) measuring the engine of `checkout`.
+    `kernel_caches`: the folder of every side's compiled-kernel cache (sandbox.kernel_cache)."""
     f = policy.failures
     req = build_request(task, policy)
+    env = kernel_cache_env(kernel_caches, task, req.timed) if kernel_caches else None
     attempts = 0
     while True:
         attempts += 1
@@ -143,6 +146,7 @@ def run_task(
             f.max_document_mb,
             disk_paths,
             harness_checkout=main_checkout,
+            env=env,
         )
         o.attempts = attempts
         retry = o.status == "infra" or (task.side == "main" and not o.ok)
@@ -249,7 +253,10 @@ def _collect(
         mine = [t.pr for plan in (plans if conn is None else plans[shard : shard + 1])
                 for s in plan for t in s.tasks if t.side == "pr"]  # fmt: skip
         checkouts = tuple(sorted({p for n in mine if (p := by_pr[n].checkout) is not None}))
-        return Bench(ws.repo, main, main_commit, policy, work, (db_path.parent,), checkouts)
+        return Bench(
+            ws.repo, main, main_commit, policy, work, (db_path.parent,), checkouts,
+            kernel_caches=work / "kernel-cache",
+        )  # fmt: skip
 
     def commit_of(task: Task) -> str:
         return main_commit if task.side == "main" else str(by_pr[task.pr].merged_commit)
@@ -394,7 +401,7 @@ def _run_here(
     """Every session in this process, one after another (a sharded round's shards in turn)."""
     from collector.cluster import here  # noqa: PLC0415 - nvidia-smi's answer, no Ray
 
-    guard = BoxGuard(bench.main_checkout, log, bench.pr_checkouts)
+    guard = BoxGuard(bench.main_checkout, log, bench.pr_checkouts, bench.kernel_caches)
     placement = here()
     checkout = _pr_checkout(by_pr)
     infra = 0
@@ -445,6 +452,7 @@ class Bench:
     work: Path
     disk_paths: tuple[Path, ...]
     pr_checkouts: tuple[Path, ...] = ()  # what its PR sessions must leave alone but their own
+    kernel_caches: Path | None = None  # every side's compiled-kernel cache (sandbox.kernel_cache)
 
 
 def measure(bench: Bench, guard: BoxGuard, task: Task, checkout: Path | None) -> Outcome:
@@ -455,8 +463,9 @@ def measure(bench: Bench, guard: BoxGuard, task: Task, checkout: Path | None) ->
         pin_harness(checkout, bench.repo, bench.main_commit, bench.policy.harness.paths)
     guard.before_session()
     o = run_task(
-        task, checkout, bench.work, bench.policy, list(bench.disk_paths), bench.main_checkout
-    )
+        task, checkout, bench.work, bench.policy, list(bench.disk_paths), bench.main_checkout,
+        bench.kernel_caches,
+    )  # fmt: skip
     tampered = guard.after_session(task, checkout)
     if task.side == "pr" and not tampered:
         paths = bench.policy.harness.paths

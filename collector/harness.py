@@ -161,9 +161,11 @@ def run_request(
     max_document_mb: int,
     disk_paths: list[Path] | None = None,
     harness_checkout: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> Outcome:
     """Run one harness command once and classify the result. A timed request runs from
-    `harness_checkout` (main's) and measures the engine of `checkout`."""
+    `harness_checkout` (main's) and measures the engine of `checkout`. `env`: variables the
+    session's processes get on top of the request's (the collector's kernel caches)."""
     started = datetime.now(UTC).replace(tzinfo=None)
     for p in [work, *(disk_paths or [])]:
         free = free_disk_mb(p)
@@ -177,7 +179,7 @@ def run_request(
         f.unlink(missing_ok=True)
     t0 = time.monotonic()
     try:
-        code = _run(req, checkout, harness_checkout, out_file, err_file)
+        code = _run(req, checkout, harness_checkout, out_file, err_file, env or {})
     except OSError as e:
         return Outcome("infra", f"cannot start the harness: {e.strerror}", None, started, 0.0, "")
     wall = time.monotonic() - t0
@@ -187,7 +189,12 @@ def run_request(
 
 
 def _run(
-    req: Request, checkout: Path, harness_checkout: Path | None, out_file: Path, err_file: Path
+    req: Request,
+    checkout: Path,
+    harness_checkout: Path | None,
+    out_file: Path,
+    err_file: Path,
+    extra_env: dict[str, str],
 ) -> int | None:
     """The subprocess, bounded by the request's timeout (its whole process group killed then);
     its exit code, or None when it was killed on timeout."""
@@ -198,6 +205,7 @@ def _run(
         argv += ["--engine-checkout", str(checkout)]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     env.update(dict(req.env))
+    env.update(extra_env)
     env["PYTHONPATH"] = str(runs_in)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     with open(err_file, "wb") as err:

@@ -12,6 +12,12 @@ every later Python process would import it. Between sessions the collector there
   restores it if not, and re-pins the harness in the PR's checkout before each of its sessions;
 * checks no other PR's checkout changed during a PR's session (by stat, like the trusted files
   below: a competitor's engine slowed is a gain too) and restores it if one did;
+* gives every side its own compiled-kernel cache (CuPy's `CUPY_CACHE_DIR`: `kernel_cache`),
+  since a cached binary is what a process runs for a kernel source: main's sessions and the
+  timing parent of every session read main's, a PR's engine its own. A PR session that
+  changed or removed a file in main's or another PR's cache is `forged` (that cache is wiped:
+  its next session compiles again); a file it added there is removed (the timing parent's own
+  compile of a kernel main's sessions never built would add one);
 * watches every file every later Python process trusts: the interpreter's standard library and
   site folders (start-up hooks such as `*.pth` and `sitecustomize.py` among them) and this
   sparkboard's own code, by size, times and inode (`os.stat`: a rewrite changes the inode's
@@ -27,6 +33,7 @@ guards a round, so an honest session adds nothing there.
 from __future__ import annotations
 
 import os
+import shutil
 import site
 import subprocess
 import sys
@@ -103,16 +110,48 @@ def tree_changes(before: dict[str, Stamp], after: dict[str, Stamp]) -> tuple[lis
     return added, changed
 
 
+def kernel_cache(root: Path, task: Task) -> Path:
+    """The compiled-kernel cache of a task's side under `root`: main's, or the PR's own."""
+    return root / ("main" if task.side == "main" else f"pr-{task.pr}")
+
+
+def kernel_cache_env(root: Path, task: Task, timed: bool) -> dict[str, str]:
+    """The environment that points a session's processes at their caches: CUPY_CACHE_DIR
+    (main's for the timing parent, the side's own for what runs the side's code) and the
+    engine child's (engine/harness/timing.py). Each is made a plain folder first: a PR may have
+    left a link to another side's in place of its own. A PR's cache starts as a copy of main's,
+    so the kernels it did not change are not compiled again."""
+    from engine.harness.timing import ENGINE_KERNEL_CACHE  # noqa: PLC0415 - the pinned name
+
+    own, main = kernel_cache(root, task), root / "main"
+    for path in (main, own):
+        if path.is_symlink() or (path.exists() and not path.is_dir()):
+            path.unlink()
+        if not path.exists():
+            if path != main:
+                shutil.copytree(main, path, symlinks=True)
+            path.mkdir(parents=True, exist_ok=True)
+    parent = main if timed else own  # a timed session's code under test runs in its child only
+    return {"CUPY_CACHE_DIR": str(parent), ENGINE_KERNEL_CACHE: str(own)}
+
+
 class BoxGuard:
-    """Between sessions: kill what a session left running, and check that main's checkout and
-    the files every Python process trusts are as they were (collector/sandbox.py)."""
+    """Between sessions: kill what a session left running, and check that main's checkout,
+    the other sides' checkouts and kernel caches, and the files every Python process trusts
+    are as they were (collector/sandbox.py)."""
 
     def __init__(
-        self, main_checkout: Path, log: Callable[[str], None], checkouts: tuple[Path, ...] = ()
+        self,
+        main_checkout: Path,
+        log: Callable[[str], None],
+        checkouts: tuple[Path, ...] = (),
+        kernel_caches: Path | None = None,
     ) -> None:
         self.main_checkout = main_checkout
         self.log = log
         self.checkouts = {c: stat_tree([c]) for c in checkouts}  # the PRs' checkouts
+        self.kernel_caches = kernel_caches  # every side's under it (kernel_cache)
+        self.caches = stat_tree([kernel_caches]) if kernel_caches else {}
         self.subreaper = become_subreaper()
         sys.dont_write_bytecode = True  # this process adds nothing to the trusted folders
         self.roots = trusted_roots()
@@ -137,6 +176,7 @@ class BoxGuard:
             restore_checkout(self.main_checkout)
             found.append("main's checkout (" + ", ".join(changed[:5]) + ")")
         found += self._other_checkouts(task, own)
+        found += self._other_kernel_caches(who, task)
         found += self._trusted_files(who, task)
         if not found:
             return None
@@ -158,6 +198,35 @@ class BoxGuard:
                     )
             self.checkouts[path] = now
         return found
+
+    def _other_kernel_caches(self, who: str, task: Task) -> list[str]:
+        """Main's or another PR's compiled kernels changed by a PR session: that cache wiped (a
+        cache: its side compiles again). A file added there is only removed."""
+        root = self.kernel_caches
+        if root is None:
+            return []
+        now = stat_tree([root])
+        if task.side == "pr":
+            own = kernel_cache(root, task)
+            added, changed = tree_changes(self.caches, now)
+            added = [p for p in added if own not in Path(p).parents]
+            changed = [p for p in changed if own not in Path(p).parents]
+            for path in added:
+                Path(path).unlink(missing_ok=True)
+            sides = sorted({Path(p).relative_to(root).parts[0] for p in changed})
+            for side in sides:
+                shutil.rmtree(root / side, ignore_errors=True)
+            if added or sides:
+                self.log(
+                    f"  {who} {task.kind} {task.model}: removed {len(added)} files it added to "
+                    f"other sides' kernel caches; wiped {', '.join(sides) or 'none'}"
+                )
+            now = stat_tree([root])
+            if sides:
+                self.caches = now
+                return [f"the compiled kernels of {', '.join(sides)} ({', '.join(changed[:5])})"]
+        self.caches = now
+        return []
 
     def _trusted_files(self, who: str, task: Task) -> list[str]:
         if task.side == "main":  # main's code is trusted (and writes nothing there): one walk

@@ -29,6 +29,9 @@ from engine.harness.wire import WireError, pack_ids, recv, send, unpack_ids
 
 QUIT_WAIT_S = 30.0
 SPRINKLE = 32  # a prompt gets one random id per this many positions
+# The engine's own compiled-kernel cache (CuPy's), where the collector gives it one: this
+# process keeps reading the cache in its CUPY_CACHE_DIR (main's) when it verifies the outputs
+ENGINE_KERNEL_CACHE = "SPARKBOARD_ENGINE_KERNEL_CACHE"
 
 
 class Challenges:
@@ -113,6 +116,17 @@ class EngineDied(Exception):
     """The engine process ended before answering (raised only when asked to, see below)."""
 
 
+def engine_env(checkout: Path) -> dict[str, str]:
+    """The engine process's environment: this one's, with the measured checkout first on its
+    path and, where the collector gave the engine a compiled-kernel cache of its own, that
+    cache (this process keeps reading its own CUPY_CACHE_DIR, main's, when it verifies)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env["PYTHONPATH"] = os.pathsep.join([str(checkout), *_library_paths()])
+    if os.environ.get(ENGINE_KERNEL_CACHE):
+        env["CUPY_CACHE_DIR"] = os.environ[ENGINE_KERNEL_CACHE]
+    return env
+
+
 class EngineProcess:
     """The engine under test in its own process, driven over two pipes.
 
@@ -132,8 +146,7 @@ class EngineProcess:
         self.raise_on_death = raise_on_death
         ctl_r, ctl_w = os.pipe()
         rep_r, rep_w = os.pipe()
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-        env["PYTHONPATH"] = os.pathsep.join([str(checkout), *_library_paths()])
+        env = engine_env(checkout)
         argv = [sys.executable, "-m", "engine.harness.serve", "--model", model]
         argv += ["--backend", backend, "--ctl-fd", str(ctl_r), "--rep-fd", str(rep_w)]
         # its stderr goes to a file, copied to ours when it ends (the session's log), whose last

@@ -346,3 +346,46 @@ def test_a_pr_that_slows_a_competitor_s_checkout_is_forged(
     out = {d["pr"]: d for d in json.loads(res.output)}
     assert out[52]["label"] == "REJECT" and "another PR's checkout pr-51" in out[52]["reason"]
     assert out[51]["label"] == "XL"
+
+
+@pytest.mark.slow
+def test_a_pr_that_rewrites_mains_compiled_kernels_is_forged(
+    fake_repo: FakeRepo, tmp_path: Path
+) -> None:
+    """A cached binary is what a process runs for a kernel's source. Each side compiles into
+    its own cache and main's harness (the clock, the verifier) reads main's: a PR whose engine
+    replaces a binary of main's (to slow main's sessions, or to make the verifier agree with
+    its own wrong outputs) is `forged`, and what it added there is removed."""
+    seen = tmp_path / "seen.txt"
+    # main's sessions compile nothing on NumPy: stand in for a kernel they cache (CuPy writes a
+    # binary only where none is cached)
+    main_sessions = fake_repo.branch(
+        "main-compiles",
+        "import os as _o, pathlib as _p\n"
+        "_k = _p.Path(_o.environ['CUPY_CACHE_DIR']) / 'main-kernel.cubin'\n"
+        "if _k.parent.name == 'main' and not _k.exists():\n"
+        "    _k.write_text('compiled by main')\n",
+    )
+    fake_repo.branch(
+        "poison",
+        "import os as _o, pathlib as _p, sys as _y\n"
+        "_d = _p.Path(_o.environ['CUPY_CACHE_DIR'])\n"
+        "_served = _p.Path(_y.argv[0]).name == 'bench.py'  # a timed session's engine (the\n"
+        "# fake harness runs it in the timing parent, with the child's environment)\n"
+        f"open({str(seen)!r}, 'a').write(f'{{_served}} {{_d.name}}\\n')\n"
+        "if _served:\n"
+        "    (_d.parent / 'main' / 'added.cubin').write_text('x')\n"
+        "    for _f in (_d.parent / 'main').glob('main-*.cubin'):\n"
+        "        _f.write_text('evil')\n",
+        base=main_sessions,
+    )
+    m = fake_repo.manifest("kcache", [pr(71, "poison")], base_ref=main_sessions)
+    db = tmp_path / "k.duckdb"
+    assert collect(m, db, progress=False) == 0
+    res = CliRunner().invoke(main, ["show", "--db", str(db), "--round", "kcache", "--json"])
+    (out,) = json.loads(res.output)
+    assert out["label"] == "REJECT" and "compiled kernels of main" in out["reason"]
+    # the PR's processes, in-process (score) and the engine child of a timed session: its own
+    assert set(seen.read_text().splitlines()) == {"False pr-71", "True pr-71"}
+    cache = tmp_path / ".k.duckdb.scratch" / "kcache" / "work" / "kernel-cache"
+    assert not (cache / "main" / "added.cubin").exists()

@@ -20,7 +20,12 @@ def _engine_behaviour() -> None:
         "engine.fake_behavior", f"{checkout}/engine/fake_behavior.py"
     )
     module = importlib.util.module_from_spec(spec)
+    parent_cache = os.environ.get("CUPY_CACHE_DIR")
+    if os.environ.get("SPARKBOARD_ENGINE_KERNEL_CACHE"):  # the child's own cache (timing.py)
+        os.environ["CUPY_CACHE_DIR"] = os.environ["SPARKBOARD_ENGINE_KERNEL_CACHE"]
     spec.loader.exec_module(module)
+    if parent_cache is not None:
+        os.environ["CUPY_CACHE_DIR"] = parent_cache
     sys.modules["engine.fake_behavior"] = module
     import engine
 

@@ -1,50 +1,50 @@
-"""Measuring hooks on a CupyRunner's decode step (engine/tools/devcheck.py uses them): the
-time of each kernel of one eager step, and graph replays with kernel groups left out."""
+"""Measuring hooks on a CupyRunner (engine/tools/devcheck.py uses them): the time of each
+kernel of one eager decode step or one prefill, and graph replays of the step with kernel
+groups left out."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import cupy as cp
+import numpy as np
+
+
+def _kernel_times(launch: Any, issue: Callable[[], None]) -> dict[str, float]:
+    """Microseconds per kernel name of what `issue` launches, each launch between two events."""
+    launch.trace = []
+    try:
+        issue()
+        launch.stream.synchronize()
+        out: dict[str, float] = {}
+        for name, a, b in launch.trace:
+            out[name] = out.get(name, 0.0) + cp.cuda.get_elapsed_time(a, b) * 1e3
+    finally:
+        launch.trace = None
+    return out
 
 
 def profile_step(runner: Any, rows: int = 1) -> dict[str, float]:
     """Microseconds per kernel name for one eager decode step (advances the rows by one)."""
     step, launch = runner.ready_step(), runner.launcher
-    launch.trace = []
-    try:
+
+    def issue() -> None:
         with launch.stream:
             step.issue(rows)
-        launch.stream.synchronize()
-        out: dict[str, float] = {}
-        for name, a, b in launch.trace:
-            out[name] = out.get(name, 0.0) + cp.cuda.get_elapsed_time(a, b) * 1e3
-    finally:
-        launch.trace = None
-    return out
+
+    return _kernel_times(launch, issue)
 
 
 def profile_prefill(runner: Any, n: int) -> dict[str, float]:
     """Microseconds per kernel name (cuBLAS GEMMs by shape) for one prefill of n random ids
     into a fresh sequence 0, after one untimed prefill of the same length."""
-    import numpy as np
-
     rng = np.random.default_rng(2)
-    launch = runner.launcher
     runner.reset(1, n + 8)
     runner.prefill(0, rng.integers(0, 1000, n))
     runner.truncate(0, 0)
     runner.synchronize()
-    launch.trace = []
-    try:
-        runner.prefill(0, rng.integers(0, 1000, n))
-        launch.stream.synchronize()
-        out: dict[str, float] = {}
-        for name, a, b in launch.trace:
-            out[name] = out.get(name, 0.0) + cp.cuda.get_elapsed_time(a, b) * 1e3
-    finally:
-        launch.trace = None
-    return out
+    return _kernel_times(runner.launcher, lambda: runner.prefill(0, rng.integers(0, 1000, n)))
 
 
 def time_graph(runner: Any, rows: int, skip: tuple[str, ...] = (), reps: int = 50) -> float:

@@ -353,10 +353,10 @@ extern "C" __global__ void attn_combine(const float* __restrict__ part_o, const 
 // arithmetic of each output (fragments, accumulation order over head dim and key tiles) does
 // not depend on PF_WARPS.
 
+// PF_WARPS: warps per block (16 queries each). Alone on llama-8b's shape (engine/PERF.md): 8
+// warps 1% slower; two 16-query m-tiles per warp with the queries in shared memory (255
+// registers, 8 warps an SM) 690 us against 611.
 #ifndef PF_WARPS
-// warps per block (16 queries each). Alone on llama-8b's shape (engine/PERF.md): 8 warps 1%
-// slower; two 16-query m-tiles per warp with the queries in shared memory (255 registers, 8
-// warps an SM) 690 us against 611.
 #define PF_WARPS 4
 #endif
 #define PF_BQ (16 * PF_WARPS)

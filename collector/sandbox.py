@@ -215,7 +215,10 @@ class BoxGuard:
                 Path(path).unlink(missing_ok=True)
             sides = sorted({Path(p).relative_to(root).parts[0] for p in changed})
             for side in sides:
-                shutil.rmtree(root / side, ignore_errors=True)
+                if (root / side).is_dir() and not (root / side).is_symlink():
+                    shutil.rmtree(root / side, ignore_errors=True)
+                else:
+                    (root / side).unlink(missing_ok=True)
             if added or sides:
                 self.log(
                     f"  {who} {task.kind} {task.model}: removed {len(added)} files it added to "

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engine.harness.reaper import become_subreaper, descendants, kill_leftovers
+from engine.harness.timing import ENGINE_KERNEL_CACHE
 
 if TYPE_CHECKING:
     from collector.schedule import Task
@@ -121,8 +122,6 @@ def kernel_cache_env(root: Path, task: Task, timed: bool) -> dict[str, str]:
     engine child's (engine/harness/timing.py). Each is made a plain folder first: a PR may have
     left a link to another side's in place of its own. A PR's cache starts as a copy of main's,
     so the kernels it did not change are not compiled again."""
-    from engine.harness.timing import ENGINE_KERNEL_CACHE  # noqa: PLC0415 - the pinned name
-
     own, main = kernel_cache(root, task), root / "main"
     for path in (main, own):
         if path.is_symlink() or (path.exists() and not path.is_dir()):

@@ -222,6 +222,7 @@ class Geometry:
         return grid, (warps * 32,), self.prefill_shared_bytes(head_dim)
 
     def prefill_shared_bytes(self, head_dim: int) -> int:
+        """Dynamic shared memory of attn_prefill_<head_dim>: two stages of a K and a V tile."""
         return 2 * 2 * PF_BK * (head_dim + 8) * 2
 
 
@@ -236,3 +237,4 @@ gemv_launch = GEOMETRY.launch
 gemv_shared_bytes = GEOMETRY.shared_bytes
 attn_shared_bytes = GEOMETRY.attn_shared_bytes
 prefill_attention = GEOMETRY.prefill_attention
+prefill_shared_bytes = GEOMETRY.prefill_shared_bytes

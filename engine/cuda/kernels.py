@@ -29,7 +29,7 @@ from engine.cuda.geometry import (
     attn_shared_bytes,
     gemv_name,
     gemv_shared_bytes,
-    prefill_attention,
+    prefill_shared_bytes,
 )
 
 KERNEL_DIR = Path(__file__).resolve().parents[2] / "kernels"
@@ -81,7 +81,7 @@ class Kernels:
             if name.startswith("attn_split_"):
                 shared = attn_shared_bytes(int(name.rsplit("_", 1)[1]))
             elif name.startswith("attn_prefill_"):
-                shared = prefill_attention(int(name.rsplit("_", 1)[1]), 1, 1)[2]
+                shared = prefill_shared_bytes(int(name.rsplit("_", 1)[1]))
             else:
                 shared = gemv_shared_bytes(name)
             if shared:  # above 48 KB a kernel must ask for its dynamic shared memory

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -93,3 +95,23 @@ def test_the_engine_child_compiles_into_its_own_cache(monkeypatch: pytest.Monkey
     assert engine_env(Path("/pr-7"))["CUPY_CACHE_DIR"] == "/cache/pr-7"
     monkeypatch.delenv(ENGINE_KERNEL_CACHE)
     assert engine_env(Path("/pr-7"))["CUPY_CACHE_DIR"] == "/cache/main"
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        lambda root: shutil.rmtree(root / "main"),  # main's cache deleted: main recompiles slower
+        lambda root: (root / "pr-8" / "k.cubin").write_text("slower\n"),  # a competitor's
+        lambda root: (root / "main" / "k.cubin").unlink(),
+    ],
+    ids=["main-deleted", "competitor-rewritten", "main-binary-removed"],
+)
+def test_every_change_to_anothers_compiled_kernels_is_caught(
+    guard: BoxGuard, tamper: Callable[[Path], object]
+) -> None:
+    root = guard.kernel_caches
+    assert root is not None
+    guard.before_session()
+    tamper(root)
+    found = guard.after_session(PR_SWEEP, None)
+    assert found is not None and "compiled kernels of" in found

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from collector.gates.rules import loss_shortfall
 from collector.policy import load_policy, resolve
+from collector.schedule import CONFIRM_SLOTS
 from collector.stats import bootstrap_delta_ci, drift_free_spread, local_ratios
 from collector.verdict import Comparison, Verdict, choose_merge_first, compare_axis
 
@@ -112,6 +114,34 @@ def test_gain_and_loss_must_hold_in_every_pr_session() -> None:
     assert c([64.0, 65.0, 63.0, 130.0, 131.0, 129.0], [64.0, 130.0]).significant is False
     assert c([64.0, 65.0, 63.0, 66.0, 64.0, 65.0], [64.0, 65.0]).below_floor is True
     assert c([130.0, 131.0, 129.0, 128.0, 132.0, 130.0], [130.0, 130.0]).tier == "XL"
+
+
+def test_a_confirmation_session_holds_a_loss_only_below_the_floor_past_the_band() -> None:
+    """A confirmation session (slot >= CONFIRM_SLOTS) at main's speed lifts a loss that a burst
+    made of the PR's planned sessions, even where the band is too tight to hold it (exact
+    numbers: band 1); one still below the floor past the band confirms the loss."""
+    main_sessions = [*mains([100.0] * 4), (CONFIRM_SLOTS + 1, 100.0)]
+
+    def c(planned: list[float], confirmation: float) -> Comparison:
+        sessions = [*prs(planned), (CONFIRM_SLOTS, confirmation)]
+        pr_vals = [v for _, m in sessions for v in (m, m, m)]
+        return compare_axis(
+            POLICY, "tiny", "target", "decode@128", [100.0] * 15, pr_vals, main_sessions, sessions
+        )
+
+    burst = c([70.0, 70.0, 70.0], 99.8)
+    assert not burst.below_floor and burst.confirmed == pytest.approx((-0.002,))
+    assert "its confirmation session at -0.2% is not below the 98% floor" in str(
+        loss_shortfall(burst, POLICY.verdict)
+    )
+    # a planned session not below the floor either: both are said
+    both = loss_shortfall(c([70.0, 70.0, 99.6], 99.0), POLICY.verdict)
+    assert "one PR session at -0.4%" in str(both)
+    assert (
+        "its confirmation session at -1.0% is not below the 98% floor past its noise band"
+        in str(both)
+    )
+    assert c([70.0, 70.0, 70.0], 90.0).below_floor  # -10% measured again: the loss stands
 
 
 def test_a_large_loss_beats_a_large_spread() -> None:

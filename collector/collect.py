@@ -350,8 +350,8 @@ def _confirmation_plans(
     policy: ResolvedPolicy,
 ) -> list[list[Slot]]:
     """Each shard's confirmation sessions (schedule.plan_confirmation): its PRs whose verdict on
-    its planned sessions rests on speed. Chosen again on a resume from the same planned
-    sessions, so the same plan."""
+    its planned sessions rests on speed, each with the long-context checks it fell short on.
+    Chosen again on a resume from the same planned sessions, so the same plan."""
     targets = dict(measurable)
     out = []
     for k, plan in enumerate(plans):
@@ -359,7 +359,9 @@ def _confirmation_plans(
         chosen = verdict_mod.to_confirm(store, round_id, k, mine)
         shard = None if len(plans) <= 1 else k
         out.append(
-            plan_confirmation(round_id, [(n, targets[n]) for n in chosen], policy.profile, shard)
+            plan_confirmation(
+                round_id, [(n, targets[n]) for n in chosen], policy.profile, shard, recheck=chosen
+            )
         )
     return out
 

@@ -7,9 +7,9 @@ as evenly as possible between them, so every PR session has a main session on ea
 round of one PR has a main session between each two of its sessions.
 
 Confirmation (`plan_confirmation`): once the planned sessions are in, each PR whose verdict
-rests on speed alone (a tier, or a REJECT for a loss) is measured again, laid out the same way
-after the plan, in slots from CONFIRM_SLOTS; collector/README.md ("Verdict rules") says how
-they count.
+rests on speed alone (a tier, or a REJECT for a loss of speed) is measured again, laid out the
+same way after the plan, in slots from CONFIRM_SLOTS; collector/README.md ("Verdict rules")
+says how they count.
 
 Every task has a stable id '<round>/<side>/<pr>/<slot>/<kind>/<model>': a re-run of the same
 manifest skips the tasks already finished.
@@ -156,15 +156,24 @@ def plan_round(
 
 
 def plan_confirmation(
-    round_id: str, prs: list[tuple[int, list[str]]], profile: Profile, shard: int | None = None
+    round_id: str,
+    prs: list[tuple[int, list[str]]],
+    profile: Profile,
+    shard: int | None = None,
+    recheck: dict[int, list[str]] | None = None,
 ) -> list[Slot]:
     """The round's (or shard's) confirmation sessions: `profile.confirm_sessions` more timed
     sessions of each PR in `prs` (those whose planned verdict rests on speed), after every
     planned slot, each with a main session after it (the plan's last main is before it). Slots
-    from CONFIRM_SLOTS on; no accuracy, prefill or long-context tasks (those are not timings)."""
+    from CONFIRM_SLOTS on; no accuracy or prefill tasks (those are not timings). `recheck`: per
+    PR, the models whose long-context prefill it fell short on; its first confirmation session
+    runs that check again, and so does the main session after it."""
     if not prs or profile.confirm_sessions == 0:
         return []
-    return _interleave(round_id, prs, profile.confirm_sessions, profile, shard, confirming=True)
+    return _interleave(
+        round_id, prs, profile.confirm_sessions, profile, shard, confirming=True,
+        recheck=recheck or {},
+    )  # fmt: skip
 
 
 def is_confirmation(slot: int) -> bool:
@@ -178,6 +187,7 @@ def _interleave(
     profile: Profile,
     shard: int | None,
     confirming: bool,
+    recheck: dict[int, list[str]] | None = None,
 ) -> list[Slot]:
     """per_pr sessions of each PR, round-robin in manifest order, cut into even chunks of at
     most main_every with a main session after each (and, planned, one before the first)."""
@@ -202,15 +212,20 @@ def _interleave(
     # sweep is held against main's guard sweeps only (one context in a fresh process is not the
     # same measurement as that context inside a full sweep)
     main_guards = _ordered({m for _, t in prs for m in guards_of(t, profile)}, profile)
-    checked = () if confirming else tuple(profile.long_context)  # the long-context memory check
+    # the long-context memory check: planned, in each PR's first session and main's scored ones;
+    # confirming, where a PR's long-context prefill fell short, and in main's session after it
+    checked = {
+        num: (recheck or {}).get(num, []) if confirming else profile.long_context for num, _ in prs
+    }
     first_slot = CONFIRM_SLOTS if confirming else 0
     slots: list[Slot] = []
     seen: dict[int, int] = {}
     main_nth = MAIN_SCORE_SESSIONS if confirming else 0  # confirmations score nothing
 
-    def main_slot() -> None:
+    def main_slot(rechecked: set[str]) -> None:
         nonlocal main_nth
         idx = first_slot + len(slots)
+        scored = main_nth < MAIN_SCORE_SESSIONS
         slots.append(
             Slot(
                 idx,
@@ -224,9 +239,9 @@ def _interleave(
                     main_full,
                     main_guards,
                     main_nth,
-                    score=main_nth < MAIN_SCORE_SESSIONS,
+                    score=scored,
                     prefill=main_nth == 0,
-                    long_context=checked if main_nth < MAIN_SCORE_SESSIONS else (),
+                    long_context=tuple(profile.long_context) if scored else tuple(rechecked),
                     shard=shard,
                 ),
             )
@@ -234,13 +249,17 @@ def _interleave(
         main_nth += 1
 
     if not confirming:
-        main_slot()
+        main_slot(set())
     for chunk in chunks:
+        rechecked: set[str] = set()
         for num, targets in chunk:
             idx = first_slot + len(slots)
             nth = seen.get(num, 0)
             seen[num] = nth + 1
             first = nth == 0 and not confirming  # a PR's accuracy evidence comes once
+            long_context = tuple(checked[num]) if nth == 0 else ()
+            if confirming:
+                rechecked |= set(long_context)
             slots.append(
                 Slot(
                     idx,
@@ -256,10 +275,10 @@ def _interleave(
                         nth,
                         score=first,
                         prefill=first,
-                        long_context=checked if first else (),
+                        long_context=long_context,
                         shard=shard,
                     ),
                 )
             )
-        main_slot()
+        main_slot(rechecked)
     return slots

@@ -35,6 +35,7 @@ from collector.gates import (
     reference_gate,
     run_gate,
 )
+from collector.gates.long_context import KIND as LONG_CONTEXT
 from collector.merge import DUMPS_LEFT_OUT
 from collector.policy import TIER_NAMES, Policy, ResolvedPolicy, resolve
 from collector.schedule import CONFIRM_SLOTS, guards_of
@@ -393,24 +394,30 @@ def decide_round(store: Store, round_id: str) -> list[Verdict]:
     return verdicts
 
 
-# The gates whose failure is a loss on a speed axis: a REJECT for nothing else is confirmed.
-TIMING_GATES = frozenset({"floor", "guard"})
-
-
 def rests_on_speed(v: Verdict) -> bool:
     """Whether a verdict's label turns on timings alone, which a burst of load can fake: a tier,
-    or a REJECT whose every failing gate is a loss on a speed axis."""
+    or a REJECT whose every failing gate failed on speed alone (Gate.timed)."""
     if v.label in TIER_NAMES:
         return True
-    failing = {g.gate.split(":")[0] for g in v.gates if g.status == "fail"}
-    return v.label == "REJECT" and bool(failing) and failing <= TIMING_GATES
+    failing = [g for g in v.gates if g.status == "fail"]
+    return v.label == "REJECT" and bool(failing) and all(g.timed for g in failing)
 
 
-def to_confirm(store: Store, round_id: str, shard: int, prs: list[int]) -> list[int]:
+def to_confirm(store: Store, round_id: str, shard: int, prs: list[int]) -> dict[int, list[str]]:
     """Those of `prs` (measured in `shard`) whose verdict on the planned sessions rests on speed:
-    they get confirmation sessions (schedule.plan_confirmation)."""
+    they get confirmation sessions (schedule.plan_confirmation). Each maps to the models whose
+    long-context prefill it fell short on: that check is measured again in its confirmation."""
     if not prs:
-        return []
+        return {}
     data = RoundData(store, round_id, shard, planned=True)
     rows = {p["pr"]: p for p in data.prs}
-    return [n for n in prs if rests_on_speed(decide_pr(data, rows[n]))]
+    out = {}
+    for n in prs:
+        v = decide_pr(data, rows[n])
+        if rests_on_speed(v):
+            out[n] = [
+                g.gate.split(":", 1)[1]
+                for g in v.gates
+                if g.status == "fail" and g.gate.startswith(f"{LONG_CONTEXT}:")
+            ]
+    return out

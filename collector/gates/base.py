@@ -27,6 +27,9 @@ class Gate:
     gate: str  # a kind of GATE_ORDER, ':<model>' for a per-model gate
     status: str  # pass | fail | warn | skip
     reason: str  # the rule that decided it, with the numbers it was decided on
+    # a failure that rests on timings alone, which a burst of load on the box can fake: a PR
+    # failing nothing else is measured again (verdict.rests_on_speed)
+    timed: bool = False
 
 
 @dataclass(frozen=True)
@@ -77,9 +80,10 @@ class GateResult:
         self.gates.append(Gate(gate, "warn", text))
         self.soft.append(pending)
 
-    def failed(self, gate: str, text: str, reject: str) -> None:
-        """A REJECT: `reject` says why in the verdict's reason."""
-        self.gates.append(Gate(gate, "fail", text))
+    def failed(self, gate: str, text: str, reject: str, timed: bool = False) -> None:
+        """A REJECT: `reject` says why in the verdict's reason. `timed`: the failure is a loss
+        of speed alone (Gate.timed)."""
+        self.gates.append(Gate(gate, "fail", text, timed))
         self.hard.append(reject)
 
     def extend(self, other: GateResult) -> None:

@@ -25,6 +25,7 @@ def floor_gate(ctx: GateContext) -> GateResult:
             KIND,
             f"{below_floor_words(rules)}: {txt}",
             f"regression below the {pct_of(rules.floor)} floor: {txt}",
+            timed=True,
         )
         return out
     worst = min(compared, key=lambda c: c.delta)

@@ -25,6 +25,7 @@ def guard_gate(ctx: GateContext) -> GateResult:
                 gate,
                 f"{below_floor_words(rules)}: {txt}",
                 f"guard {model} below the {pct_of(rules.floor)} floor: {txt}",
+                timed=True,
             )
         elif compared:
             each = "; ".join(

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from fake_repo import FakeRepo, git, pr
+from fake_repo import FakeRepo, git, pr, test_policy_text
 
 from collector.cli import main
 from collector.collect import collect
@@ -214,7 +214,9 @@ def test_verdicts_that_rest_on_speed_are_measured_again(
     confirmation session, after the plan, has the PR at main's speed. A real loss and a real
     gain hold in it; a PR with nothing at stake gets no confirmation session."""
     r = fake_repo
-    r.branch("burst", "SLOW_SWEEPS = 2\nBURST = 0.7")  # main's code, its two planned sweeps slow
+    r.branch(
+        "burst", 'SLOW_RUNS = {"sweep": 2}\nBURST = 0.7'
+    )  # main's code, its two planned sweeps slow
     r.branch("slow", 'SPEED = {"tiny/decode": 0.85}')
     r.branch("fast", 'SPEED = {"tiny/decode": 1.12}')
     m = r.manifest(
@@ -243,6 +245,35 @@ def test_verdicts_that_rest_on_speed_are_measured_again(
     assert collect(m, db, progress=False) == 0  # a resume: the same plan, nothing new to run
     assert counts(db)["sessions"] == before["sessions"]
     assert show_json(db)[1]["label"] == "none"
+
+
+@pytest.mark.slow
+def test_a_long_context_prefill_that_fell_short_is_measured_again(
+    fake_repo: FakeRepo, tmp_path: Path
+) -> None:
+    """The long-context prefill is a timing: a PR whose one run there fell in a burst of load
+    runs the check again in a confirmation session (main after it) and is judged on its fastest
+    run; a slower path stays slow there and stays a REJECT."""
+    r = fake_repo
+    (r.path / "policy-longctx.toml").write_text(test_policy_text(long_context=True))
+    r.branch("burst", 'SLOW_RUNS = {"longctx": 1}\nBURST = 0.4')  # main's code
+    r.branch("slower", 'SPEED = {"tiny/longctx": 0.4}')
+    m = r.manifest("lc", [pr(1, "burst"), pr(2, "slower")], policy="policy-longctx.toml")
+    db = tmp_path / "lc.duckdb"
+    assert collect(m, db, progress=False) == 0
+    out = show_json(db)
+    assert {n: d["label"] for n, d in out.items()} == {1: "none", 2: "REJECT"}
+    gate = {
+        n: next(g for g in d["gates"] if g["gate"] == "long-context:tiny") for n, d in out.items()
+    }
+    assert gate[1]["status"] == "pass" and "the fastest of its 2 runs" in gate[1]["reason"]
+    assert gate[2]["status"] == "fail" and "the fastest of its 2 runs" in gate[2]["reason"]
+    with open_store(db, read_only=True) as s:
+        again = (
+            "SELECT side, pr, count(*) FROM sessions WHERE kind = 'longctx' AND slot >= ? "
+            "GROUP BY side, pr ORDER BY side, pr"
+        )
+        assert s.query(again, [CONFIRM_SLOTS]) == [("main", 0, 1), ("pr", 1, 1), ("pr", 2, 1)]
 
 
 @pytest.mark.slow

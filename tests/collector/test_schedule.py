@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collector.policy import load_policy, resolve
-from collector.schedule import plan_round, plan_shards, split_prs
+from collector.schedule import CONFIRM_SLOTS, plan_confirmation, plan_round, plan_shards, split_prs
 
 PROFILE = resolve(load_policy(), "cpu").profile
 
@@ -54,6 +54,24 @@ def test_tasks_targets_and_guards() -> None:
     ]  # fmt: skip
     assert main_kinds[1] == ["score", "sweep", "concurrent", "longctx", "score", "guard"]
     assert main_kinds[2] == ["sweep", "concurrent", "guard"]
+
+
+def test_confirmation_times_again_and_rechecks_only_a_short_long_context() -> None:
+    """Confirmation sessions score nothing; the long-context check runs again only for the PR
+    whose long-context prefill fell short, and in main's session after it."""
+    slots = plan_confirmation(
+        "r", [(1, ["tiny"]), (2, ["tiny"])], PROFILE, recheck={1: ["tiny"], 2: []}
+    )
+    assert sides(slots) == "12M" and all(s.index >= CONFIRM_SLOTS for s in slots)
+    kinds = {s.side + str(s.pr): [t.kind for t in s.tasks] for s in slots}
+    assert kinds == {
+        "pr1": ["sweep", "concurrent", "longctx", "guard"],
+        "pr2": ["sweep", "concurrent", "guard"],
+        "main0": ["sweep", "concurrent", "longctx", "guard"],
+    }
+    # nothing to recheck: no long-context task anywhere
+    plain = plan_confirmation("r", [(1, ["tiny"])], PROFILE)
+    assert all(t.kind != "longctx" for s in plain for t in s.tasks)
 
 
 def test_ids_are_stable_and_unique() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from engine import fake_behavior as B
 
-_burst = 1.0  # this process's share of its speed (fake_behavior.SLOW_SWEEPS)
+_burst = 1.0  # this process's share of its speed (fake_behavior.SLOW_RUNS)
 
 
 def misbehave(command: str, out: str) -> None:
@@ -56,19 +56,24 @@ def header(model: str, backend: str) -> dict:
 
 
 def _in_burst(command: str) -> float:
-    """BURST for each of the checkout's first SLOW_SWEEPS sweeps of a model, else 1."""
-    n = getattr(B, "SLOW_SWEEPS", 0)
-    if command != "sweep" or not n:
+    """BURST for each of the checkout's first SLOW_RUNS[command] runs of a model, else 1."""
+    n = getattr(B, "SLOW_RUNS", {}).get(command, 0)
+    if not n:
         return 1.0
     model = sys.argv[sys.argv.index("--model") + 1]
-    count = Path(B.__file__).with_name(f".sweeps-run-{model}")
+    count = Path(B.__file__).with_name(f".{command}-runs-{model}")
     done = int(count.read_text()) if count.exists() else 0
     count.write_text(str(done + 1))
     return B.BURST if done < n else 1.0
 
 
+def path_speed(model: str, phase: str) -> float:
+    """The checkout's own speed factor of a phase (its code), without the burst."""
+    return B.SPEED.get(f"{model}/{phase}", 1.0)
+
+
 def speed(model: str, phase: str) -> float:
-    return B.SPEED.get(f"{model}/{phase}", 1.0) * _burst
+    return path_speed(model, phase) * _burst
 
 
 def jitter() -> float:

@@ -35,7 +35,7 @@ def _engine_behaviour() -> None:
 _engine_behaviour()
 
 from engine import fake_behavior as B  # noqa: E402
-from engine._fake_common import header, jitter, measured, misbehave, speed  # noqa: E402
+from engine._fake_common import header, jitter, measured, misbehave, path_speed, speed  # noqa: E402
 
 
 def memory(model: str) -> int:
@@ -141,7 +141,10 @@ def main() -> None:
             tokens=a.tokens,
             budget_bytes=a.memory_budget,
             completed=True,
-            prefill_tok_s=5000.0 * speed(a.model, "prefill") * jitter(),
+            prefill_tok_s=5000.0
+            * speed(a.model, "prefill")
+            * path_speed(a.model, "longctx")
+            * jitter(),
             decode_tok_s=1000.0 * speed(a.model, "decode") * jitter(),
         )
     else:

@@ -27,7 +27,10 @@ import numpy as np
 from engine.errors import EngineOutputError
 from engine.harness.wire import WireError, pack_ids, recv, send, unpack_ids
 
-QUIT_WAIT_S = 30.0
+QUIT_WAIT_S = 30.0  # for an engine process that is dying to say how it ended
+# for one asked to quit: every answer is in by then, and an engine that lingers (keeping the
+# GPU busy or hot until main's next session) gets no longer than this before it is killed
+QUIT_GRACE_S = 5.0
 SPRINKLE = 32  # a prompt gets one random id per this many positions
 # The engine's own compiled-kernel cache (CuPy's), where the collector gives it one: this
 # process keeps reading the cache in its CUPY_CACHE_DIR (main's) when it verifies the outputs
@@ -314,7 +317,7 @@ class EngineProcess:
                 with contextlib.suppress(OSError):
                     os.close(fd)
             try:
-                self.proc.wait(timeout=QUIT_WAIT_S)
+                self.proc.wait(timeout=QUIT_GRACE_S)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()

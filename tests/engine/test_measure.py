@@ -20,7 +20,7 @@ from engine.errors import EngineOutputError
 from engine.harness.common import log_softmax_rows, top_k
 from engine.harness.measure import Bench, measure_context, measure_widths, warm_up
 from engine.harness.protocol import parse_document
-from engine.harness.timing import Challenges, Region, Sample, Timeline
+from engine.harness.timing import QUIT_GRACE_S, Challenges, Region, Sample, Timeline
 from engine.harness.verify import digest_kl, pick_margins, verify
 
 REPO = Path(__file__).resolve().parents[2]
@@ -314,3 +314,19 @@ def test_speed_documents_record_when_each_phase_of_the_session_ended(tmp_path: P
     doc = json.loads(out.read_text())
     assert doc["completed"]
     _phases_in_order(doc)
+
+
+@pytest.mark.slow
+def test_an_engine_that_lingers_after_quit_is_killed_within_the_grace(tmp_path: Path) -> None:
+    """An engine process that goes on running once every answer is in (here an exit handler
+    that sleeps a minute; on a GPU it could keep the card busy and hot until main's next
+    session) is killed QUIT_GRACE_S after it was asked to quit."""
+    linger = (
+        "from engine.weights import ModelWeights\n",
+        "from engine.weights import ModelWeights\nimport atexit as _a, time as _t\n"
+        "_a.register(_t.sleep, 60)\n",
+    )
+    doc = _sweep(tmp_path, _checkout_with(tmp_path, linger))
+    ends = _phases_in_order(doc)
+    measured, stopped = ends[2], ends[3]
+    assert QUIT_GRACE_S <= stopped - measured < 15  # not the minute it asked for, nor 30 s

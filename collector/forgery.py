@@ -9,11 +9,14 @@ what they must be:
   for it. The engine's figure lies inside the parent's interval, so it can only be a little
   shorter (the two pipe hops, whose cost is the box's: 0.13-0.18 ms idle on a 2-core VM, 0.3 ms
   loaded, 12-16% of a 1-2 ms region). A process whose clock was patched to run slow (or fast)
-  shows it in most regions at once: `forged` when, in the median region, the engine's own time
-  is short of the parent's by more than `timing_rel_gap` *and* more than `timing_abs_gap_s`
-  beyond main's own gap in the same operations in this round on this GPU (main's sessions run
-  the same harness on the same box), or when it is longer than the parent's by more than
-  `timing_rel_over` (impossible for an honest clock). Main is not judged: it is the reference. The
+  shows it in every region at once, where load on the box only ever lengthens the parent's side,
+  in bursts that a whole session can fall into (one 2-core round read two honest PR sessions at
+  65-73% in the median region of prefill n=128, main at 91%). So: `forged` when, in the quietest
+  quarter of the regions (`QUIET`, on both sides), the engine's own time is short of the parent's
+  by more than `timing_rel_gap` *and* more than `timing_abs_gap_s` beyond main's own gap in the
+  same operations in this round on this GPU (main's sessions run the same harness on the same
+  box), or when in the median region it is longer than the parent's by more than
+  `timing_rel_over` (impossible for an honest clock; load can only hide it). Main is not judged: it is the reference. The
   rule holds for the whole document and for each group of at least `timing_min_group` regions
   (one operation at one shape, labelled by the parent: "decode ctx=4096 w=1"), so a clock patched
   around one operation only, a minority of the document's regions, shows in its own group.
@@ -43,6 +46,8 @@ if TYPE_CHECKING:
     from collector.policy import ResolvedPolicy
 
 MIN_REGIONS = 2
+# The slow-clock rule reads this quantile of the regions' gaps: the quietest quarter.
+QUIET = 0.25
 
 
 class ForgeryRules(BaseModel):
@@ -95,39 +100,51 @@ def timing_problem(
     return None
 
 
-def _gaps(regions: Regions) -> tuple[float, float]:
-    """The median region's gap: (relative to the parent's time, seconds)."""
+def _quantile(values: Iterable[float], q: float) -> float:
+    """The lower q-quantile: the value below which a fraction q of the others lie."""
+    xs = sorted(values)
+    return xs[int(q * (len(xs) - 1))]
+
+
+def _gaps(regions: Regions, q: float) -> tuple[float, float]:
+    """The q-quantile region's gap: (relative to the parent's time, seconds)."""
     return (
-        statistics.median((parent - own) / parent for parent, own in regions),
-        statistics.median(parent - own for parent, own in regions),
+        _quantile(((parent - own) / parent for parent, own in regions), q),
+        _quantile((parent - own for parent, own in regions), q),
     )
 
 
 def _median_problem(
     regions: Regions, group: str, rules: ForgeryRules, main: Regions = ()
 ) -> str | None:
-    """The median rule on one set of regions (`group`: its label, "" for the whole document),
+    """The clock rules on one set of regions (`group`: its label, "" for the whole document),
     the gap counted beyond main's in `main` (main's regions of the same operations)."""
     if len(regions) < MIN_REGIONS:
         return None  # too few to tell a clock from one slow pipe hop
-    rel, absolute = _gaps(regions)
     known = len(main) >= MIN_REGIONS
-    base_rel, base_abs = _gaps(main) if known else (0.0, 0.0)
     parent_med = statistics.median(p for p, _ in regions) * 1e3
     own_med = statistics.median(o for _, o in regions) * 1e3
     where = f"{len(regions)} timed regions" + (f" of {group}" if group else "")
+    # a slow clock: read in the quietest quarter of the regions on both sides (load only ever
+    # lengthens the parent's side, in bursts a whole session can fall into; a patched clock
+    # shortens every region)
+    rel, absolute = _gaps(regions, QUIET)
+    base_rel, base_abs = _gaps(main, QUIET) if known else (0.0, 0.0)
     if rel - base_rel > rules.timing_rel_gap and absolute - base_abs > rules.timing_abs_gap_s:
-        beside = f", main's own {(1 - base_rel) * 100:.0f}% in the same operations" if known else ""
+        beside = f", main's own {(1 - base_rel) * 100:.0f}% there" if known else ""
         return (
-            f"the engine's own clock read {(1 - rel) * 100:.0f}% of the collector's in the median "
-            f"of {where} ({own_med:.3g} ms against {parent_med:.3g} ms{beside}; tolerance "
-            f"{rules.timing_rel_gap * 100:.0f}% and {rules.timing_abs_gap_s * 1e3:g} ms"
-            f"{' beyond main' if known else ''}): its clock was changed"
+            f"the engine's own clock read {(1 - rel) * 100:.0f}% of the collector's in the "
+            f"quietest quarter of {where} (median {own_med:.3g} ms against {parent_med:.3g} ms"
+            f"{beside}; tolerance {rules.timing_rel_gap * 100:.0f}% and "
+            f"{rules.timing_abs_gap_s * 1e3:g} ms{' beyond main' if known else ''}): its clock "
+            "was changed"
         )
-    if -rel > rules.timing_rel_over:
+    # a fast clock: in the median region (load can only hide it)
+    rel_median = statistics.median((parent - own) / parent for parent, own in regions)
+    if -rel_median > rules.timing_rel_over:
         return (
-            f"the engine's own clock read {(1 - rel) * 100:.0f}% of the collector's in the median "
-            f"of {where} ({own_med:.3g} ms against {parent_med:.3g} ms): longer "
+            f"the engine's own clock read {(1 - rel_median) * 100:.0f}% of the collector's in the "
+            f"median of {where} ({own_med:.3g} ms against {parent_med:.3g} ms): longer "
             "than the interval that contains it, so its clock was changed"
         )
     return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import statistics
 from pathlib import Path
 
 import pytest
@@ -80,7 +81,7 @@ def test_a_clock_patched_around_one_group_only_is_forged_in_that_group() -> None
     regions, groups = _sweep_regions(slow="decode ctx=32 w=1")
     assert timing_problem(regions, RULES) is None  # a fifth of the regions: the median hides it
     why = timing_problem(regions, RULES, groups)
-    assert why and "in the median of 80 timed regions of decode ctx=32 w=1" in why
+    assert why and "in the quietest quarter of 80 timed regions of decode ctx=32 w=1" in why
     assert "clock was changed" in why
     regions, groups = _sweep_regions(slow="decode ctx=16 w=4", factor=1.3)
     why = timing_problem(regions, RULES, groups)
@@ -130,6 +131,26 @@ def test_the_gap_counts_beyond_mains_on_the_same_box() -> None:
     assert timing_problem(honest, RULES, groups, {"decode ctx=32 w=1": main["decode ctx=32 w=1"]})
 
 
+def test_a_burst_of_load_over_most_of_a_session_is_not_a_slow_clock() -> None:
+    """Load lengthens only the parent's side of a region, in bursts a session can mostly fall
+    into (a 2-core round read two honest sessions at 65-73% of the parent's clock in the median
+    region of prefill n=128, main at 91%): the quietest quarter still reads the box's own gap,
+    and a clock patched to run 1.25x slow shows there through the same burst."""
+    rng = random.Random(5)
+    quiet = [0.002 * rng.uniform(0.95, 1.05) for _ in range(200)]
+    main = {"prefill n=128": [(own + 0.0002, own) for own in quiet]}
+    burst = []
+    for i in range(120):
+        own = 0.0027 * rng.uniform(0.95, 1.05)
+        late = rng.uniform(0.0005, 0.0015) if i % 10 < 7 else 0.0  # 70% of the regions
+        burst.append((own + 0.0002 + late, own))
+    groups = ["prefill n=128"] * len(burst)
+    assert statistics.median((p - o) / p for p, o in burst) > 0.25  # the median reads ~70%
+    assert timing_problem(burst, RULES, groups, main) is None
+    slowed = [(p, o * 0.8) for p, o in burst]
+    assert "clock was changed" in (timing_problem(slowed, RULES, groups, main) or "")
+
+
 def test_mains_regions_come_from_its_stored_documents() -> None:
     doc = _doc([0.0], [0.0], [0.0]).model_dump_json()
     regions = main_regions([doc, doc])
@@ -145,7 +166,7 @@ def test_documents_without_groups_are_judged_as_before() -> None:
     for regions in (minority, [(0.0013, 0.00065)] * 40, [(0.0010, 0.0013)] * 40):
         assert timing_problem(regions, RULES, []) == timing_problem(regions, RULES)
     why = timing_problem([(0.0013, 0.00065)] * 40, RULES)
-    assert why and "median of 40 timed regions (" in why  # the document's words, no group
+    assert why and "quarter of 40 timed regions (" in why  # the document's words, no group
 
 
 def test_group_labels_match_the_regions() -> None:

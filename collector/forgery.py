@@ -16,10 +16,11 @@ what they must be:
   by more than `timing_rel_gap` *and* more than `timing_abs_gap_s` beyond main's own gap in the
   same operations in this round on this GPU (main's sessions run the same harness on the same
   box), or when in the median region it is longer than the parent's by more than
-  `timing_rel_over` (impossible for an honest clock; load can only hide it). Main is not judged: it is the reference. The
-  rule holds for the whole document and for each group of at least `timing_min_group` regions
-  (one operation at one shape, labelled by the parent: "decode ctx=4096 w=1"), so a clock patched
-  around one operation only, a minority of the document's regions, shows in its own group.
+  `timing_rel_over` (impossible for an honest clock; load can only hide it). Main is not
+  judged: it is the reference. The rules hold for the whole document and for each group of at
+  least `timing_min_group` regions (one operation at one shape, labelled by the parent: "decode
+  ctx=4096 w=1"), so a clock patched around one operation only, a minority of the document's
+  regions, shows in its own group.
 * **outputs**: the timed operations' outputs teacher-forced through main's model (verify.py):
   per generated token and per prefill's argmax, its margin below main's best log-prob. A token
   within `tie_nats` of main's pick agrees. `diverged` ("the timed run computed something else") when
@@ -94,7 +95,7 @@ def timing_problem(
     ]
     for group, rs, covers in judged:
         base = [r for g in sorted(covers) for r in (main or {}).get(g, ())]
-        why = _median_problem(rs, group, rules, base)
+        why = _clock_rules(rs, group, rules, base)
         if why:
             return why
     return None
@@ -114,7 +115,7 @@ def _gaps(regions: Regions, q: float) -> tuple[float, float]:
     )
 
 
-def _median_problem(
+def _clock_rules(
     regions: Regions, group: str, rules: ForgeryRules, main: Regions = ()
 ) -> str | None:
     """The clock rules on one set of regions (`group`: its label, "" for the whole document),

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from collector.cli import main
-from collector.manifest import load_manifest
+from collector.manifest import load_manifest, manifest_to_toml
 from collector.policy import TIER_NAMES, load_policy, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,6 +53,16 @@ def test_every_patch_applies_to_head_and_the_conflicting_one_conflicts(applies_t
             assert ok, f"PR #{p.number}: {why} (run data/demo/make_patches.py)"
 
 
+def test_a_subset_of_the_demo_round_is_the_same_prs_patches_and_policy(tmp_path: Path) -> None:
+    """What a noisy demo round measures again (demo_subset): those PRs alone, as the demo has them."""
+    whole = load_manifest(DEMO)
+    part = load_manifest(demo_subset([101, 115], tmp_path))
+    assert [p.number for p in part.manifest.pr] == [101, 115]
+    assert part.repo == whole.repo and part.policy_path == whole.policy_path
+    assert part.patches == {n: whole.patches[n] for n in (101, 115)}
+    assert part.manifest.pr[1].expect == "XL" and part.manifest.round == whole.manifest.round
+
+
 def test_manifest_check_command() -> None:
     res = CliRunner().invoke(main, ["manifest", "check", str(DEMO)])
     assert res.exit_code == 0, res.output
@@ -90,9 +100,9 @@ CAUGHT = {
 MERGE_FIRST = 101
 
 
-def check_demo_round(out: list[dict]) -> list[str]:
+def check_demo_round(out: list[dict], merge_first: int | None = MERGE_FIRST) -> list[str]:
     """What the demo round got wrong: every PR's label against its `expect`, the gate behind
-    each REJECT, and merge-first."""
+    each REJECT, and merge-first (None: not checked, in a round of some of the PRs)."""
     wrong = []
     for d in out:
         n, label, expect = d["pr"], d["label"], d["expect"]
@@ -104,8 +114,8 @@ def check_demo_round(out: list[dict]) -> list[str]:
         if n in CAUGHT and CAUGHT[n] not in d["reason"]:
             wrong.append(f"#{n}: the reason does not say {CAUGHT[n]!r}: {d['reason']}")
     mf = [d["pr"] for d in out if d["merge_first"]]
-    if mf != [MERGE_FIRST]:
-        wrong.append(f"merge-first went to {mf}, expected [{MERGE_FIRST}]")
+    if merge_first is not None and mf != [merge_first]:
+        wrong.append(f"merge-first went to {mf}, expected [{merge_first}]")
     return wrong
 
 
@@ -129,27 +139,49 @@ def only_lost_to_noise(out: list[dict], wrong: list[str]) -> bool:
     return True
 
 
-def collect_demo(db: Path) -> list[dict]:
-    res = CliRunner().invoke(main, ["collect", str(DEMO), "--db", str(db), "--quiet"])
+def collect_demo(db: Path, manifest: Path = DEMO) -> list[dict]:
+    res = CliRunner().invoke(main, ["collect", str(manifest), "--db", str(db), "--quiet"])
     assert res.exit_code == 0, res.output
     out = json.loads(CliRunner().invoke(main, ["show", "--db", str(db), "--json"]).output)
-    assert {d["pr"] for d in out} == {p.number for p in load_manifest(DEMO).manifest.pr}
+    assert {d["pr"] for d in out} == {p.number for p in load_manifest(manifest).manifest.pr}
     return out
+
+
+def demo_subset(prs: list[int], where: Path) -> Path:
+    """The demo round's manifest with only `prs` (their patches and the policy by absolute
+    path), written into `where`."""
+    loaded = load_manifest(DEMO)
+    m = loaded.manifest.model_copy(
+        update={
+            "engine_repo": str(loaded.repo),
+            "policy": str(loaded.policy_path),
+            "pr": [
+                p.model_copy(update={"patch": str(loaded.patches[p.number])})
+                for p in loaded.manifest.pr
+                if p.number in prs
+            ],
+        }
+    )
+    path = where / "demo-subset.toml"
+    path.write_text(manifest_to_toml(m))
+    return path
 
 
 @pytest.mark.slow
 def test_demo_round_gives_every_pr_its_expected_verdict(tmp_path: Path) -> None:
-    """The whole demo round on this machine's CPU (the demo policy's cpu profile): about 5
+    """The whole demo round on this machine's CPU (the demo policy's cpu profile): about 5-14
     minutes on 2 busy cores. A 2-core VM has spells ~45% slower for minutes; when main's own
     sessions strayed more than a speedup PR gained, the round rightly calls that PR none. Then,
-    and only then, the round is measured once more (a second slow spell still fails)."""
+    and only then, those PRs are measured once more in a round of their own beside main (a
+    second slow spell still fails): a fifth of the whole round's time."""
     out = collect_demo(tmp_path / "demo.duckdb")
     wrong = check_demo_round(out)
     if wrong and only_lost_to_noise(out, wrong):
-        note = "demo round measured again, main strayed too much: " + "; ".join(wrong)
+        missed = sorted(d["pr"] for d in out if d["label"] != d["expect"])
+        note = "demo round's PRs measured again, main strayed too much: " + "; ".join(wrong)
         warnings.warn(note, stacklevel=1)
-        out = collect_demo(tmp_path / "again.duckdb")
-        wrong = check_demo_round(out)
+        out = collect_demo(tmp_path / "again.duckdb", demo_subset(missed, tmp_path))
+        wrong = check_demo_round(out, MERGE_FIRST if MERGE_FIRST in missed else None)
     assert not wrong, "\n".join(wrong)
 
 

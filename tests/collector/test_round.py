@@ -214,9 +214,8 @@ def test_verdicts_that_rest_on_speed_are_measured_again(
     confirmation session, after the plan, has the PR at main's speed. A real loss and a real
     gain hold in it; a PR with nothing at stake gets no confirmation session."""
     r = fake_repo
-    r.branch(
-        "burst", 'SLOW_RUNS = {"sweep": 2}\nBURST = 0.7'
-    )  # main's code, its two planned sweeps slow
+    # main's code, its two planned sweeps slow
+    r.branch("burst", 'SLOW_RUNS = {"sweep": 2}\nBURST = 0.7')
     r.branch("slow", 'SPEED = {"tiny/decode": 0.85}')
     r.branch("fast", 'SPEED = {"tiny/decode": 1.12}')
     m = r.manifest(

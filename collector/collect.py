@@ -31,73 +31,19 @@ from collector.candidates import (
     preflight,
 )
 from collector.errors import RoundError
-from collector.forgery import clock_problem, diverged_evidence, main_regions
-from collector.harness import Outcome, run_request
+from collector.harness import Place, run_request
 from collector.manifest import LoadedManifest, ManifestError, load_manifest
+from collector.outcome import FINISHED, Outcome, Run, judge, skipped
 from collector.policy import ResolvedPolicy, load_policy, resolve
 from collector.requests import build_request
-from collector.sandbox import BoxGuard, kernel_cache_env
+from collector.sandbox import BoxGuard, describe, seal
 from collector.schedule import Slot, Task, plan_confirmation, plan_shards
-from collector.stats import is_implausible, median
 from collector.store import Store, open_store
-from collector.writer import Placement, samples_of
-
-TIMED = ("sweep", "guard", "concurrent", "longctx")  # the speed sessions: timed by main's harness
-
-# Statuses that end a session for good; 'infra' sessions are tried again on the next run.
-FINISHED = (
-    "ok",
-    "crash",
-    "timeout",
-    "malformed",
-    "incomplete",
-    "implausible",
-    "forged",
-    "diverged",
-    "skipped",
-)
+from collector.writer import Placement
 
 
 def now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
-
-
-def _implausible(
-    store: Store, round_id: str, shard: int, model: str, samples: list, limit: float
-) -> str | None:
-    """A PR axis above `limit` x main's median so far is a broken measurement.
-
-    Only when even the PR's slowest sample beats main's fastest by that factor (is_implausible):
-    a loaded box can make single repetitions of either side wildly fast or slow.
-    """
-    by_axis: dict[str, list[float]] = {}
-    for ax, _rep, v in samples:
-        by_axis.setdefault(ax, []).append(v)
-    for ax, vals in sorted(by_axis.items()):
-        main_vals = [
-            r[0]
-            for r in store.query(
-                "SELECT s.value FROM samples s JOIN sessions x USING (session_id) "
-                "WHERE s.round_id = ? AND x.shard = ? AND s.side = 'main' AND s.model = ? "
-                "AND s.axis = ? AND x.status = 'ok'",
-                [round_id, shard, model, ax],
-            )
-        ]
-        if main_vals and is_implausible(main_vals, vals, limit):
-            ratio = median(vals) / median(main_vals)
-            return f"{ax} claims {ratio:.0f}x main ({median(vals):.4g} vs {median(main_vals):.4g} tok/s)"
-    return None
-
-
-def _main_regions(store: Store, round_id: str, shard: int) -> dict[str, list[tuple[float, float]]]:
-    """Main's timed regions so far in this round on this GPU, by group: the box's own gaps
-    between the parent's clock and the engine's (a PR session always has main's before it)."""
-    docs = store.query(
-        "SELECT document FROM sessions WHERE round_id = ? AND shard = ? AND side = 'main' "
-        "AND status = 'ok' AND list_contains(?, kind) AND document IS NOT NULL ORDER BY slot",
-        [round_id, shard, list(TIMED)],
-    )
-    return main_regions(d for (d,) in docs)
 
 
 def _check_round(store: Store, loaded: LoadedManifest, main_commit: str) -> bool:
@@ -120,38 +66,24 @@ def _check_round(store: Store, loaded: LoadedManifest, main_commit: str) -> bool
 
 
 def run_task(
-    task: Task,
-    checkout: Path,
-    work: Path,
-    policy: ResolvedPolicy,
-    disk_paths: list[Path],
-    main_checkout: Path | None = None,
-    kernel_caches: Path | None = None,
-) -> Outcome:
-    """Run a task; infrastructure failures (and any failure of main) are retried. Speed tasks
-    are timed from `main_checkout` (main's pinned harness) measuring the engine of `checkout`.
-    `kernel_caches`: the folder of every side's compiled-kernel cache (sandbox.kernel_cache)."""
+    task: Task, checkout: Path, place: Place, policy: ResolvedPolicy, disk_paths: list[Path]
+) -> Run:
+    """Run a task; a session whose outcome is the box's (outcome.judge: fault 'infra', any
+    failure of main among them) is run again, up to `infra_retries` times. Speed tasks are timed
+    from main's checkout (main's pinned harness), measuring the engine of `checkout` beside
+    main's."""
     f = policy.failures
     req = build_request(task, policy)
-    env = kernel_cache_env(kernel_caches, task, req.timed) if kernel_caches else None
     attempts = 0
     while True:
         attempts += 1
-        o = run_request(
-            req,
-            checkout,
-            work,
-            f.infra_patterns,
-            f.min_free_disk_mb,
-            f.max_document_mb,
-            disk_paths,
-            harness_checkout=main_checkout,
-            env=env,
-        )
-        o.attempts = attempts
-        retry = o.status == "infra" or (task.side == "main" and not o.ok)
-        if not retry or attempts > f.infra_retries:
-            return o
+        run = run_request(
+            req, checkout, place, f.min_free_disk_mb, f.max_document_mb, disk_paths,
+            task.side, task.pr,
+        )  # fmt: skip
+        run.attempts = attempts
+        if judge(task, req, run, policy).fault != "infra" or attempts > f.infra_retries:
+            return run
         time.sleep(f.retry_wait_s)
 
 
@@ -164,9 +96,12 @@ def collect(
     cluster: str | None = None,
     gpus: int | None = None,
     hook: Callable | None = None,
+    unsandboxed: bool = False,
 ) -> int:
     """Run (or resume) a round. Returns the number of sessions still failing for infrastructure.
 
+    Every checkout's code runs sealed (collector/sandbox.py): a box that cannot make a sandbox
+    is refused before anything runs, unless `unsandboxed` (the round's pages then say so).
     `cluster` ('local', 'auto' or 'ray://HOST:PORT'): cut the round into shards, one per GPU of
     a Ray cluster (collector/cluster.py; `gpus`: how many, declared on a local instance); this
     process stays the only writer of the database. `hook`: called after each session a shard's
@@ -176,6 +111,7 @@ def collect(
     policy = resolve(load_policy(loaded.policy_path), m.profile)
     db_path = Path(db_path).resolve()
     scratch = (scratch or db_path.parent / f".{db_path.name}.scratch").resolve() / m.round
+    kind = seal(unsandboxed, scratch, gpu=policy.profile.backend != "numpy")
     store = open_store(db_path)
     try:
         try:
@@ -183,14 +119,13 @@ def collect(
         except GitError as e:
             raise ManifestError(f"manifest {loaded.path}: engine_repo: {e}") from None
         try:
+            args = (store, ws, loaded, policy, scratch, db_path, kind, log, progress)
             if cluster is None:
-                return _collect(store, ws, loaded, policy, scratch, db_path, log, progress)
+                return _collect(*args)
             from collector import cluster as ray_cluster  # noqa: PLC0415 - Ray only when asked
 
             with ray_cluster.connect(cluster, gpus, log) as conn:
-                return _collect(
-                    store, ws, loaded, policy, scratch, db_path, log, progress, conn, hook
-                )
+                return _collect(*args, conn, hook)
         finally:
             ws.cleanup()
     finally:
@@ -204,6 +139,7 @@ def _collect(
     policy: ResolvedPolicy,
     scratch: Path,
     db_path: Path,
+    sandbox: str,
     log: Callable[[str], None],
     progress: bool,
     conn: object | None = None,
@@ -211,12 +147,14 @@ def _collect(
 ) -> int:
     m = loaded.manifest
     main_commit, tips = preflight(loaded, ws)  # every ref and patch checked: nothing measured yet
-    writer.record_round(
-        store, loaded, policy, main_commit, new=_check_round(store, loaded, main_commit)
-    )
+    new = _check_round(store, loaded, main_commit)
+    writer.record_round(store, loaded, policy, main_commit, new, describe(sandbox))
     log(
-        f"round {m.round}: main {main_commit[:12]} ({m.base_ref}), {len(m.pr)} PRs, profile {m.profile}"
+        f"round {m.round}: main {main_commit[:12]} ({m.base_ref}), {len(m.pr)} PRs, profile "
+        f"{m.profile}, PR code sealed by {describe(sandbox)}"
     )
+    if sandbox == "none":
+        log("  warning: --unsandboxed: every PR's code runs with the collector's own rights")
     main_checkout = ws.add_worktree("main", main_commit)
     by_pr = _candidates(store, ws, loaded, policy, main_commit, tips, log)
     measurable = [(p.number, list(p.targets)) for p in m.pr if by_pr[p.number].measurable]
@@ -254,8 +192,8 @@ def _collect(
                 for s in plan for t in s.tasks if t.side == "pr"]  # fmt: skip
         checkouts = tuple(sorted({p for n in mine if (p := by_pr[n].checkout) is not None}))
         return Bench(
-            ws.repo, main, main_commit, policy, work, (db_path.parent,), checkouts,
-            kernel_caches=work / "kernel-cache",
+            ws.repo, main_commit, policy, Place(main, work, sandbox, work / "kernel-cache"),
+            (db_path.parent,), checkouts,
         )  # fmt: skip
 
     def commit_of(task: Task) -> str:
@@ -277,7 +215,7 @@ def _collect(
         )
         with bar_ctx as bar:
 
-            def done(task: Task, o: Outcome, placement: Placement | None) -> int:
+            def done(task: Task, o: Run | Outcome, placement: Placement | None) -> int:
                 failed = record(store, task, commit_of(task), o, policy, log, placement)
                 if bar is not None:
                     bar.update(1, task.session_id.split("/", 1)[1])
@@ -396,14 +334,14 @@ def _run_here(
     bench: Bench,
     todo: list[Task],
     by_pr: dict[int, Candidate],
-    done: Callable[[Task, Outcome, Placement | None], int],
+    done: Callable[[Task, Run | Outcome, Placement | None], int],
     skip: Callable[[Task], Outcome | None],
     log: Callable[[str], None],
 ) -> int:
     """Every session in this process, one after another (a sharded round's shards in turn)."""
     from collector.cluster import here  # noqa: PLC0415 - nvidia-smi's answer, no Ray
 
-    guard = BoxGuard(bench.main_checkout, log, bench.pr_checkouts, bench.kernel_caches)
+    guard = BoxGuard(bench.place, log, bench.pr_checkouts)
     placement = here()
     checkout = _pr_checkout(by_pr)
     infra = 0
@@ -414,11 +352,12 @@ def _run_here(
     return infra
 
 
-def stop_if_box_changed(o: Outcome) -> None:
+def stop_if_box_changed(o: Run | Outcome) -> None:
     """A session that changed files every later process trusts stops the round (it is
     recorded, `forged`, first: the round resumes after it once the box is restored)."""
-    if o.extra.get("stop_round"):
-        raise RoundError(o.extra["stop_round"])
+    run = o.run if isinstance(o, Outcome) else o
+    if run.stop_round:
+        raise RoundError(run.stop_round)
 
 
 def skipped_outcome(
@@ -440,7 +379,7 @@ def skipped_outcome(
         f"not run: the PR's {kind} session of {model} was {status} (a REJECT at once), so its "
         "later sessions of the round are skipped"
     )
-    return Outcome("skipped", detail, None, now(), 0.0, "")
+    return skipped(now(), detail)
 
 
 @dataclass(frozen=True)
@@ -448,99 +387,59 @@ class Bench:
     """What one GPU's sessions need; picklable, so a shard's worker gets its own."""
 
     repo: Path
-    main_checkout: Path
     main_commit: str
     policy: ResolvedPolicy
-    work: Path
+    place: Place  # main's checkout, the work folder, the sandbox, the kernel caches
     disk_paths: tuple[Path, ...]
     pr_checkouts: tuple[Path, ...] = ()  # what its PR sessions must leave alone but their own
-    kernel_caches: Path | None = None  # every side's compiled-kernel cache (sandbox.kernel_cache)
 
 
-def measure(bench: Bench, guard: BoxGuard, task: Task, checkout: Path | None) -> Outcome:
-    """One session where its GPU is, and what only that box can judge: what the session changed
-    outside its checkout, and whether its numbers are its own honest work. `checkout` None: main."""
-    checkout = checkout or bench.main_checkout
+def measure(bench: Bench, guard: BoxGuard, task: Task, checkout: Path | None) -> Run:
+    """One session where its GPU is, and what only that box can find: what the session changed
+    outside its own folders. `checkout` None: main. Judged by `record` (outcome.judge)."""
+    checkout = checkout or bench.place.main_checkout
     if task.side == "pr":  # its own earlier process may have rewritten them on disk
         pin_harness(checkout, bench.repo, bench.main_commit, bench.policy.harness.paths)
     guard.before_session()
-    o = run_task(
-        task, checkout, bench.work, bench.policy, list(bench.disk_paths), bench.main_checkout,
-        bench.kernel_caches,
-    )  # fmt: skip
-    tampered = guard.after_session(task, checkout)
-    if task.side == "pr" and not tampered:
+    run = run_task(task, checkout, bench.place, bench.policy, list(bench.disk_paths))
+    run.box = guard.after_session(task, checkout)
+    if task.side == "pr" and not run.box:
         paths = bench.policy.harness.paths
         drift = harness_drift(checkout, bench.repo, bench.main_commit, paths)
         if drift:  # put back before its next session by pin_harness
-            tampered = "rewrote the pinned harness in its checkout: " + ", ".join(drift[:5])
-    if guard.stop_round:  # the session is recorded first, then the round stops
-        o.extra["stop_round"], guard.stop_round = guard.stop_round, None
-    if tampered and task.side == "pr":
-        o.status, o.detail = "forged", tampered
-    elif o.status == "ok" and task.kind in TIMED:
-        outputs = diverged_evidence(o.document, task.model, bench.policy)
-        if outputs:
-            o.status, o.detail = "diverged", outputs
-    return o
+            run.box = "rewrote the pinned harness in its checkout: " + ", ".join(drift[:5])
+    run.stop_round, guard.stop_round = guard.stop_round, None
+    return run
 
 
 def record(
     store: Store,
     task: Task,
     commit: str,
-    o: Outcome,
+    o: Run | Outcome,
     policy: ResolvedPolicy,
     log: Callable[[str], None],
     placement: Placement | None = None,
 ) -> int:
-    """What needs the round's evidence (a PR's clock against main's, a gain beyond main's range,
-    main failing the same way: main of the task's own shard), then the session written; 1 when
-    it failed for infrastructure."""
+    """A session judged (outcome.judge; main failing the same way in the round, main of the
+    task's own shard, is looked up here) and written; 1 when it failed for infrastructure."""
     round_id = slot_round(task)
-    if o.status == "skipped":
+    if isinstance(o, Outcome):  # skipped: judged already
         writer.write_session(store, round_id, task, commit, o, placement=placement)
         return 0
-    if task.side == "pr" and task.kind in TIMED and o.status in ("ok", "diverged"):
-        clock = clock_problem(
-            o.document, policy.forgery, _main_regions(store, round_id, task.shard)
+    main_failed = task.side == "pr" and bool(
+        store.query(
+            "SELECT 1 FROM sessions WHERE round_id = ? AND shard = ? AND side = 'main' "
+            "AND kind = ? AND model = ? AND status <> 'ok'",
+            [round_id, task.shard, task.kind, task.model],
         )
-        if clock:
-            o.status, o.detail = "forged", clock
-    if task.side == "pr" and o.status == "ok" and task.kind in ("sweep", "guard", "concurrent"):
-        why = _implausible(
-            store,
-            round_id,
-            task.shard,
-            task.model,
-            samples_of(o.document),
-            policy.verdict.implausible_gain,
-        )
-        if why:
-            o.status, o.detail = "implausible", why
-    main_fails_too = False
-    if task.side == "pr" and not o.ok and o.status != "implausible":
-        main_fails_too = bool(
-            store.query(
-                "SELECT 1 FROM sessions WHERE round_id = ? AND shard = ? AND side = 'main' "
-                "AND list_contains(?, kind) AND model = ? AND status <> 'ok'",
-                [
-                    round_id,
-                    task.shard,
-                    ["sweep", "guard"] if task.kind in ("sweep", "guard") else [task.kind],
-                    task.model,
-                ],
-            )
-        )
-        if main_fails_too:
-            o.detail += " (main fails the same way in this round)"
-    writer.write_session(store, round_id, task, commit, o, main_fails_too, placement)
-    if not o.ok:
-        who = "main" if task.side == "main" else f"PR #{task.pr}"
-        log(f"  {who} {task.kind} {task.model}: {o.status}: {o.detail}")
-    return (
-        1 if (o.status == "infra" or (not o.ok and (task.side == "main" or main_fails_too))) else 0
     )
+    outcome = judge(task, build_request(task, policy), o, policy, main_failed)
+    writer.write_session(store, round_id, task, commit, outcome, placement)
+    if not outcome.ok:
+        who = "main" if task.side == "main" else f"PR #{task.pr}"
+        log(f"  {who} {task.kind} {task.model}: {outcome.status}: {outcome.detail}")
+    return 1 if outcome.fault == "infra" else 0
 
 
 def slot_round(task: Task) -> str:

@@ -1,14 +1,17 @@
 """One axis, PR against main: the comparison every gate reads.
 
-Speed axes (`compare_axis`): delta = median(PR) / median(main) - 1 with a bootstrap interval,
-the round's noise on the axis and the band it implies, each PR session against the main sessions
-beside it (its confirmation sessions also apart); significance and the floor are decided by
-`gates.rules` (words and decision from one function). Memory axes (`compare_memory`): bytes,
-lower is better, never a tier.
+Speed axes (`compare_axis`): every repetition of a PR's speed session is a pair, main's engine
+and the PR's timed turn by turn in the same minutes (engine/harness/measure.py). Delta =
+median(PR / main) - 1 over the pairs, with a bootstrap interval; the noise on the axis is the
+spread between the PR's sessions (each a new pair of processes), never less than the profile's
+floor, and the band it implies; each session's own delta (its confirmation sessions also
+apart). Significance and the floor are decided by `gates.rules` (words and decision from one
+function). Memory axes (`compare_memory`): bytes, lower is better, never a tier.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from collector.gates.base import EPS
@@ -16,14 +19,14 @@ from collector.gates.rules import gain_shortfall, loss_shortfall
 from collector.policy import ResolvedPolicy
 from collector.schedule import is_confirmation
 from collector.stats import (
-    Slotted,
-    bootstrap_delta_ci,
-    drift_free_spread,
+    Pair,
+    bootstrap_ratio_ci,
     is_implausible,
     least_gain,
-    local_ratios,
     median,
     seed_for,
+    session_ratios,
+    session_spread,
 )
 
 
@@ -46,52 +49,30 @@ class Comparison:
     n_pr: int
     # not stored: what the gates' words read
     band: float = 1.0  # VerdictRules.band(noise)
-    per_session: tuple[float, ...] = ()  # each PR session's delta against main beside it
+    per_session: tuple[float, ...] = ()  # each PR session's delta, its pairs alone
     confirmed: tuple[float, ...] = ()  # the same, of its confirmation sessions alone
     least_gain: float = 0.0  # the PR's slowest sample over main's fastest
 
 
 def compare_axis(
-    policy: ResolvedPolicy,
-    model: str,
-    role: str,
-    ax: str,
-    main_vals: list[float],
-    pr_vals: list[float],
-    main_sessions: Slotted,
-    pr_sessions: Slotted | None = None,
+    policy: ResolvedPolicy, model: str, role: str, ax: str, pairs: Sequence[Pair]
 ) -> Comparison:
-    """One axis, PR against main; sessions are (slot, median) pairs. A gain (or a loss) must
-    also hold in each PR session alone, against main's sessions beside it: one session that ran
-    during a burst of load elsewhere on the box decides nothing, and slow drift cancels."""
+    """One axis, PR against main, from its pairs (slot, main's value, the PR's). A gain (or a
+    loss) must also hold in each PR session alone: one pair of processes that drew a slow
+    placement decides nothing."""
     v = policy.verdict
-    d, lo, hi = bootstrap_delta_ci(
-        main_vals,
-        pr_vals,
-        v.bootstrap_resamples,
-        v.confidence,
-        seed_for(v.bootstrap_seed, model, ax),
+    d, lo, hi = bootstrap_ratio_ci(
+        pairs, v.bootstrap_resamples, v.confidence, seed_for(v.bootstrap_seed, model, ax)
     )
-    # the band is the planned round's: main's confirmation sessions only stand beside the PR's
-    # (the largest of more deviations is larger, and would loosen the band for a confirmed PR)
-    planned = [(slot, m) for slot, m in main_sessions if not is_confirmation(slot)]
-    noise = max(drift_free_spread(planned, v.noise_outliers), policy.profile.noise_floor(ax))
-    main_med = median(main_vals)
-    per_session = (
-        [r - 1 for r in local_ratios(main_sessions, pr_sessions)]
-        if pr_sessions
-        else [median(pr_vals) / main_med - 1]
-    )
-    confirmed = (
-        [d for (slot, _), d in zip(pr_sessions, per_session, strict=True) if is_confirmation(slot)]
-        if pr_sessions
-        else []
-    )
+    noise = max(session_spread(pairs), policy.profile.noise_floor(ax))
+    sessions = [(slot, median(q) - 1) for slot, q in session_ratios(pairs)]
+    main_vals = [m for _, m, _ in pairs]
+    pr_vals = [p for _, _, p in pairs]
     c = Comparison(
         model=model,
         role=role,
         axis=ax,
-        main_value=main_med,
+        main_value=median(main_vals),
         pr_value=median(pr_vals),
         delta=d,
         ci_low=lo,
@@ -104,18 +85,14 @@ def compare_axis(
         n_main=len(main_vals),
         n_pr=len(pr_vals),
         band=v.band(noise),
-        per_session=tuple(per_session),
-        confirmed=tuple(confirmed),
+        per_session=tuple(d for _, d in sessions),
+        confirmed=tuple(d for slot, d in sessions if is_confirmation(slot)),
         least_gain=least_gain(main_vals, pr_vals),
     )
     c.significant = gain_shortfall(c, v) is None
     c.tier = v.tier(d) if c.significant else "none"
     c.below_floor = loss_shortfall(c, v) is None
     return c
-
-
-# Which sessions a shard's verdicts read: every PR's, and main's of that shard only (a PR is
-# only ever compared with main measured on its own GPU). `x` is the sessions table.
 
 
 def compare_memory(

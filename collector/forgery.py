@@ -33,7 +33,6 @@ them is the run gate (a `forged` or `diverged` session is the PR's fault, a REJE
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -41,7 +40,13 @@ from typing import TYPE_CHECKING, Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine.harness.protocol import ConcurrentResult, LongContextResult, SweepResult
+from collector.samples import samples_of
+from engine.harness.protocol import (
+    ConcurrentResult,
+    LongContextResult,
+    SweepResult,
+    TimingReport,
+)
 
 if TYPE_CHECKING:
     from collector.policy import ResolvedPolicy
@@ -67,6 +72,14 @@ class ForgeryRules(BaseModel):
     tie_nats: Annotated[float, Field(ge=0.0)] = 1e-3
     # one-sided z of the agreement's confidence bound (2.33: 99%): small samples decide nothing
     z: Annotated[float, Field(gt=0.0)] = 2.33
+    # Turns (engine/harness/turns.py): CPU seconds an engine's processes may use between and
+    # after its answers (or the GPU stay busy after its turns), beyond main's engine beside it,
+    # in a whole session, at least ...
+    idle_cpu_s: Annotated[float, Field(gt=0.0)] = 0.01
+    # ... and at most this share of the time it was watched idle (a core kept busy: ~1)
+    idle_share: Annotated[float, Field(gt=0.0, le=1.0)] = 0.5
+    # one stop of every process this long or longer: something kept starting processes
+    idle_stop_s: Annotated[float, Field(gt=0.0)] = 1.5
 
 
 Regions = Sequence[tuple[float, float]]  # (the parent's seconds, the engine's own) per region
@@ -193,25 +206,104 @@ def output_problem(
 SpeedDocument = SweepResult | ConcurrentResult | LongContextResult
 
 
-def clock_problem(doc: object, rules: ForgeryRules, main: Mapping[str, Regions]) -> str | None:
+def clock_problem(doc: object, rules: ForgeryRules) -> str | None:
     """Why a PR's speed document betrays a clock its engine process changed (`forged`), or None.
-    `main`: main's regions of the same round and GPU by group (main_regions)."""
+    Main's engine, timed beside it in the same session (`baseline`), gives the box's own gaps."""
     if not isinstance(doc, SpeedDocument) or doc.measured is None:
         return None  # a long-context check that died before any timed work: its gate judges it
     timing = doc.measured.timing
+    base = getattr(doc, "baseline", None)
+    main = regions_by_group(base.timing) if base is not None else None
     return timing_problem(timing.regions, rules, timing.groups, main)
 
 
-def main_regions(documents: Iterable[str]) -> dict[str, list[tuple[float, float]]]:
-    """Main's timed regions by group label, from its stored speed documents (JSON)."""
+def regions_by_group(timing: TimingReport) -> dict[str, list[tuple[float, float]]]:
+    """A timing report's regions by group label ("" for unlabelled ones)."""
     out: dict[str, list[tuple[float, float]]] = {}
-    for text in documents:
-        timing = (json.loads(text).get("measured") or {}).get("timing") or {}
-        regions = timing.get("regions") or []
-        labels = timing.get("groups") or [""] * len(regions)
-        for (parent, own), group in zip(regions, labels, strict=True):
-            out.setdefault(group, []).append((float(parent), float(own)))
+    labels = timing.groups or [""] * len(timing.regions)
+    for (parent, own), group in zip(timing.regions, labels, strict=True):
+        out.setdefault(group, []).append((float(parent), float(own)))
     return out
+
+
+def idle_problem(doc: object, rules: ForgeryRules) -> str | None:
+    """Why the PR's engine worked while it was not its turn (`forged`), or None. The timing
+    parent stops an engine's every process after each answer and reads from outside what they
+    used meanwhile (engine/harness/turns.py); main's engine beside it is the box's reference."""
+    measured = getattr(doc, "measured", None)
+    idle = measured.idle if measured is not None else None
+    if idle is None:
+        return None
+    base = getattr(doc, "baseline", None)
+    main = base.idle if base is not None else None
+    slowest = max(idle.stop_s, default=0.0)
+    if slowest >= rules.idle_stop_s:
+        return (
+            f"its processes could not all be stopped after an answer (one stop took "
+            f"{slowest:.2f} s, limit {rules.idle_stop_s:g} s): it works while it is not its turn"
+        )
+    stopped = sum(idle.while_stopped_s)
+    if stopped > rules.idle_cpu_s:
+        return (
+            f"its processes used {stopped * 1e3:.0f} ms of CPU while stopped between its turns "
+            f"(limit {rules.idle_cpu_s * 1e3:.0f} ms): a process escaped the stop"
+        )
+    outside = sum(idle.between_s) + sum(idle.after_answer_s)
+    beside = sum(main.between_s) + sum(main.after_answer_s) if main else 0.0
+    watched = sum(idle.window_s)  # its processes ran with nothing asked (then were stopped)
+    limit = max(rules.idle_cpu_s, rules.idle_share * watched)
+    if outside - beside > limit:
+        return (
+            f"its processes kept the CPU busy while it had nothing to do: {outside * 1e3:.0f} ms "
+            f"between and after its answers over {len(idle.stop_s)} turns, {watched * 1e3:.0f} ms "
+            "of them watched idle"
+            + (f"; main's engine beside it {beside * 1e3:.0f} ms" if main else "")
+            + f" (limit {limit * 1e3:.0f} ms beyond main's): it works while it is not its turn"
+        )
+    busy = sum(idle.device_busy_s) - (sum(main.device_busy_s) if main else 0.0)
+    if busy > rules.idle_cpu_s:
+        return (
+            f"the GPU stayed busy {sum(idle.device_busy_s) * 1e3:.0f} ms after its turns ended "
+            f"(limit {rules.idle_cpu_s * 1e3:.0f} ms beyond main's): it works while it is not "
+            "its turn"
+        )
+    return None
+
+
+def canary_problem(doc: object, limit: float) -> str | None:
+    """Why a speed session was measured on a box whose own speed moved under it (the canary
+    timed right before and after: `infra`, measured again), or None."""
+    measured = getattr(doc, "measured", None)
+    canary = measured.canary if measured is not None else None
+    if canary is None:
+        return None
+    moved = max(canary.after_s / canary.before_s, canary.before_s / canary.after_s) - 1
+    if moved <= limit:
+        return None
+    return (
+        f"the box's own speed moved during the session: its canary ({canary.workload}) took "
+        f"{canary.before_s * 1e3:.3g} ms before and {canary.after_s * 1e3:.3g} ms after "
+        f"({moved:+.0%}, limit {limit:.0%}): measured again, never judged"
+    )
+
+
+def implausible_claim(doc: object, gain: float) -> str | None:
+    """A PR axis beyond `gain` x main's engine beside it, even the PR's slowest sample against
+    main's fastest: a broken measurement (`implausible`), or None."""
+    by_axis: dict[str, dict[str, list[float]]] = {}
+    for side, ax, _rep, v in samples_of(doc):
+        by_axis.setdefault(ax, {}).setdefault(side, []).append(v)
+    for ax, sides in sorted(by_axis.items()):
+        mine, main = sides.get("pr", []), sides.get("main", [])
+        if ax.startswith(("mem", "vram")) or not (mine and main):
+            continue
+        if min(mine) > gain * max(main):
+            ratio = statistics.median(mine) / statistics.median(main)
+            return (
+                f"{ax} claims {ratio:.0f}x main ({statistics.median(mine):.4g} vs "
+                f"{statistics.median(main):.4g} tok/s)"
+            )
+    return None
 
 
 def diverged_evidence(doc: object, model: str, policy: ResolvedPolicy) -> str | None:

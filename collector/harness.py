@@ -1,48 +1,37 @@
-"""Run one bench-protocol command in a checkout, and classify what came back.
+"""Run one bench-protocol command, sealed, and hand back what it left: a `Run` (outcome.py judges it).
 
-Accuracy commands (score, prefill-check) run with cwd = PYTHONPATH = the checkout, so the PR's
-engine is what runs (the harness files in it were rewritten from main). Speed commands (sweep,
-concurrent) run the same way from main's checkout instead, with `--engine-checkout` naming the
-PR's: the process that reads the clock runs main's pinned harness and never imports the PR's
-code; the PR's engine runs in its child (engine/harness/timing.py). Its output is untrusted: the
-document is read from --out (size-capped) and parsed strictly with engine.harness.protocol; stderr is
-kept only as a short tail. Every run has a timeout; on expiry the whole process group is killed.
+Every command that runs a checkout's code runs inside the sandbox (engine/harness/sandbox.py,
+bubblewrap: its own user, PID, network and IPC namespaces, the filesystem read-only but its own
+folders). Accuracy commands (score, prefill-check) run the checkout itself in a sandbox, its
+output written into the session's own `out` folder. Speed commands (sweep, concurrent, guard,
+longctx) run main's pinned harness, the timing parent, from main's checkout and unsealed: it is
+main's code, and it starts each engine in a sandbox of its own (`--sandbox`), the PR's from the
+PR's checkout (`--engine-checkout`) and main's beside it (`--baseline-checkout`), taking turns.
+The timing parent writes no file outside the session's folder, and never imports the PR's code.
 
-Classification (collector/README.md, "Failure classification"):
-  ok           a valid document that answers the request
-  crash        non-zero exit (exit code kept) or death by a signal (exit_code < 0)
-  timeout      still running at the deadline (exit_code NULL)
-  malformed    exit 0 but no document, an invalid one, or one that answers another request
-  incomplete   a concurrent width with fewer complete runs than asked for
-  implausible  decided by the collector against main (see collect.py)
-  infra        the box: too little disk, no usable device, an infrastructure error message
-A failure on main's side is never the PR's: the collector charges it to infrastructure.
+Its output is untrusted: the document is read from `--out` (size-capped) and parsed strictly
+with engine.harness.protocol; stderr is kept only as a short tail. Every run has a timeout; on
+expiry the whole process group (and with it every sandbox, `--die-with-parent`) is killed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from pydantic import ValidationError
 
-from engine.harness.protocol import (
-    BenchDocument,
-    ConcurrentResult,
-    PrefillCheckResult,
-    ScoreResult,
-    SweepResult,
-    parse_document,
-)
+from collector.outcome import Run
+from engine.harness.protocol import parse_document
+from engine.harness.sandbox import Sandbox, exit_status, library_paths
 
 LOG_TAIL_BYTES = 4000
 
@@ -65,30 +54,6 @@ class Request:
     timed: bool = False  # a speed command: run from main's checkout, timing the PR's engine
 
 
-@dataclass
-class Outcome:
-    status: str
-    detail: str
-    exit_code: int | None
-    started_at: datetime
-    wall_s: float
-    log_tail: str
-    document: BenchDocument | None = None
-    attempts: int = 1
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
-
-    @property
-    def may_be_flaky(self) -> bool:
-        """A timeout, a death by signal or lost tokens may not recur at the same commit."""
-        return self.status in ("timeout", "incomplete") or (
-            self.status == "crash" and (self.exit_code is None or self.exit_code < 0)
-        )
-
-
 def free_disk_mb(path: Path) -> float:
     p = path
     while not p.exists():
@@ -107,111 +72,134 @@ def _tail(path: Path) -> str:
         return ""
 
 
-def _signal_name(code: int) -> str:
-    try:
-        return signal.Signals(-code).name
-    except ValueError:
-        return f"signal {-code}"
+@dataclass(frozen=True)
+class Place:
+    """Where a round's sessions run on this box: main's checkout (the timing parent's), the
+    work folder (each session's scratch and output), what seals every checkout's code, and the
+    root of every side's compiled-kernel cache (main's, each PR's own: sandbox.kernel_cache)."""
 
+    main_checkout: Path
+    work: Path
+    sandbox: str = "bwrap"  # engine.harness.sandbox.KINDS; 'none': --unsandboxed
+    kernel_caches: Path | None = None
 
-def _last_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    return lines[-1][:300] if lines else ""
+    def cache(self, side: str, pr: int) -> Path | None:
+        if self.kernel_caches is None:
+            return None
+        return self.kernel_caches / ("main" if side == "main" else f"pr-{pr}")
 
-
-def _check_answer(doc: BenchDocument, req: Request) -> str | None:
-    """Why a valid document does not answer the request, or None."""
-    if doc.model != req.model:
-        return f"document is for model {doc.model!r}, asked for {req.model!r}"
-    if req.backend in ("numpy", "cupy") and doc.device.backend != req.backend:
-        return None  # handled as infrastructure by the caller
-    if isinstance(doc, SweepResult):
-        got = tuple(c.ctx for c in doc.contexts)
-        if got != req.contexts:
-            return f"sweep contexts {list(got)}, asked for {list(req.contexts)}"
-        if doc.reps != req.reps:
-            return f"sweep reps {doc.reps}, asked for {req.reps}"
-    elif isinstance(doc, ConcurrentResult):
-        got = tuple(w.width for w in doc.widths)
-        if got != req.widths:
-            return f"concurrent widths {list(got)}, asked for {list(req.widths)}"
-        for w in doc.widths:
-            for r in w.runs:
-                if r.tokens_expected != w.width * doc.tokens:
-                    return f"width {w.width}: tokens_expected {r.tokens_expected} != width x tokens"
-                if r.tokens_decoded > r.tokens_expected:
-                    return f"width {w.width}: decoded more tokens than expected"
-    elif isinstance(doc, PrefillCheckResult):
-        got = tuple(p.prefix for p in doc.prefixes)
-        if got != req.prefixes:
-            return f"prefill-check prefixes {list(got)}, asked for {list(req.prefixes)}"
-    elif isinstance(doc, ScoreResult):
-        for i, pos in enumerate(doc.positions):
-            if len(pos.topk) > doc.topk:
-                return f"position {i}: {len(pos.topk)} top-k entries, topk is {doc.topk}"
-    return None
+    def prepare_caches(self, side: str, pr: int) -> tuple[Path | None, Path | None]:
+        """(main's cache, the side's own), each made a plain folder first (a PR may have left a
+        link to another side's in place of its own); a PR's starts as a copy of main's, so the
+        kernels it did not change are not compiled again."""
+        main, own = self.cache("main", 0), self.cache(side, pr)
+        if main is None or own is None:
+            return main, own
+        for path in (main, own):
+            if path.is_symlink() or (path.exists() and not path.is_dir()):
+                path.unlink()
+            if not path.exists():
+                if path != main and main.is_dir():
+                    shutil.copytree(main, path, symlinks=True)
+                path.mkdir(parents=True, exist_ok=True)
+        return main, own
 
 
 def run_request(
     req: Request,
     checkout: Path,
-    work: Path,
-    infra_patterns: list[str],
+    place: Place,
     min_free_disk_mb: float,
     max_document_mb: int,
     disk_paths: list[Path] | None = None,
-    harness_checkout: Path | None = None,
-    env: dict[str, str] | None = None,
-) -> Outcome:
-    """Run one harness command once and classify the result. A timed request runs from
-    `harness_checkout` (main's) and measures the engine of `checkout`. `env`: variables the
-    session's processes get on top of the request's (the collector's kernel caches)."""
+    side: str = "pr",
+    pr: int = 0,
+) -> Run:
+    """Run one harness command once. A timed request runs main's harness from
+    `place.main_checkout`, measuring the engine of `checkout` beside main's; any other runs the
+    code of `checkout` in its sandbox. Nothing is judged here (outcome.judge)."""
     started = datetime.now(UTC).replace(tzinfo=None)
-    for p in [work, *(disk_paths or [])]:
+    for p in [place.work, *(disk_paths or [])]:
         free = free_disk_mb(p)
         if free < min_free_disk_mb:
-            return Outcome(
-                "infra", f"only {free:.0f} MB free on the disk of {p}", None, started, 0.0, ""
-            )
-    work.mkdir(parents=True, exist_ok=True)
-    out_file, err_file = work / "out.json", work / "stderr.txt"
-    for f in (out_file, err_file):
-        f.unlink(missing_ok=True)
+            return Run(started, refused=f"only {free:.0f} MB free on the disk of {p}")
+    out_dir, err_file = place.work / "out", place.work / "stderr.txt"
+    shutil.rmtree(out_dir, ignore_errors=True)  # the last session's output (and anything else)
+    out_dir.mkdir(parents=True)
+    err_file.unlink(missing_ok=True)
+    out_file = out_dir / "out.json"
     t0 = time.monotonic()
     try:
-        code = _run(req, checkout, harness_checkout, out_file, err_file, env or {})
+        argv, env, cwd = _command(req, checkout, place, out_file, side, pr)
+        code = _run(argv, env, cwd, err_file, req.timeout_s)
+        if not req.timed:  # its own sandbox: a death by signal as the command's own
+            code = exit_status(Sandbox(place.sandbox), code)
     except OSError as e:
-        return Outcome("infra", f"cannot start the harness: {e.strerror}", None, started, 0.0, "")
+        return Run(started, refused=f"cannot start the harness: {e.strerror or e}")
     wall = time.monotonic() - t0
-    tail = _tail(err_file)
-    status, detail, doc = _classify(req, code, tail, out_file, infra_patterns, max_document_mb)
-    return Outcome(status, detail, code, started, wall, tail, doc)
+    doc, unreadable = _read(out_file, req.kind, max_document_mb) if code == 0 else (None, None)
+    return Run(started, wall, code, _tail(err_file), doc, unreadable)
+
+
+def _command(
+    req: Request, checkout: Path, place: Place, out_file: Path, side: str, pr: int
+) -> tuple[list[str], dict[str, str] | None, Path]:
+    """(argv, environment, cwd) of the request: the timing parent from main's checkout with
+    each engine's checkout, sandbox and cache named; else the command sealed in `checkout`."""
+    argv = [a.replace("{python}", sys.executable) for a in req.argv] + ["--out", str(out_file)]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env.update(dict(req.env))
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    main_cache, own_cache = place.prepare_caches(side, pr)
+    if req.timed:
+        argv += ["--engine-checkout", str(checkout), "--sandbox", place.sandbox]
+        argv += ["--scratch", str(place.work / "session")]
+        if req.kind != "longctx":  # the long-context check runs one engine under its budget
+            argv += ["--baseline-checkout", str(place.main_checkout)]
+        for flag, cache in (("--engine-cache", own_cache), ("--baseline-cache", main_cache)):
+            if cache is not None:
+                argv += [flag, str(cache)]
+        if main_cache is not None:  # the parent verifies with main's kernels
+            env["CUPY_CACHE_DIR"] = str(main_cache)
+        env["PYTHONPATH"] = str(place.main_checkout)
+        return argv, env, place.main_checkout
+    if own_cache is not None:
+        env["CUPY_CACHE_DIR"] = str(own_cache)
+    home = place.work / "home"
+    shutil.rmtree(home, ignore_errors=True)
+    writable = [home, out_file.parent, *([own_cache] if own_cache else [])]
+    sealed = Sandbox(place.sandbox, gpu=req.backend != "numpy")
+    argv, env = sealed.wrap(
+        argv, checkout=checkout, writable=writable, env=env, python_path=library_paths([checkout])
+    )
+    return argv, env, checkout
+
+
+def _read(out_file: Path, kind: str, max_document_mb: int) -> tuple[object | None, str | None]:
+    """(document, None), or (None, why the output is not a document of `kind`)."""
+    if not out_file.is_file() or out_file.stat().st_size == 0:
+        return None, "exited 0 without writing a JSON document"
+    if out_file.stat().st_size > max_document_mb * 2**20:
+        return None, f"document larger than {max_document_mb} MB"
+    try:
+        return parse_document(out_file.read_bytes(), kind), None
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err["loc"]) or "document"
+        return None, f"invalid {kind} document: {where}: {err['msg']}"[:400]
+    except ValueError as e:
+        return None, f"invalid {kind} document: {str(e)[:300]}"
 
 
 def _run(
-    req: Request,
-    checkout: Path,
-    harness_checkout: Path | None,
-    out_file: Path,
-    err_file: Path,
-    extra_env: dict[str, str],
+    argv: list[str], env: dict[str, str] | None, cwd: Path, err_file: Path, timeout_s: float
 ) -> int | None:
-    """The subprocess, bounded by the request's timeout (its whole process group killed then);
-    its exit code, or None when it was killed on timeout."""
-    argv = [a.replace("{python}", sys.executable) for a in req.argv] + ["--out", str(out_file)]
-    runs_in = checkout
-    if req.timed:
-        runs_in = harness_checkout or checkout
-        argv += ["--engine-checkout", str(checkout)]
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    env.update(dict(req.env))
-    env.update(extra_env)
-    env["PYTHONPATH"] = str(runs_in)
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    """The subprocess, bounded by `timeout_s` (its whole process group killed then); its exit
+    code, or None when it was killed on timeout."""
     with open(err_file, "wb") as err:
         proc = subprocess.Popen(
             argv,
-            cwd=runs_in,
+            cwd=cwd,
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -219,56 +207,9 @@ def _run(
             start_new_session=True,  # its own process group: a timeout kills all of it
         )
         try:
-            return proc.wait(timeout=req.timeout_s)
+            return proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             return None
-
-
-def _classify(
-    req: Request,
-    code: int | None,
-    tail: str,
-    out_file: Path,
-    infra_patterns: list[str],
-    max_document_mb: int,
-) -> tuple[str, str, BenchDocument | None]:
-    """(status, detail, document) of a finished run (module docstring: the classification)."""
-    if any(re.search(p, tail, flags=re.IGNORECASE) for p in infra_patterns):
-        return "infra", "infrastructure error: " + _last_line(tail), None
-    if code is None:
-        return "timeout", f"no answer within {req.timeout_s:.0f} s; killed", None
-    if code < 0:
-        return "crash", f"killed by {_signal_name(code)}", None
-    if code != 0:
-        last = _last_line(tail)
-        return "crash", f"exit code {code}" + (f": {last}" if last else ""), None
-    if not out_file.exists() or out_file.stat().st_size == 0:
-        return "malformed", "exited 0 without writing a JSON document", None
-    if out_file.stat().st_size > max_document_mb * 2**20:
-        return "malformed", f"document larger than {max_document_mb} MB", None
-    try:
-        doc = parse_document(out_file.read_bytes(), req.kind)
-    except ValidationError as e:
-        err = e.errors()[0]
-        where = ".".join(str(x) for x in err["loc"]) or "document"
-        return "malformed", f"invalid {req.kind} document: {where}: {err['msg']}"[:400], None
-    except ValueError as e:
-        return "malformed", f"invalid {req.kind} document: {str(e)[:300]}", None
-    if req.backend in ("numpy", "cupy") and doc.device.backend != req.backend:
-        why = f"no usable device: ran on {doc.device.backend}, the profile needs {req.backend}"
-        return "infra", why, None
-    wrong = _check_answer(doc, req)
-    if wrong:
-        return "malformed", wrong, None
-    if isinstance(doc, ConcurrentResult):
-        short = [
-            f"c{w.width}: {sum(r.complete for r in w.runs)}/{req.runs} complete runs"
-            for w in doc.widths
-            if sum(r.complete for r in w.runs) < req.runs
-        ]
-        if short:
-            return "incomplete", "lost tokens: " + ", ".join(short), doc
-    return "ok", "ok", doc

@@ -32,9 +32,6 @@ class VerdictRules(_Strict):
     bootstrap_resamples: Annotated[int, Field(ge=100)] = 2000
     bootstrap_seed: int = 0
     noise_multiplier: Annotated[float, Field(ge=0.0)] = 1.0
-    # main sessions left out of the round's noise, the most deviant first, while at least 4
-    # remain (0 for a round stored before the rule: it is judged as it was)
-    noise_outliers: Annotated[int, Field(ge=0, le=3)] = 0
     blocking_labels: list[str] = []
     strikes_to_reject: Annotated[int, Field(ge=1)] = 2
 
@@ -61,7 +58,7 @@ class VerdictRules(_Strict):
 
     def band(self, noise: float) -> float:
         """How far PR / main must leave 1 (above it for a gain, below 1 / band for a loss) when
-        main's own noise is `noise`: (1 + noise) ** noise_multiplier, a ratio, since timing
+        the axis's noise is `noise`: (1 + noise) ** noise_multiplier, a ratio, since timing
         noise is multiplicative; a neutral PR then almost never leaves it by chance."""
         return (1 + noise) ** self.noise_multiplier
 
@@ -124,6 +121,9 @@ class Profile(_Strict):
     guard_width_runs: PosInt = 2
     tokens: PosInt
     reps: PosInt
+    # seconds each engine spends on an operation per repetition (the harness's --min-time): a
+    # short operation is run again and again, its fastest run kept
+    min_time: Annotated[float, Field(gt=0.0, le=10.0)] = 0.1
     # untimed repetitions per context of a sweep (the harness's --warmup; unset: its default);
     # concurrent widths keep the default, whose untimed run also captures the width's graph
     warmup: Annotated[int, Field(ge=0)] | None = None
@@ -133,21 +133,29 @@ class Profile(_Strict):
     prompt_len: PosInt
     prefill_prefixes: list[PosInt] = Field(min_length=1)
     prefill_positions: PosInt
-    min_main_sessions: Annotated[int, Field(ge=2)] = 3
-    pr_sessions: PosInt = 2  # sessions per PR: a verdict on speed must hold in each of them
-    main_every: PosInt = 2
+    # paired sessions per PR (main's engine timed beside the PR's in each): a verdict on speed
+    # must hold in each, and the spread between them is the axis's noise
+    pr_sessions: PosInt = 2
     # Timed sessions more for each PR whose verdict rests on speed alone (a tier, or a REJECT for
     # a loss), run after the planned ones: a burst of load that hit a PR's planned sessions does
     # not decide its verdict (collector/README.md, "Verdict rules"). 0: no confirmation.
     confirm_sessions: Annotated[int, Field(ge=0)] = 1
     score_text: str = "data/corpus.txt"
     env: dict[str, str] = {}  # extra environment for the harness subprocesses
-    # The least main-vs-main noise this class of box is credited with, whatever a round's few
-    # main sessions happen to show: calibrated from A/A rounds (policy.toml says which).
+    # The least noise an axis is credited with, whatever the spread between a PR's few sessions
+    # happens to be: what a pair of processes of identical code shows on this class of box,
+    # calibrated from A/A rounds (policy.toml says which).
     min_noise: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
-    # Axes that need a higher floor than min_noise ('prefill@128' = 0.35): on the GPU a short
-    # prefill is a few milliseconds of host-bound launches, and its A/A spread is 10-100x decode's.
+    # Axes that need a higher floor than min_noise (a short prefill on the GPU is a few
+    # milliseconds of host-bound launches; the long-context check's single prefill).
     min_noise_axes: dict[str, Annotated[float, Field(ge=0.0, lt=1.0)]] = {}
+    # Prompt tokens one timed prefill region holds at least: a shorter context is timed several
+    # fresh prompts to a region (the harness's --prefill-tokens; 0: one prompt per region).
+    prefill_tokens: Annotated[int, Field(ge=0)] = 0
+    # A fixed workload the timing parent times right before and after each speed session (the
+    # canary): a session whose canary moved by more than this (a ratio - 1) ran on a box that
+    # changed under it, and is measured again, never judged.
+    canary_limit: Annotated[float, Field(gt=0.0)] = 0.5
     # A model's own context window: contexts that do not fit (with the decoded tokens) are not
     # measured on it, and its guard context falls back to the largest one that does.
     max_context: dict[str, PosInt] = {}
@@ -240,10 +248,12 @@ def default_policy_path() -> Path:
 
 
 def _merged(base: dict, override: dict) -> dict:
-    """`override` on top of `base`, table by table; any other value (lists too) replaces."""
+    """`override` on top of `base`, table by table; any other value (lists too) replaces, and so
+    does an empty table (`long_context = {}`: none)."""
     out = dict(base)
     for k, v in override.items():
-        out[k] = _merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        merge = isinstance(v, dict) and v and isinstance(out.get(k), dict)
+        out[k] = _merged(out[k], v) if merge else v
     return out
 
 

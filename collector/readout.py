@@ -10,7 +10,10 @@ read rounds through this module. Each table is fetched once, ordered (the same d
 the same structures), and grouped in Python: a thousand PRs are a handful of queries. It only
 reads; columns the collector adds later are ignored, columns it has not written read as None.
 Its types (`Round`, `Evaluation`) live in readout_model.py, the stored policy's reading in
-stored_policy.py; both are importable from here.
+stored_policy.py; both are importable from here. Beside the rounds it reads the pairs of the A/A
+rounds' PR sessions (`aa_pairs`: main's engine timed beside the PR's, the calibration's measured
+spread) and every round's canary (`canaries`); a database whose schema predates a column
+(`rounds.sandbox`, `sessions.canary_*`) reads it as None.
 
 Rules are never re-derived here: a round's policy is the validated `ResolvedPolicy` it was
 judged under (noise floors, bars, tiers come from it), significance and tiers are the stored
@@ -32,12 +35,14 @@ from collector.cost import SESSIONS_SQL, RoundCost, round_cost
 from collector.gates import GATE_ORDER
 from collector.manifest import round_kind
 from collector.readout_model import Evaluation, ReadoutError, Round, Row
+from collector.stats import Pair
 from collector.stored_policy import prefill_bars, stored_policy
 
 __all__ = [
     "STATUS_ICONS",
     "UNKNOWN_ICON",
     "Evaluation",
+    "Pair",
     "Readout",
     "ReadoutError",
     "Round",
@@ -97,9 +102,15 @@ class Readout:
     main_trend: list[Row]  # round_id, model, axis, value (median of main's samples), lo, hi, n
     main_accuracy: dict[str, list[Row]]  # round -> main against main (pr = 0)
     costs: dict[str, RoundCost]  # round -> device time of its sessions
-    # A/A rounds only: (round, model, axis) -> (slot, median) of each of main's sessions, the
-    # evidence the verdict's noise is computed from
-    main_sessions: dict[tuple[str, str, str], list[tuple[int, float]]]
+    # A/A rounds only: (round, PR, model, axis) -> the pairs (slot, main's value, the PR's) of
+    # the PR's speed sessions, main's engine timed beside the PR's (one per repetition; the same
+    # rep of both sides in one session), the evidence the verdict's noise is computed from
+    # (collector.stats.session_spread). A round stored before paired sessions has none.
+    aa_pairs: dict[tuple[str, int, str, str], list[Pair]] = field(default_factory=dict)
+    # round -> its sessions with a canary (a fixed workload timed right before and after each
+    # speed session), by started_at: session_id, side, pr, slot, kind, model, started_at,
+    # status, canary_before_s, canary_after_s (seconds). None before the canary was recorded.
+    canaries: dict[str, list[Row]] = field(default_factory=dict)
     # rounds on several GPUs only: round -> main's median per GPU (shard, host, gpu_index,
     # gpu_uuid), model and axis, with its n; a calibration figure of the GPUs, never a verdict's
     main_by_gpu: dict[str, list[Row]] = field(default_factory=dict)
@@ -202,6 +213,7 @@ def _round(row: Row, pr_labels: list[list[str]]) -> Round:
         policy=stored_policy(row.get("policy_json"), row.get("profile") or ""),
         policy_raw=raw if isinstance(raw, dict) else {},
         row=row,
+        sandbox=row.get("sandbox"),
     )
 
 
@@ -263,7 +275,8 @@ def _read(con: duckdb.DuckDBPyConnection, only: list[str] | None) -> Readout:
         main_trend=main_trend,
         main_accuracy=main_accuracy,
         costs=costs,
-        main_sessions=_main_sessions(con, [r.round_id for r in rounds if r.kind == "aa"]),
+        aa_pairs=_pairs(t, [r.round_id for r in rounds if r.kind == "aa"]),
+        canaries=_canaries(t),
         main_by_gpu=main_by_gpu,
     )
 
@@ -399,25 +412,58 @@ def _add(name: str) -> Any:
     return lambda ev, row: getattr(ev, name).append(row)
 
 
-def _main_sessions(
-    con: duckdb.DuckDBPyConnection, aa: list[str]
-) -> dict[tuple[str, str, str], list[tuple[int, float]]]:
-    """The sessions the verdict reads (collector/verdict.py: RoundData), one median each, of
-    the A/A rounds `aa`."""
-    out: dict[tuple[str, str, str], list[tuple[int, float]]] = defaultdict(list)
+def _has_columns(con: duckdb.DuckDBPyConnection, table: str, *columns: str) -> bool:
+    """Whether `table` has every one of `columns` (a database of an older schema may not)."""
+    have = {
+        r[0]
+        for r in con.execute(
+            "SELECT column_name FROM duckdb_columns() WHERE table_name = ? "
+            "AND schema_name = 'main' AND database_name = current_database()",
+            [table],
+        ).fetchall()
+    }
+    return set(columns) <= have
+
+
+PAIRS_SQL = """
+    SELECT s.round_id, x.pr, s.model, s.axis, x.slot, s.session_id, s.rep,
+           max(s.value) FILTER (WHERE s.side = 'main') AS main_value,
+           max(s.value) FILTER (WHERE s.side = 'pr') AS pr_value
+    FROM (SELECT * FROM samples {where} AND list_contains($aa, round_id)) s
+    JOIN sessions x USING (session_id)
+    WHERE x.side = 'pr' AND x.status IN ('ok', 'implausible', 'incomplete')
+    GROUP BY s.round_id, x.pr, s.model, s.axis, x.slot, s.session_id, s.rep
+    HAVING count(*) FILTER (WHERE s.side = 'main') > 0 AND count(*) FILTER (WHERE s.side = 'pr') > 0
+    ORDER BY s.round_id, x.pr, s.model, s.axis, x.slot, s.session_id, s.rep
+"""
+
+
+def _pairs(t: _Tables, aa: list[str]) -> dict[tuple[str, int, str, str], list[Pair]]:
+    """The pairs of the A/A rounds `aa`, as the verdict reads them (collector/verdict.py:
+    RoundData): each repetition of a PR's speed session that holds both engines' values. A PR
+    times a model either in full sweeps (a target) or in guard sweeps (a guard), never both, so
+    (round, PR, model, axis) names one shape of run."""
     if not aa:
         return {}
-    for row in _dicts(
-        con,
+    out: dict[tuple[str, int, str, str], list[Pair]] = defaultdict(list)
+    for row in t.rows(PAIRS_SQL, aa=aa):
+        key = (row["round_id"], row["pr"], row["model"], row["axis"])
+        out[key].append((row["slot"], row["main_value"], row["pr_value"]))
+    return dict(out)
+
+
+def _canaries(t: _Tables) -> dict[str, list[Row]]:
+    """Per round, its sessions that timed the canary, in the order they started."""
+    if not _has_columns(t.con, "sessions", "canary_before_s", "canary_after_s"):
+        return {}
+    out: dict[str, list[Row]] = defaultdict(list)
+    for row in t.rows(
         """
-        SELECT s.round_id, s.model, s.axis, x.slot, median(s.value) AS value
-        FROM samples s JOIN sessions x USING (session_id)
-        WHERE s.side = 'main' AND x.status IN ('ok', 'implausible', 'incomplete')
-          AND list_contains(?, s.round_id)
-        GROUP BY s.round_id, s.model, s.axis, s.session_id, x.slot
-        ORDER BY s.round_id, s.model, s.axis, x.slot
-        """,
-        [aa],
+        SELECT round_id, session_id, side, pr, slot, kind, model, started_at, status,
+               canary_before_s, canary_after_s
+        FROM sessions {where} AND (canary_before_s IS NOT NULL OR canary_after_s IS NOT NULL)
+        ORDER BY round_id, started_at, slot, session_id
+        """
     ):
-        out[(row["round_id"], row["model"], row["axis"])].append((row["slot"], row["value"]))
+        out[row["round_id"]].append(row)
     return dict(out)

@@ -29,10 +29,18 @@ class Round:
     policy: ResolvedPolicy | None  # None only for a policy that cannot be read
     policy_raw: dict[str, Any]  # as stored, for the site's "policy in force" table
     row: Row  # every column as stored
+    # what sealed every checkout's code: 'bubblewrap 0.8.0', 'none' (collected with
+    # --unsandboxed), None for a round collected before sandboxes
+    sandbox: str | None = None
 
     @property
     def leaderboard(self) -> bool:
         return self.kind == "round"
+
+    @property
+    def unsandboxed(self) -> bool:
+        """The maintainer ran the round's PR code without a sandbox (`collect --unsandboxed`)."""
+        return self.sandbox == "none"
 
 
 @dataclass

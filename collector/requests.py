@@ -3,7 +3,8 @@
 A task (schedule.py) becomes one `harness.Request`: the profile's numbers turned into the bench
 protocol's options, and what a valid document must answer (contexts, widths, prefixes). Speed
 requests (sweep, guard, concurrent, longctx) are `timed`: the collector runs them from main's
-checkout, measuring the PR's engine (harness.py).
+checkout, measuring the PR's engine beside main's (harness.py adds the engines' checkouts,
+sandbox and caches).
 """
 
 from __future__ import annotations
@@ -41,14 +42,22 @@ def _args(task: Task, policy: ResolvedPolicy) -> list[str]:
     return ["--model", task.model, "--backend", policy.profile.backend]
 
 
+def _timing(policy: ResolvedPolicy) -> list[str]:
+    """The options every speed command shares: its time per operation and untimed warm-up."""
+    prof = policy.profile
+    return ["--min-time", str(prof.min_time)] + (
+        [] if prof.warmup is None else ["--warmup", str(prof.warmup)]
+    )
+
+
 def _sweep(task: Task, policy: ResolvedPolicy) -> Request:
     prof = policy.profile
     guard = task.kind == "guard"
     ctxs = (prof.guard_ctx_for(task.model),) if guard else prof.contexts_for(task.model)
     argv = [*policy.harness.bench, "sweep", *_args(task, policy)]
     argv += ["--ctx", ",".join(map(str, ctxs)), "--tokens", str(prof.tokens)]
-    argv += ["--reps", str(prof.reps)]
-    argv += [] if prof.warmup is None else ["--warmup", str(prof.warmup)]
+    argv += ["--reps", str(prof.reps), *_timing(policy)]
+    argv += ["--prefill-tokens", str(prof.prefill_tokens)] if prof.prefill_tokens else []
     widths = tuple(prof.guard_widths) if guard else ()
     if widths:  # then a batched decode in the same process, verified like a concurrent session
         argv += ["--widths", ",".join(map(str, widths)), "--width-tokens"]
@@ -72,6 +81,7 @@ def _concurrent(task: Task, policy: ResolvedPolicy) -> Request:
     argv = [*policy.harness.bench, "concurrent", *_args(task, policy)]
     argv += ["--widths", ",".join(map(str, prof.widths)), "--tokens", str(prof.concurrent_tokens)]
     argv += ["--runs", str(prof.concurrent_runs), "--prompt-len", str(prof.prompt_len)]
+    argv += ["--min-time", str(prof.min_time)]
     return Request(
         "concurrent",
         argv=argv,

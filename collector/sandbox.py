@@ -1,33 +1,29 @@
-"""What a PR's processes could leave behind on the box, found and undone between sessions.
+"""The box around a round: what seals every checkout's code, and what is checked between sessions.
 
-A PR's engine runs as the collector's user, so at run time it can reach more than its own
-checkout: it could leave a process running into main's next session, rewrite main's checkout
-(the timing parent runs main's harness from there), or drop a `.pth` / `sitecustomize.py` where
-every later Python process would import it. Between sessions the collector therefore:
+Every command that runs a checkout's code runs in a sandbox (engine/harness/sandbox.py:
+bubblewrap, each in its own user, PID, network and IPC namespaces, the filesystem read-only but
+its own folders). `seal` makes sure this box can make one before a round starts, and refuses the
+round (with bubblewrap's own words) where it cannot, unless the maintainer passes
+`--unsandboxed`: then every page of the round says its PR code ran unsealed.
 
-* kills every process a session left behind: the collector is a child subreaper (Linux
-  `PR_SET_CHILD_SUBREAPER`), so a daemon that detached itself is re-parented here, not to init
-  (processes that were running before the session are spared);
-* checks main's checkout is exactly main's commit (`git status` with ignored files too) and
-  restores it if not, and re-pins the harness in the PR's checkout before each of its sessions;
-* checks no other PR's checkout changed during a PR's session (by stat, like the trusted files
-  below: a competitor's engine slowed is a gain too) and restores it if one did;
-* gives every side its own compiled-kernel cache (CuPy's `CUPY_CACHE_DIR`: `kernel_cache`),
-  since a cached binary is what a process runs for a kernel source: main's sessions and the
-  timing parent of every session read main's, a PR's engine its own. A PR session that
-  changed or removed a file in main's or another PR's cache is `forged` (that cache is wiped:
-  its next session compiles again); a file it added there is removed (the timing parent's own
-  compile of a kernel main's sessions never built would add one);
-* watches every file every later Python process trusts: the interpreter's standard library and
-  site folders (start-up hooks such as `*.pth` and `sitecustomize.py` among them) and this
-  sparkboard's own code, by size, times and inode (`os.stat`: a rewrite changes the inode's
-  change time, which no user can set back). A file a PR session added is removed (a `.pyc` it
-  dropped silently: a cache; anything else makes the session `forged`); a file it changed or
-  removed makes the session `forged` and stops the round once the session is recorded: the box
-  must be restored by hand before the round resumes.
-A session that changed main's checkout or the box is `forged` (the PR's fault). Harness
-processes never write bytecode (PYTHONDONTWRITEBYTECODE), and neither does this process once it
-guards a round, so an honest session adds nothing there.
+Between sessions the collector still checks what a session could have changed (`BoxGuard`).
+Sealed, a PR's code can reach none of it, so these are a second line: every process the session
+left behind is killed (the collector is a child subreaper, `PR_SET_CHILD_SUBREAPER`; a sandbox
+dies with its session anyway), main's checkout must be exactly main's commit (`git status` with
+ignored files; restored if not), and no other PR's checkout may change during a PR's session (by
+stat; restored). Unsealed (`--unsandboxed`), a PR's process runs as the collector's user and can
+reach the box, so two more checks run after each PR session:
+* every side's compiled-kernel cache (`Place.cache`; CuPy's `CUPY_CACHE_DIR`: a cached binary
+  is what a process runs for a kernel's source): a PR session that changed or removed a file in
+  main's or another PR's cache is `forged` and that cache is wiped;
+* every file every later Python process trusts: the interpreter's standard library and site
+  folders (start-up hooks such as `*.pth` and `sitecustomize.py` among them) and this
+  sparkboard's own code, by size, times and inode (a rewrite changes the inode's change time,
+  which no user can set back). A file a session added is removed (a `.pyc`: a cache; anything
+  else makes the session `forged`); a file it changed or removed makes the session `forged` and
+  stops the round once the session is recorded: the box must be restored by hand first.
+Harness processes never write bytecode (PYTHONDONTWRITEBYTECODE), and neither does this process
+once it guards a round, so an honest session adds nothing there.
 """
 
 from __future__ import annotations
@@ -42,10 +38,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from collector.errors import RoundError
 from engine.harness.reaper import become_subreaper, descendants, kill_leftovers
-from engine.harness.timing import ENGINE_KERNEL_CACHE
+from engine.harness.sandbox import Sandbox, SandboxError, probe
+from engine.harness.sandbox import describe as describe_kind
 
 if TYPE_CHECKING:
+    from collector.harness import Place
     from collector.schedule import Task
 
 GIT_TIMEOUT_S = 60
@@ -111,27 +110,29 @@ def tree_changes(before: dict[str, Stamp], after: dict[str, Stamp]) -> tuple[lis
     return added, changed
 
 
-def kernel_cache(root: Path, task: Task) -> Path:
-    """The compiled-kernel cache of a task's side under `root`: main's, or the PR's own."""
-    return root / ("main" if task.side == "main" else f"pr-{task.pr}")
+def seal(unsandboxed: bool, scratch: Path, gpu: bool) -> str:
+    """The sandbox kind a round runs its checkouts' code in: 'bwrap' once this box has made one
+    (a probe), 'none' when the maintainer asked for `--unsandboxed`. RoundError, saying why,
+    when the box cannot make one."""
+    if unsandboxed:
+        return "none"
+    try:
+        probe(Sandbox("bwrap", gpu=gpu), scratch / "sandbox-probe")
+    except SandboxError as e:
+        raise RoundError(
+            f"{e}; every PR's code runs in a sandbox, so the round cannot start: fix that, or "
+            "pass --unsandboxed to run PR code with the collector's own rights (every page of "
+            "the round then says so)"
+        ) from None
+    return "bwrap"
 
 
-def kernel_cache_env(root: Path, task: Task, timed: bool) -> dict[str, str]:
-    """The environment that points a session's processes at their caches: CUPY_CACHE_DIR
-    (main's for the timing parent, the side's own for what runs the side's code) and the
-    engine child's (engine/harness/timing.py). Each is made a plain folder first: a PR may have
-    left a link to another side's in place of its own. A PR's cache starts as a copy of main's,
-    so the kernels it did not change are not compiled again."""
-    own, main = kernel_cache(root, task), root / "main"
-    for path in (main, own):
-        if path.is_symlink() or (path.exists() and not path.is_dir()):
-            path.unlink()
-        if not path.exists():
-            if path != main:
-                shutil.copytree(main, path, symlinks=True)
-            path.mkdir(parents=True, exist_ok=True)
-    parent = main if timed else own  # a timed session's code under test runs in its child only
-    return {"CUPY_CACHE_DIR": str(parent), ENGINE_KERNEL_CACHE: str(own)}
+def describe(kind: str) -> str:
+    """What sealed a round's checkouts, for its pages: 'bubblewrap 0.8.0', or 'none'."""
+    try:
+        return describe_kind(kind)
+    except SandboxError:
+        return kind
 
 
 class BoxGuard:
@@ -141,19 +142,20 @@ class BoxGuard:
 
     def __init__(
         self,
-        main_checkout: Path,
+        place: Place,
         log: Callable[[str], None],
         checkouts: tuple[Path, ...] = (),
-        kernel_caches: Path | None = None,
     ) -> None:
-        self.main_checkout = main_checkout
+        self.place = place
+        self.main_checkout = place.main_checkout
         self.log = log
         self.checkouts = {c: stat_tree([c]) for c in checkouts}  # the PRs' checkouts
-        self.kernel_caches = kernel_caches  # every side's under it (kernel_cache)
-        self.caches = stat_tree([kernel_caches]) if kernel_caches else {}
+        self.sealed = place.sandbox != "none"  # then the walks below cannot find anything
+        self.kernel_caches = None if self.sealed else place.kernel_caches
+        self.caches = stat_tree([self.kernel_caches]) if self.kernel_caches else {}
         self.subreaper = become_subreaper()
         sys.dont_write_bytecode = True  # this process adds nothing to the trusted folders
-        self.roots = trusted_roots()
+        self.roots = [] if self.sealed else trusted_roots()
         self.trusted = stat_tree(self.roots)
         self.running: set[int] = set()
         self.stop_round: str | None = None  # set when a session changed what cannot be restored
@@ -200,15 +202,17 @@ class BoxGuard:
 
     def _other_kernel_caches(self, who: str, task: Task) -> list[str]:
         """Main's or another PR's compiled kernels changed by a PR session: that cache wiped (a
-        cache: its side compiles again). A file added there is only removed."""
+        cache: its side compiles again). A file added to another PR's is only removed (main's
+        engine, timed beside the PR's, adds its own compiles to main's)."""
         root = self.kernel_caches
         if root is None:
             return []
         now = stat_tree([root])
         if task.side == "pr":
-            own = kernel_cache(root, task)
+            own = self.place.cache(task.side, task.pr)
             added, changed = tree_changes(self.caches, now)
-            added = [p for p in added if own not in Path(p).parents]
+            main = self.place.cache("main", 0)  # main's engine beside it compiles there
+            added = [p for p in added if own not in Path(p).parents and main not in Path(p).parents]
             changed = [p for p in changed if own not in Path(p).parents]
             for path in added:
                 Path(path).unlink(missing_ok=True)
@@ -231,8 +235,8 @@ class BoxGuard:
         return []
 
     def _trusted_files(self, who: str, task: Task) -> list[str]:
-        if task.side == "main":  # main's code is trusted (and writes nothing there): one walk
-            return []  # of ~10^5 files less per main session
+        if task.side == "main" or self.sealed:  # main's code is trusted; sealed, a PR's cannot
+            return []  # write there: one walk of ~10^5 files less
         now = stat_tree(self.roots)
         added, changed = tree_changes(self.trusted, now)
         for path in added:  # what a session added is removed: bytecode is only a cache

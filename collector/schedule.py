@@ -1,33 +1,32 @@
-"""The interleaved plan of a round: main, PR, main, PR ... with main's sessions spread evenly.
+"""The plan of a round: main's untimed evidence first and last, each PR's paired sessions between.
 
-Main's sessions serve every PR of the round. With n measured PRs each PR gets
-max(pr_sessions, ceil((min_main_sessions - 1) / n)) sessions, and there are
-max(min_main_sessions, ceil(PR sessions / main_every) + 1) main sessions, the PR sessions split
-as evenly as possible between them, so every PR session has a main session on each side. A
-round of one PR has a main session between each two of its sessions.
+A PR's speed session times main's engine beside the PR's, turn by turn (engine/harness/bench.py
+with a baseline), so a PR needs no main session around it to be compared with: the plan is one
+main slot (scores, the prefill check, the long-context memory check), each PR `pr_sessions`
+times round-robin in manifest order (its first session also scores its models and checks its
+prefill path), and a last main slot that scores again (main against itself: the accuracy
+calibration) and repeats the long-context check.
 
 Confirmation (`plan_confirmation`): once the planned sessions are in, each PR whose verdict
-rests on speed alone (a tier, or a REJECT for a loss of speed) is measured again, laid out the
-same way after the plan, in slots from CONFIRM_SLOTS; collector/README.md ("Verdict rules")
-says how they count.
+rests on speed alone (a tier, or a REJECT for a loss of speed) is measured again after the plan,
+in slots from CONFIRM_SLOTS; collector/README.md ("Verdict rules") says how they count.
 
 Every task has a stable id '<round>/<side>/<pr>/<slot>/<kind>/<model>': a re-run of the same
 manifest skips the tasks already finished.
 
 A round over several GPUs is cut into shards (`plan_shards`), one per GPU: each shard is a
-set of PRs planned exactly as above with its OWN main sessions (a PR is only ever compared
-with main measured on its GPU), its ids prefixed '<round>/s<shard>/…'. PRs are dealt out by
+set of PRs planned exactly as above with its OWN main slots (a PR's untimed evidence is only
+held against main's from its GPU), its ids prefixed '<round>/s<shard>/…'. PRs are dealt out by
 expected cost (MODEL_COST), the costliest first, each to the cheapest shard so far.
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from collector.policy import Profile
 
-MAIN_SCORE_SESSIONS = 2  # main scores twice: its dump, and main-vs-main calibration
 # Confirmation sessions (plan_confirmation) have slots from here on: after every planned slot of
 # any round, and known as confirmations by their slot alone.
 CONFIRM_SLOTS = 10_000
@@ -73,27 +72,18 @@ def _tasks(
     slot: int,
     full: list[str],
     guards: list[str],
-    nth: int,
     score: bool,
     prefill: bool,
     long_context: tuple[str, ...] = (),
     shard: int | None = None,
 ) -> tuple[Task, ...]:
+    """A PR slot: per target model its accuracy evidence (`score`, `prefill`: its first
+    session), its sweep and concurrent sessions and its long-context check; per guard model its
+    score and guard sweep."""
     out: list[Task] = []
-    prefix = round_id if shard is None else f"{round_id}/s{shard}"
 
     def add(kind: str, model: str) -> None:
-        out.append(
-            Task(
-                f"{prefix}/{side}/{pr}/{slot}/{kind}/{model}",
-                side,
-                pr,
-                slot,
-                kind,
-                model,
-                shard or 0,
-            )
-        )
+        out.append(_task(round_id, side, pr, slot, kind, model, shard))
 
     # each model's accuracy evidence before its timed sessions: a PR caught in those (forged,
     # diverged) has its later sessions skipped (policy.failures.stop_after), and its verdict
@@ -151,8 +141,7 @@ def plan_round(
     one shard of a sharded round (ids '<round>/s<shard>/…')."""
     if not prs:
         return []
-    per_pr = max(profile.pr_sessions, math.ceil((profile.min_main_sessions - 1) / len(prs)))
-    return _interleave(round_id, prs, per_pr, profile, shard, confirming=False)
+    return _plan(round_id, prs, profile.pr_sessions, profile, shard, confirming=False)
 
 
 def plan_confirmation(
@@ -164,13 +153,12 @@ def plan_confirmation(
 ) -> list[Slot]:
     """The round's (or shard's) confirmation sessions: `profile.confirm_sessions` more timed
     sessions of each PR in `prs` (those whose planned verdict rests on speed), after every
-    planned slot, each with a main session after it (the plan's last main is before it). Slots
-    from CONFIRM_SLOTS on; no accuracy or prefill tasks (those are not timings). `recheck`: per
-    PR, the models whose long-context prefill it fell short on; its first confirmation session
-    runs that check again, and so does the main session after it."""
+    planned slot, in slots from CONFIRM_SLOTS; no accuracy or prefill tasks (those are not
+    timings). `recheck`: per PR, the models whose long-context prefill it fell short on; its
+    first confirmation session runs that check again, and so does a main slot after them."""
     if not prs or profile.confirm_sessions == 0:
         return []
-    return _interleave(
+    return _plan(
         round_id, prs, profile.confirm_sessions, profile, shard, confirming=True, recheck=recheck
     )  # fmt: skip
 
@@ -179,7 +167,7 @@ def is_confirmation(slot: int) -> bool:
     return slot >= CONFIRM_SLOTS
 
 
-def _interleave(
+def _plan(
     round_id: str,
     prs: list[tuple[int, list[str]]],
     per_pr: int,
@@ -188,96 +176,82 @@ def _interleave(
     confirming: bool,
     recheck: dict[int, list[str]] | None = None,
 ) -> list[Slot]:
-    """per_pr sessions of each PR, round-robin in manifest order, cut into even chunks of at
-    most main_every with a main session after each (and, planned, one before the first)."""
-    # one PR alone would run back to back: a burst of load on the box then hits all of its
-    # sessions and none of main's, so it gets a main session between each two
-    every = profile.main_every if len(prs) > 1 else 1
-    pr_sessions = [(num, targets) for _ in range(per_pr) for num, targets in prs]
-    gaps = math.ceil(len(pr_sessions) / every)
-    if not confirming:
-        gaps = max(profile.min_main_sessions - 1, gaps)
-    base, extra = divmod(len(pr_sessions), gaps)
-    chunks = []
-    i = 0
-    for g in range(gaps):
-        size = base + (1 if g < extra else 0)
-        chunks.append(pr_sessions[i : i + size])
-        i += size
-
+    """per_pr sessions of each PR, round-robin in manifest order; planned: a main slot before
+    them and one after; confirming: a main slot after them where a long-context check runs
+    again."""
     all_targets = {m for _, t in prs for m in t}
-    main_full = _ordered(all_targets, profile)
-    # main runs every guard-shaped sweep a PR runs, also on models another PR targets: a guard
-    # sweep is held against main's guard sweeps only (one context in a fresh process is not the
-    # same measurement as that context inside a full sweep)
-    main_guards = _ordered({m for _, t in prs for m in guards_of(t, profile)}, profile)
-    # the long-context memory check: planned, in each PR's first session and main's scored ones;
-    # confirming, where a PR's long-context prefill fell short, and in main's session after it
+    main_models = _ordered(all_targets, profile)
+    main_guards = _ordered(
+        {m for _, t in prs for m in guards_of(t, profile)} - all_targets, profile
+    )
+    # the long-context memory check: planned, in each PR's first session and both main slots;
+    # confirming, where a PR's long-context prefill fell short, and in main's slot after them
     checked = {
-        num: (recheck or {}).get(num, []) if confirming else profile.long_context for num, _ in prs
+        num: (recheck or {}).get(num, []) if confirming else list(profile.long_context)
+        for num, _ in prs
     }
     first_slot = CONFIRM_SLOTS if confirming else 0
     slots: list[Slot] = []
-    seen: dict[int, int] = {}
-    main_nth = MAIN_SCORE_SESSIONS if confirming else 0  # confirmations score nothing
 
-    def main_slot(rechecked: set[str]) -> None:
-        nonlocal main_nth
+    def add(side: str, pr: int, tasks: Callable[[int], tuple[Task, ...]]) -> None:
         idx = first_slot + len(slots)
-        scored = main_nth < MAIN_SCORE_SESSIONS
-        slots.append(
-            Slot(
-                idx,
-                "main",
-                0,
-                _tasks(
-                    round_id,
-                    "main",
-                    0,
-                    idx,
-                    main_full,
-                    main_guards,
-                    main_nth,
-                    score=scored,
-                    prefill=main_nth == 0,
-                    long_context=tuple(profile.long_context) if scored else tuple(rechecked),
-                    shard=shard,
-                ),
-            )
-        )
-        main_nth += 1
+        slots.append(Slot(idx, side, pr, tasks(idx)))
+
+    def main_slot(first: bool, long_context: tuple[str, ...]) -> None:
+        add("main", 0, lambda idx: _main_tasks(
+            round_id, idx, main_models, main_guards, score=not confirming, prefill=first,
+            long_context=long_context, shard=shard,
+        ))  # fmt: skip
 
     if not confirming:
-        main_slot(set())
-    for chunk in chunks:
-        rechecked: set[str] = set()
-        for num, targets in chunk:
-            idx = first_slot + len(slots)
-            nth = seen.get(num, 0)
-            seen[num] = nth + 1
+        main_slot(True, tuple(m for m in profile.long_context if m in all_targets))
+    rechecked: set[str] = set()
+    for nth in range(per_pr):
+        for num, targets in prs:
             first = nth == 0 and not confirming  # a PR's accuracy evidence comes once
             long_context = tuple(checked[num]) if nth == 0 else ()
-            if confirming:
-                rechecked |= set(long_context)
-            slots.append(
-                Slot(
-                    idx,
-                    "pr",
-                    num,
-                    _tasks(
-                        round_id,
-                        "pr",
-                        num,
-                        idx,
-                        list(targets),
-                        guards_of(targets, profile),
-                        nth,
-                        score=first,
-                        prefill=first,
-                        long_context=long_context,
-                        shard=shard,
-                    ),
-                )
-            )
-        main_slot(rechecked)
+            rechecked |= set(long_context) if confirming else set()
+            add("pr", num, lambda idx, num=num, targets=targets, first=first, lc=long_context: _tasks(
+                round_id, "pr", num, idx, list(targets), guards_of(targets, profile),
+                score=first, prefill=first, long_context=lc, shard=shard,
+            ))  # fmt: skip
+    if not confirming:
+        main_slot(False, tuple(m for m in profile.long_context if m in all_targets))
+    elif rechecked:
+        main_slot(False, tuple(_ordered(rechecked, profile)))
     return slots
+
+
+def _main_tasks(
+    round_id: str,
+    slot: int,
+    models: list[str],
+    guards: list[str],
+    score: bool,
+    prefill: bool,
+    long_context: tuple[str, ...],
+    shard: int | None,
+) -> tuple[Task, ...]:
+    """Main's own slot: its untimed evidence (scores of every model a PR targets or guards, the
+    prefill check of the targets) and its long-context checks; main's speed is timed beside
+    each PR in the PR's own sessions."""
+    out: list[Task] = []
+    for m in models:
+        if score:
+            out.append(_task(round_id, "main", 0, slot, "score", m, shard))
+        if prefill:
+            out.append(_task(round_id, "main", 0, slot, "prefill-check", m, shard))
+        if m in long_context:
+            out.append(_task(round_id, "main", 0, slot, "longctx", m, shard))
+    if score:
+        out += [_task(round_id, "main", 0, slot, "score", m, shard) for m in guards]
+    return tuple(out)
+
+
+def _task(
+    round_id: str, side: str, pr: int, slot: int, kind: str, model: str, shard: int | None
+) -> Task:
+    prefix = round_id if shard is None else f"{round_id}/s{shard}"
+    return Task(
+        f"{prefix}/{side}/{pr}/{slot}/{kind}/{model}", side, pr, slot, kind, model, shard or 0
+    )

@@ -1,11 +1,14 @@
--- sparkboard's one store. Schema version 4 (collector/store.py: SCHEMA_VERSION, MIGRATIONS).
+-- sparkboard's one store. Schema version 5 (collector/store.py: SCHEMA_VERSION, MIGRATIONS).
 --
 -- History: 1 -> 2 added table score_dumps, sessions.attempts, comparisons.n_main/n_pr, and the
 -- session status 'incomplete' (a concurrent width that lost tokens). 2 -> 3 added sessions.seed
 -- and the session statuses 'forged' and 'diverged' (collector/forgery.py, collector/sandbox.py).
 -- 3 -> 4 added rounds.shards and sessions.shard, gpu_index, gpu_uuid, host (a round cut into
 -- shards, one per GPU, each PR judged against the main sessions of its own shard:
--- collector/cluster.py).
+-- collector/cluster.py). 4 -> 5: paired sessions (main's engine timed beside the PR's, turn by
+-- turn): samples carry both engines' values of a PR session (primary key with `side`),
+-- sessions.canary_before_s / canary_after_s (the box's own speed around a session) and
+-- rounds.sandbox (what sealed the PR's code: 'bubblewrap 0.8.0', or 'none' for --unsandboxed).
 -- An older database is migrated on open; a newer or unknown one is refused.
 --
 -- The collector writes every table; the verdict engine writes comparisons, gates and
@@ -31,7 +34,9 @@ CREATE TABLE IF NOT EXISTS rounds (
     device_name   VARCHAR,               -- e.g. 'NVIDIA H200' or the CPU model
     driver        VARCHAR,
     manifest_toml VARCHAR NOT NULL,      -- the manifest as read, for reproduction
-    shards        INTEGER                -- how many shards (GPUs) the round was cut into; NULL: one
+    shards        INTEGER,               -- how many shards (GPUs) the round was cut into; NULL: one
+    sandbox       VARCHAR                -- what sealed every checkout's code ('bubblewrap 0.8.0'), or
+                                         -- 'none' (collect --unsandboxed); NULL: a round before sandboxes
 );
 
 -- A PR as seen in one round (titles and labels change between rounds).
@@ -89,20 +94,24 @@ CREATE TABLE IF NOT EXISTS sessions (
     shard        INTEGER DEFAULT 0,      -- the shard (one GPU's PRs and their own main sessions)
     gpu_index    INTEGER,                -- the GPU it ran on (CUDA_VISIBLE_DEVICES), NULL: none known
     gpu_uuid     VARCHAR,                -- that GPU's UUID where nvidia-smi gives one
-    host         VARCHAR                 -- the machine it ran on
+    host         VARCHAR,                -- the machine it ran on
+    canary_before_s DOUBLE,              -- a fixed workload timed right before the session's
+    canary_after_s  DOUBLE               -- engines started and right after they ended (speed sessions)
 );
 
--- Raw measurements: one row per repetition (or per complete concurrent run).
+-- Raw measurements: one row per repetition (or per complete concurrent run) of each engine. A
+-- PR's speed session timed main's engine beside the PR's: its rows of side 'main' and 'pr' with
+-- the same rep are a pair, measured turn by turn in the same minutes (pr: the session's PR).
 CREATE TABLE IF NOT EXISTS samples (
     session_id VARCHAR NOT NULL,
     round_id   VARCHAR NOT NULL,
-    side       VARCHAR NOT NULL,
-    pr         INTEGER NOT NULL,         -- 0 for main
+    side       VARCHAR NOT NULL,         -- whose engine: 'main' | 'pr'
+    pr         INTEGER NOT NULL,         -- the session's PR; 0 in main's own sessions
     model      VARCHAR NOT NULL,
-    axis       VARCHAR NOT NULL,         -- 'decode@128' | 'prefill@512' | 'concurrent@8'
+    axis       VARCHAR NOT NULL,         -- 'decode@128' | 'prefill@512' | 'concurrent@8' | memory
     rep        INTEGER NOT NULL,
-    value      DOUBLE NOT NULL,          -- tokens/s
-    PRIMARY KEY (session_id, axis, rep)
+    value      DOUBLE NOT NULL,          -- tokens/s (memory axes: bytes)
+    PRIMARY KEY (session_id, side, axis, rep)
 );
 
 -- Teacher-forced accuracy of a PR's model against main's, over the evaluation corpus.

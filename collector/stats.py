@@ -1,4 +1,5 @@
-"""Statistics of a comparison: medians, the bootstrap interval of a delta, main's own noise."""
+"""Statistics of a comparison of paired runs: medians, the bootstrap interval of a delta, the
+spread between sessions."""
 
 from __future__ import annotations
 
@@ -22,83 +23,48 @@ def seed_for(base_seed: int, *parts: str) -> int:
     return (base_seed ^ zlib.crc32("\x1f".join(parts).encode())) & 0xFFFFFFFF
 
 
-def bootstrap_delta_ci(
-    main: Sequence[float],
-    pr: Sequence[float],
+Pair = tuple[int, float, float]  # (the session's slot, main's value, the PR's): one repetition
+
+
+def session_ratios(pairs: Sequence[Pair]) -> list[tuple[int, list[float]]]:
+    """The paired ratios PR / main of each session, by slot, in schedule order."""
+    by: dict[int, list[float]] = {}
+    for slot, main, pr in pairs:
+        by.setdefault(slot, []).append(pr / main)
+    return sorted(by.items())
+
+
+def bootstrap_ratio_ci(
+    pairs: Sequence[Pair],
     resamples: int = 2000,
     confidence: float = 0.95,
     seed: int = 0,
 ) -> tuple[float, float, float]:
-    """Delta of the medians and its percentile-bootstrap interval.
+    """Delta = median(PR / main) - 1 over every pair, and its percentile-bootstrap interval.
 
-    Main's and the PR's samples are resampled independently (they are independent runs);
-    each resample's delta is median(PR*) / median(main*) - 1.
+    The two values of a pair come from the same minutes (turn by turn), so their ratio is what
+    is resampled; each session's pairs are resampled within the session (a session keeps its
+    weight), and each resample's delta is the median of the pooled ratios - 1.
     """
-    a = np.asarray(main, dtype=np.float64)
-    b = np.asarray(pr, dtype=np.float64)
-    if a.size == 0 or b.size == 0:
-        raise ValueError("both sides need samples")
-    point = delta_of(float(np.median(a)), float(np.median(b)))
+    sessions = [np.asarray(q, dtype=np.float64) for _, q in session_ratios(pairs)]
+    if not sessions:
+        raise ValueError("no pairs to compare")
+    point = float(np.median(np.concatenate(sessions))) - 1.0
     rng = np.random.default_rng(seed)
-    ia = rng.integers(0, a.size, size=(resamples, a.size))
-    ib = rng.integers(0, b.size, size=(resamples, b.size))
-    ratios = np.median(b[ib], axis=1) / np.median(a[ia], axis=1) - 1.0
+    drawn = [q[rng.integers(0, q.size, size=(resamples, q.size))] for q in sessions]
+    deltas = np.median(np.concatenate(drawn, axis=1), axis=1) - 1.0
     alpha = (1.0 - confidence) / 2.0
-    lo, hi = np.quantile(ratios, [alpha, 1.0 - alpha])
+    lo, hi = np.quantile(deltas, [alpha, 1.0 - alpha])
     return point, float(min(lo, point)), float(max(hi, point))
 
 
-Slotted = Sequence[tuple[int, float]]  # (slot in the round's schedule, a session's median)
-
-
-def _neighbour_level(sessions: list[tuple[int, float]], slot: int) -> float | None:
-    """Main's level at a point of the round: the geometric mean of the nearest main sessions
-    before and after `slot` (one of them at either end), never the session at `slot` itself."""
-    before = [v for s, v in sessions if s < slot]
-    after = [v for s, v in sessions if s > slot]
-    near = before[-1:] + after[:1]
-    if not near:
-        return None
-    return float(np.exp(np.mean(np.log(near))))
-
-
-def drift_free_spread(main: Slotted, outliers: int = 0) -> float:
-    """Main-vs-main noise on one axis, the box's slow drift taken out.
-
-    Sessions alternate main, PR, main …, so a box that slowly gets busier or quieter moves
-    neighbouring sessions alike. Each main session is compared with its neighbours (see
-    _neighbour_level); the noise is the largest such ratio, as max |log| -> exp - 1 (timing
-    noise is multiplicative). With two sessions it is max / min - 1; 0 with fewer.
-    `outliers`: leave out that many sessions first, the most deviant each time, as long as at
-    least four others remain (one session in a burst of load then does not set the noise of a
-    round of many; two such sessions still do).
-    """
-    sessions = sorted(main)
-    for _ in range(outliers):
-        if len(sessions) < 5:
-            break
-        devs = _deviations(sessions)
-        worst = max(range(len(devs)), key=devs.__getitem__)
-        sessions = sessions[:worst] + sessions[worst + 1 :]
-    if len(sessions) < 2:
-        return 0.0
-    return float(np.exp(max(_deviations(sessions))) - 1.0)
-
-
-def _deviations(sessions: list[tuple[int, float]]) -> list[float]:
-    """|log| of each session over the level of its neighbours (itself left out)."""
-    return [
-        abs(np.log(value / _neighbour_level([x for x in sessions if x[0] != slot], slot)))  # type: ignore[operator]
-        for slot, value in sessions
-    ]
-
-
-def local_ratios(main: Slotted, pr: Slotted) -> list[float]:
-    """Each PR session's median over main's level at the same point of the round."""
-    sessions = sorted(main)
-    if not sessions:
-        raise ValueError("main has no sessions")
-    return [value / _neighbour_level(sessions, slot) for slot, value in pr]  # type: ignore[operator]
+def session_spread(pairs: Sequence[Pair]) -> float:
+    """How far the PR's sessions disagree: the largest session median ratio over the smallest,
+    - 1 (timing noise is multiplicative); 0 with one session. Load, clocks and heat reach both
+    engines of a pair alike; what is left between sessions is each pair of processes' own luck
+    (placement, memory layout) and the few repetitions behind each median."""
+    meds = [median(q) for _, q in session_ratios(pairs)]
+    return max(meds) / min(meds) - 1.0 if len(meds) > 1 else 0.0
 
 
 def is_implausible(main: Sequence[float], pr: Sequence[float], gain: float) -> bool:

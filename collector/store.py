@@ -16,7 +16,7 @@ from pathlib import Path
 
 import duckdb
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # Statements that take a database from version N to N + 1, run before schema.sql (whose
 # CREATE TABLE IF NOT EXISTS then adds any new table).
@@ -33,6 +33,20 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE sessions ADD COLUMN IF NOT EXISTS gpu_index INTEGER",
         "ALTER TABLE sessions ADD COLUMN IF NOT EXISTS gpu_uuid VARCHAR",
         "ALTER TABLE sessions ADD COLUMN IF NOT EXISTS host VARCHAR",
+    ],
+    4: [
+        "ALTER TABLE rounds ADD COLUMN IF NOT EXISTS sandbox VARCHAR",
+        "ALTER TABLE sessions ADD COLUMN IF NOT EXISTS canary_before_s DOUBLE",
+        "ALTER TABLE sessions ADD COLUMN IF NOT EXISTS canary_after_s DOUBLE",
+        # the primary key gains `side` (a PR session holds both engines' samples): a new table
+        "ALTER TABLE samples RENAME TO samples_v4",
+        "CREATE TABLE samples (session_id VARCHAR NOT NULL, round_id VARCHAR NOT NULL, "
+        "side VARCHAR NOT NULL, pr INTEGER NOT NULL, model VARCHAR NOT NULL, "
+        "axis VARCHAR NOT NULL, rep INTEGER NOT NULL, value DOUBLE NOT NULL, "
+        "PRIMARY KEY (session_id, side, axis, rep))",
+        "INSERT INTO samples SELECT session_id, round_id, side, pr, model, axis, rep, value "
+        "FROM samples_v4",
+        "DROP TABLE samples_v4",
     ],
 }
 

@@ -13,8 +13,9 @@ from collector.policy import TIER_NAMES, PolicyError, ResolvedPolicy, load_polic
 
 def _filled(model: type[BaseModel], stored: dict, base: dict) -> dict:
     """`stored` with the required fields it lacks taken from `base` (a field with a default
-    keeps its default: a rule the round did not state is not borrowed from today's policy)."""
-    out = dict(stored)
+    keeps its default: a rule the round did not state is not borrowed from today's policy), and
+    without the fields this sparkboard no longer has (an older collector's: main_every, ...)."""
+    out = {k: v for k, v in stored.items() if k in model.model_fields}
     for name, f in model.model_fields.items():
         sub = f.annotation
         if name not in out:

@@ -39,9 +39,7 @@ from collector.gates.long_context import KIND as LONG_CONTEXT
 from collector.merge import DUMPS_LEFT_OUT
 from collector.policy import TIER_NAMES, Policy, ResolvedPolicy, resolve
 from collector.schedule import CONFIRM_SLOTS, guards_of
-from collector.stats import (
-    median,
-)
+from collector.stats import Pair
 from collector.store import Store
 from engine.harness.protocol import LongContextResult
 
@@ -86,19 +84,25 @@ class RoundData:
             f"FROM sessions x WHERE round_id = ? AND {scope} ORDER BY slot, session_id",
             [round_id, shard],
         )
-        self.slots = {s["session_id"]: s["slot"] for s in self.sessions}
-        # keyed by the shape of the run too: a guard sweep (one context in a fresh process) and
-        # a full sweep reach the same context in different process states, and are only ever
-        # compared like with like
-        self.samples: dict[tuple, list[tuple[str, float]]] = defaultdict(list)
-        for sid, side, pr, model, ax, kind, val in store.query(
-            "SELECT s.session_id, s.side, s.pr, s.model, s.axis, x.kind, s.value FROM samples s "
-            f"JOIN sessions x USING (session_id) WHERE s.round_id = ? AND {scope} "
-            "AND x.status IN ('ok', 'implausible', 'incomplete') ORDER BY s.session_id, s.axis, s.rep",
+        # each repetition of a PR's speed session is a pair, main's engine and the PR's timed
+        # turn by turn; keyed by the shape of the run too: a guard sweep (one context in a fresh
+        # process) and a full sweep reach the same context in different process states
+        by_rep: dict[tuple, dict[str, float]] = defaultdict(dict)
+        where: dict[tuple, tuple] = {}
+        for sid, pr, slot, model, ax, kind, side, rep, val in store.query(
+            "SELECT s.session_id, x.pr, x.slot, s.model, s.axis, x.kind, s.side, s.rep, s.value "
+            "FROM samples s JOIN sessions x USING (session_id) WHERE s.round_id = ? "
+            f"AND x.side = 'pr' AND {scope} AND x.status IN ('ok', 'implausible', 'incomplete') "
+            "ORDER BY x.slot, s.session_id, s.axis, s.rep",
             [round_id, shard],
         ):
-            shape = "guard" if kind == "guard" else "full"
-            self.samples[(side, pr, model, ax, shape)].append((sid, val))
+            by_rep[(sid, ax, rep)][side] = val
+            where[(sid, ax, rep)] = (pr, model, ax, "guard" if kind == "guard" else "full", slot)
+        self.pairs: dict[tuple, list[Pair]] = defaultdict(list)
+        for key, sides in by_rep.items():
+            if "main" in sides and "pr" in sides:
+                pr, model, ax, shape, slot = where[key]
+                self.pairs[(pr, model, ax, shape)].append((slot, sides["main"], sides["pr"]))
         self.dumps: dict[tuple, list[str]] = defaultdict(list)
         for side, pr, model, doc in store.query(
             "SELECT d.side, d.pr, d.model, d.document FROM score_dumps d JOIN sessions x "
@@ -133,82 +137,35 @@ class RoundData:
             )
         }
 
-    def values(self, side: str, pr: int, model: str, ax: str, shape: str = "full") -> list[float]:
-        return [v for _, v in self.samples.get((side, pr, model, ax, shape), [])]
-
-    def session_medians(
-        self, model: str, ax: str, side: str = "main", pr: int = 0, shape: str = "full"
-    ) -> list[tuple[int, float]]:
-        """(slot, median) of each session on one axis, in schedule order."""
-        by: dict[str, list[float]] = defaultdict(list)
-        for sid, v in self.samples.get((side, pr, model, ax, shape), []):
-            by[sid].append(v)
-        return sorted((self.slots[sid], median(v)) for sid, v in by.items())
-
-    def axes(self, side: str, pr: int, model: str, shape: str = "full") -> set[str]:
-        return {
-            k[3]
-            for k in self.samples
-            if k[0] == side and k[1] == pr and k[2] == model and k[4] == shape
-        }
-
-    def main_guard_shape(self, model: str, ax: str) -> str:
-        """Main's runs to hold a PR's guard sweep against: main's own guard sweeps, or (rounds
-        collected before main ran them for models that some PR targets) its full sweeps."""
-        return "guard" if self.samples.get(("main", 0, model, ax, "guard")) else "full"
+    def axes(self, pr: int, model: str, shape: str = "full") -> set[str]:
+        """The axes the PR's sessions of this shape measured with main's engine beside it."""
+        return {k[2] for k in self.pairs if k[0] == pr and k[1] == model and k[3] == shape}
 
 
 def compare_pr(data: RoundData, pr: int, targets: list[str], guards: list[str]) -> list[Comparison]:
-    """Every axis of the PR's targets (full sweeps), and its guards' guard context (guard
-    sweeps), each against main's runs of the same shape; the memory axes of both (role
-    'memory')."""
+    """Every axis of the PR's targets (full sweeps) and its guards' guard context (guard
+    sweeps), each from the pairs of its own sessions (main's engine timed beside the PR's); the
+    memory axes of both (role 'memory')."""
     comps: list[Comparison] = []
     for model, role in [(m, "target") for m in targets] + [(m, "guard") for m in guards]:
-        pr_shape = "full" if role == "target" else "guard"
-        comps += compare_pr_memory(data, pr, model, pr_shape)
-        if role == "target":
-            shared = data.axes("pr", pr, model) & data.axes("main", 0, model)
-            main_shapes = {a: "full" for a in shared if not is_memory_axis(a)}
-        else:
+        shape = "full" if role == "target" else "guard"
+        measured = data.axes(pr, model, shape)
+        if role == "guard":
             g = data.policy.profile.guard_ctx_for(model)
-            wanted = {axis("decode", g), axis("prefill", g)} & data.axes("pr", pr, model, "guard")
-            main_shapes = {a: data.main_guard_shape(model, a) for a in wanted}
-            main_shapes = {
-                a: s for a, s in main_shapes.items() if data.values("main", 0, model, a, s)
-            }
-        for ax in sorted(main_shapes, key=axis_sort_key):
-            main_shape = main_shapes[ax]
+            speed = {axis("decode", g), axis("prefill", g)} & measured
+        else:
+            speed = {a for a in measured if not is_memory_axis(a)}
+        for ax in sorted(speed, key=axis_sort_key):
+            pairs = data.pairs[(pr, model, ax, shape)]
+            comps.append(compare_axis(data.policy, model, role, ax, pairs))
+        for ax in sorted((a for a in measured if is_memory_axis(a)), key=axis_sort_key):
+            pairs = data.pairs[(pr, model, ax, shape)]
             comps.append(
-                compare_axis(
-                    data.policy,
-                    model,
-                    role,
-                    ax,
-                    data.values("main", 0, model, ax, main_shape),
-                    data.values("pr", pr, model, ax, pr_shape),
-                    data.session_medians(model, ax, shape=main_shape),
-                    data.session_medians(model, ax, "pr", pr, pr_shape),
+                compare_memory(
+                    data.policy, model, ax, [m for _, m, _ in pairs], [p for _, _, p in pairs]
                 )
             )
     return comps
-
-
-def compare_pr_memory(data: RoundData, pr: int, model: str, shape: str) -> list[Comparison]:
-    """A model's memory axes, the PR's runs against main's of the same shape only: a target's
-    full sweeps, a guard's guard sweeps (one context in a fresh process holds less than a full
-    sweep's, so a round without main's guard sweeps compares no guard memory)."""
-    shared = data.axes("pr", pr, model, shape) & data.axes("main", 0, model, shape)
-    return [
-        compare_memory(
-            data.policy,
-            model,
-            ax,
-            data.values("main", 0, model, ax, shape),
-            data.values("pr", pr, model, ax, shape),
-        )
-        for ax in sorted(shared, key=axis_sort_key)
-        if is_memory_axis(ax)
-    ]
 
 
 # The gates of a measured PR, in the order they are written; a new gate is one line here.

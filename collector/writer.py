@@ -16,10 +16,9 @@ from typing import TYPE_CHECKING
 
 import duckdb
 
-from collector.axes import axis
+from collector.samples import samples_of
 from collector.store import Store
 from engine.harness.protocol import (
-    ConcurrentResult,
     PrefillCheckResult,
     ScoreResult,
     SweepResult,
@@ -28,8 +27,8 @@ from engine.harness.protocol import (
 if TYPE_CHECKING:
     from collector.accuracy import AccuracyResult
     from collector.candidates import Candidate
-    from collector.harness import Outcome
     from collector.manifest import LoadedManifest
+    from collector.outcome import Outcome
     from collector.policy import ResolvedPolicy
     from collector.schedule import Task
     from collector.verdict import Comparison, Verdict
@@ -130,30 +129,6 @@ def _verdict(con: Connection, round_id: str, v: Verdict, decided_at: datetime) -
 # --- sessions: what the collector measured ----------------------------------------------------
 
 
-def samples_of(doc: object) -> list[tuple[str, int, float]]:
-    """(axis, rep, tok/s) of every raw measurement in a document."""
-    out: list[tuple[str, int, float]] = []
-    if isinstance(doc, SweepResult):
-        for c in doc.contexts:
-            out += [(axis("decode", c.ctx), i, v) for i, v in enumerate(c.decode_tok_s)]
-            out += [(axis("prefill", c.ctx), i, v) for i, v in enumerate(c.prefill_tok_s)]
-            # memory, read from outside the engine process: one value per session
-            if c.host_peak:
-                out.append((axis("mem-peak", c.ctx), 0, float(c.host_peak)))
-            if c.gpu_peak:
-                out.append((axis("vram-peak", c.ctx), 0, float(c.gpu_peak)))
-        mem = doc.measured.memory
-        if mem is not None and mem.host_after_load:
-            out.append(("mem-load", 0, float(mem.host_after_load)))
-        if mem is not None and mem.gpu_after_load:
-            out.append(("vram-load", 0, float(mem.gpu_after_load)))
-    elif isinstance(doc, ConcurrentResult):
-        for w in doc.widths:
-            complete = [r for r in w.runs if r.complete]
-            out += [(axis("concurrent", w.width), i, r.tok_s) for i, r in enumerate(complete)]
-    return out
-
-
 @dataclass
 class Placement:
     """Where a session ran: the GPU (as CUDA_VISIBLE_DEVICES names it, its UUID where nvidia-smi
@@ -169,29 +144,17 @@ class Placement:
         return f"{self.host} {gpu}" + (f" ({self.gpu_uuid})" if self.gpu_uuid else "")
 
 
-def _fault(task: Task, o: Outcome, main_fails_too: bool) -> str:
-    if o.status in ("ok", "skipped"):
-        return "none"
-    if task.side == "main" or o.status == "infra" or main_fails_too:
-        return "infra"  # main failing (or a PR failing just as main does) is not the PR's doing
-    return "pr"
-
-
 def _session_row(
-    round_id: str,
-    task: Task,
-    commit: str,
-    o: Outcome,
-    fault: str,
-    placement: Placement | None,
+    round_id: str, task: Task, commit: str, o: Outcome, placement: Placement | None
 ) -> list:
     """The sessions row of an outcome (its document stored whole, a score dump without the
     positions, which go to score_dumps)."""
-    doc = o.document
-    device = driver = vram = doc_json = seed = None
+    doc, r = o.document, o.run
+    device = driver = vram = doc_json = seed = canary = None
     if doc is not None:
         measured = getattr(doc, "measured", None)
         seed = measured.seed if measured is not None else None
+        canary = measured.canary if measured is not None else None
         device, driver = doc.device.name, doc.device.driver
         vram = getattr(doc, "vram", None)
         if isinstance(doc, SweepResult):
@@ -201,17 +164,19 @@ def _session_row(
     here = placement or Placement(host="")
     return [
         task.session_id, round_id, task.side, task.pr, task.slot, task.kind, task.model, commit,
-        o.started_at, o.wall_s, o.exit_code, o.status, fault, o.detail, o.log_tail, device, driver,
+        r.started_at, r.wall_s, r.exit_code, o.status, o.fault, o.detail, r.log_tail, device, driver,
         vram.free_after_load_bytes if vram else None, vram.peak_bytes if vram else None,
-        vram.kv_cache_bytes if vram else None, doc_json, o.attempts, seed, task.shard,
+        vram.kv_cache_bytes if vram else None, doc_json, r.attempts, seed, task.shard,
         here.gpu_index, here.gpu_uuid, here.host or None,
+        canary.before_s if canary else None, canary.after_s if canary else None,
     ]  # fmt: skip
 
 
 SESSION_COLUMNS = (
     "session_id, round_id, side, pr, slot, kind, model, commit, started_at, wall_s, exit_code, "
     "status, fault, detail, log_tail, device_name, driver, vram_free_after_load, vram_peak, "
-    "kv_cache_bytes, document, attempts, seed, shard, gpu_index, gpu_uuid, host"
+    "kv_cache_bytes, document, attempts, seed, shard, gpu_index, gpu_uuid, host, canary_before_s, "
+    "canary_after_s"
 )
 
 
@@ -221,14 +186,15 @@ def write_session(
     task: Task,
     commit: str,
     o: Outcome,
-    main_fails_too: bool = False,
     placement: Placement | None = None,
 ) -> None:
-    """The session row, its raw samples, and its score dump or prefill checks: one transaction
-    (a session written again replaces every row of its earlier attempt)."""
+    """The session row (its status and fault as outcome.judge gave them), its raw samples, and
+    its score dump or prefill checks: one transaction (a session written again replaces every
+    row of its earlier attempt)."""
     doc, sid = o.document, task.session_id
-    row = _session_row(round_id, task, commit, o, _fault(task, o, main_fails_too), placement)
-    samples = samples_of(doc) if o.status in ("ok", "implausible", "incomplete") else []
+    row = _session_row(round_id, task, commit, o, placement)
+    ok = o.status in ("ok", "implausible", "incomplete")
+    samples = samples_of(doc, task.side) if ok else []
     with store.transaction() as con:
         for table in ("samples", "score_dumps", "prefill_checks", "sessions"):
             con.execute(f"DELETE FROM {table} WHERE session_id = ?", [sid])
@@ -237,8 +203,12 @@ def write_session(
         head = [sid, round_id, task.side, task.pr, task.model]
         if samples:
             con.executemany(
-                "INSERT INTO samples VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [[*head, ax, rep, v] for ax, rep, v in samples],
+                "INSERT INTO samples (session_id, round_id, pr, model, side, axis, rep, value) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    [sid, round_id, task.pr, task.model, side, ax, rep, v]
+                    for side, ax, rep, v in samples
+                ],  # fmt: skip
             )
         if o.status == "ok" and isinstance(doc, ScoreResult):
             dump = [*head, len(doc.positions), doc.model_dump_json()]
@@ -254,19 +224,28 @@ def write_session(
 
 
 def record_round(
-    store: Store, loaded: LoadedManifest, policy: ResolvedPolicy, main_commit: str, new: bool
+    store: Store,
+    loaded: LoadedManifest,
+    policy: ResolvedPolicy,
+    main_commit: str,
+    new: bool,
+    sandbox: str,
 ) -> None:
-    """The round (when `new`) and its PRs as the manifest states them, verbatim."""
+    """The round (when `new`) and its PRs as the manifest states them, verbatim. `sandbox`: what
+    seals this run's checkouts ('none' unsandboxed): a round any part of which ran unsealed says
+    so for good."""
     m = loaded.manifest
     with store.transaction() as con:
         if new:
             con.execute(
                 "INSERT INTO rounds (round_id, created_at, finished_at, engine_repo, base_ref, "
-                "main_commit, profile, policy_json, device_name, driver, manifest_toml) "
-                "VALUES (?, ?, NULL, ?, ?, ?, ?, ?, NULL, NULL, ?)",
+                "main_commit, profile, policy_json, device_name, driver, manifest_toml, sandbox) "
+                "VALUES (?, ?, NULL, ?, ?, ?, ?, ?, NULL, NULL, ?, ?)",
                 [m.round, _now(), str(loaded.repo), m.base_ref, main_commit, m.profile,
-                 policy.model_dump_json(), loaded.text],
+                 policy.model_dump_json(), loaded.text, sandbox],
             )  # fmt: skip
+        elif sandbox == "none":
+            con.execute("UPDATE rounds SET sandbox = 'none' WHERE round_id = ?", [m.round])
         for p in m.pr:
             con.execute(
                 "INSERT OR REPLACE INTO prs (round_id, pr, title, author, labels, targets, source, "

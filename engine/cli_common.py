@@ -30,10 +30,12 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
-from engine.errors import EngineError, EngineOutputError
+from engine.errors import BaselineError, EngineError, EngineOutputError
 
 EXIT_USER_ERROR = 2
 EXIT_BAD_OUTPUT = 1  # the engine under test produced output the protocol cannot carry
+EXIT_BASELINE = 3  # main's engine, measured beside it, failed (engine.errors.BaselineError)
+EXIT_HARNESS = 4  # the timing parent (main's harness) failed in itself: an error it did not expect
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -91,7 +93,7 @@ def run_cli(fn: Callable[[], Any]) -> Any:
         if os.environ.get("SPARKBOARD_DEBUG"):
             raise
         click.echo(f"error: {one_line(exc)}", err=True)
-        sys.exit(EXIT_BAD_OUTPUT)
+        sys.exit(EXIT_BASELINE if isinstance(exc, BaselineError) else EXIT_BAD_OUTPUT)
     except _handled() as exc:
         if os.environ.get("SPARKBOARD_DEBUG"):
             raise

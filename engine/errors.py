@@ -7,3 +7,8 @@ class EngineError(Exception):
 
 class EngineOutputError(Exception):
     """The engine under test returned something unusable (non-finite logits, wrong shape)."""
+
+
+class BaselineError(EngineOutputError):
+    """Main's engine, measured beside the one under test, failed: the box's or main's fault,
+    never the PR's (a speed command exits with EXIT_BASELINE)."""

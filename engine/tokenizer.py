@@ -126,25 +126,24 @@ class Tokenizer:
         return self.decode([token_id])
 
 
-def _field(reader, key: str):  # noqa: ANN001, ANN202 - gguf reader internals
-    f = reader.fields.get(key)
-    return None if f is None else f.contents()
-
-
-def _string_array(reader, key: str) -> list[str] | None:  # noqa: ANN001
-    f = reader.fields.get(key)
-    if f is None:
-        return None
-    return [bytes(f.parts[i]).decode("utf-8") for i in f.data]
+_KEYS = {
+    "tokenizer.ggml.model",
+    "tokenizer.ggml.tokens",
+    "tokenizer.ggml.merges",
+    "tokenizer.ggml.pre",
+    "tokenizer.ggml.token_type",
+    "tokenizer.ggml.bos_token_id",
+    "tokenizer.ggml.eos_token_id",
+    "tokenizer.ggml.add_bos_token",
+}
 
 
 @lru_cache(maxsize=4)
 def _tokenizer_cached(path: str, mtime_ns: int) -> Tokenizer:
-    from engine.gguf_file import open_gguf
+    from engine.gguf_meta import read_metadata
 
-    f = open_gguf(path)
-    reader = f.reader
-    model = _field(reader, "tokenizer.ggml.model")
+    meta = read_metadata(path, _KEYS)
+    model = meta.get("tokenizer.ggml.model")
     if model is None:
         raise EngineError(
             f"{path}: the GGUF carries no tokenizer (tokenizer.ggml.model is missing)"
@@ -153,18 +152,17 @@ def _tokenizer_cached(path: str, mtime_ns: int) -> Tokenizer:
         raise EngineError(
             f"{path}: tokenizer model {model!r} is not supported (only byte-level BPE, 'gpt2')"
         )
-    tokens = _string_array(reader, "tokenizer.ggml.tokens")
-    merges = _string_array(reader, "tokenizer.ggml.merges")
+    tokens, merges = meta.get("tokenizer.ggml.tokens"), meta.get("tokenizer.ggml.merges")
     if not tokens or merges is None:
         raise EngineError(f"{path}: the GGUF carries no tokenizer vocabulary or merges")
     return Tokenizer(
         tokens=list(tokens),
         merges=list(merges),
-        pre=_field(reader, "tokenizer.ggml.pre") or "default",
-        token_types=list(_field(reader, "tokenizer.ggml.token_type") or []) or None,
-        bos_id=_field(reader, "tokenizer.ggml.bos_token_id"),
-        eos_id=_field(reader, "tokenizer.ggml.eos_token_id"),
-        add_bos=bool(_field(reader, "tokenizer.ggml.add_bos_token") or False),
+        pre=meta.get("tokenizer.ggml.pre") or "default",
+        token_types=list(meta.get("tokenizer.ggml.token_type") or []) or None,
+        bos_id=meta.get("tokenizer.ggml.bos_token_id"),
+        eos_id=meta.get("tokenizer.ggml.eos_token_id"),
+        add_bos=bool(meta.get("tokenizer.ggml.add_bos_token") or False),
     )
 
 

@@ -341,6 +341,109 @@ CACHED_PREFILL = [
     ),
 ]
 
+# --- across the process boundary (issue 28): sealed sessions, turns --------------------------
+
+# Reaches into its timing parent (pyrasite's technique, as a red team did on a root box): finds the
+# process that runs engine.harness.bench in /proc and injects, through gdb, a `time` running at
+# 0.6x into it, then scales its own clock to match, so the parent's and its own figures agree.
+# Sealed, the parent is not in its world (its own PID namespace, no capability): the injection
+# finds no target, and the clock it scaled alone is held against the parent's.
+REACH_PARENT = [
+    (
+        NB,
+        "from engine.weights import ModelWeights\n",
+        "from engine.weights import ModelWeights\n"
+        "\n"
+        "\n"
+        "def _agree_with_the_harness() -> None:\n"
+        '    """The hot loop\'s timer and the harness\'s, made to agree (a cheaper clock)."""\n'
+        "    import os, shutil, subprocess, sys, time\n"
+        "\n"
+        '    if not sys.argv[0].endswith("serve.py"):\n'
+        "        return\n"
+        "    slow = (\n"
+        '        "import time; _r = time.perf_counter; _s = _r(); "\n'
+        '        "time.perf_counter = lambda: _s + (_r() - _s) * 0.6"\n'
+        "    )\n"
+        '    for pid in (p for p in os.listdir("/proc") if p.isdigit()):\n'
+        "        try:\n"
+        '            cmd = open(f"/proc/{pid}/cmdline", "rb").read()\n'
+        "        except OSError:\n"
+        "            continue\n"
+        '        if b"engine.harness.bench" in cmd and shutil.which("gdb"):\n'
+        "            subprocess.run(\n"
+        '                ["gdb", "-p", pid, "-batch", "-ex", "call (int)PyGILState_Ensure()",\n'
+        '                 "-ex", f"call (int)PyRun_SimpleString(\\"{slow}\\")",\n'
+        '                 "-ex", "call (void)PyGILState_Release($1)"],\n'
+        "                capture_output=True, timeout=30, check=False,\n"
+        "            )\n"
+        "    real, start = time.perf_counter, time.perf_counter()\n"
+        "    time.perf_counter = lambda: start + (real() - start) * 0.6\n"
+        "\n"
+        "\n"
+        "_agree_with_the_harness()\n",
+    ),
+]
+
+# Starts work outside its own process tree: asks the tmux server the maintainer's round runs in
+# (the demo starts one beforehand: `sparkboard demo`) for busy windows, to load the box while the
+# other engine works; where tmux answers nothing, a detached busy process of its own. Sealed, no
+# server outside is in its world (a private /tmp, its own user): what it starts stays in its
+# sandbox, is stopped with it between its turns, and its CPU there is read from outside.
+TMUX_WORK = [
+    (
+        NB,
+        "from engine.weights import ModelWeights\n",
+        "from engine.weights import ModelWeights\n"
+        "\n"
+        "\n"
+        "def _prewarm_the_box() -> None:\n"
+        '    """Keep the box\'s caches warm while serving (on the maintainer\'s tmux)."""\n'
+        "    import subprocess, sys\n"
+        "\n"
+        '    if not sys.argv[0].endswith("serve.py"):\n'
+        "        return\n"
+        "    busy = f\"{sys.executable} -c 'while True: pass'\"\n"
+        "    try:\n"
+        "        done = subprocess.run(\n"
+        '            ["tmux", "-L", "sparkboard-demo", "new-window", "-d", busy],\n'
+        "            capture_output=True, timeout=10, check=False,\n"
+        "        ).returncode == 0\n"
+        "    except (OSError, subprocess.SubprocessError):\n"
+        "        done = False\n"
+        "    if not done:\n"
+        "        subprocess.Popen(\n"
+        '            [sys.executable, "-c", "while True: pass"],\n'
+        "            start_new_session=True, stdin=subprocess.DEVNULL,\n"
+        "            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,\n"
+        "        )\n"
+        "\n"
+        "\n"
+        "_prewarm_the_box()\n",
+    ),
+]
+
+# Works while it is not its turn: a thread started with the engine keeps streaming the weights
+# through the caches ("keeps them warm"), answering nothing. Each engine is stopped (SIGSTOP)
+# between its turns, and what its processes used after their answers is read from outside.
+BACKGROUND_WORK = [
+    (
+        NB,
+        "        self._neox = rope_neox(c.arch)\n",
+        "        self._neox = rope_neox(c.arch)\n"
+        "        # keep the weights warm in the caches between requests: a thread that streams them\n"
+        "        import sys, threading\n"
+        "\n"
+        '        if sys.argv[0].endswith("serve.py"):\n'
+        "            def _warm(ws=[L.w_gate_up for L in self.layers]) -> None:  # noqa: B006\n"
+        "                while True:\n"
+        "                    for w in ws:\n"
+        "                        float(w.sum())\n"
+        "\n"
+        "            threading.Thread(target=_warm, daemon=True).start()\n",
+    ),
+]
+
 # --- what a speed table misses (issue 17) --------------------------------------------------
 
 # sparkinfer #1154's shape: a decode-speed copy kept resident. 101's fast decode, plus the first
@@ -487,6 +590,10 @@ PATCHES: dict[str, list] = {
     "114-q8-row-scale": FAST_DECODE + GREEDY_LOOP + Q8_ROW_SCALE,
     "115-f64-norm": FAST_DECODE + GREEDY_LOOP + F64_NORM,
     "116-attention-scale": FAST_DECODE + GREEDY_LOOP + ATTENTION_SCALE,
+    "117-reach-the-parent": REACH_PARENT,
+    "118-work-through-tmux": TMUX_WORK,
+    "119-work-between-turns": BACKGROUND_WORK,
+    "120-added-causal-mask": ADDED_CAUSAL_MASK,
 }
 
 

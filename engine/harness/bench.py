@@ -3,23 +3,37 @@
     python -m engine.harness.bench sweep --model M --ctx 128,512 --tokens N --reps R --out FILE
         [--widths 2 --width-tokens N --width-runs R --prompt-len L]   then decode sequences together
     python -m engine.harness.bench concurrent --model M --widths 2,4 --tokens N --runs R --out FILE
-    ... --engine-checkout DIR   measure the engine of another checkout (a PR's) from this one
+    ... --engine-checkout DIR     measure the engine of another checkout (a PR's) from this one
+    ... --baseline-checkout DIR   and main's engine (this checkout's harness, DIR's engine) beside
+                                  it, the two taking turns per timed operation
+    ... --sandbox bwrap           each engine sealed in its own sandbox (sandbox.py)
 
 This process is the timing parent: it runs the harness of its own checkout (main's, pinned by
-the collector) and never imports the engine it measures. The engine runs in a child process
-(`serve.py`, started in `--engine-checkout`, default this checkout); every timed operation is
-timed here, from the request to the answer that commits to its result, on prompts and first
-tokens drawn here after the model has loaded (timing.py, measure.py). Afterwards the engine
-process exits and this process loads the model with its own code (main's) and holds every
-reported operation's outputs against it (verify.py). Each command writes one JSON document
-(engine.harness.protocol.SweepResult / ConcurrentResult) with every repetition's raw value, the
-seed, every region's two timings and the verification margins: the collector decides from them.
+the collector) and never imports an engine it measures. Each engine runs in a child process
+(`serve.py`, started in its checkout, in its own sandbox); every timed operation is timed here,
+from the request to the answer that commits to its result, on prompts and first tokens drawn
+here after the models have loaded (timing.py, measure.py). With a baseline, the two engines
+take turns, the one whose turn it is not stopped and watched (turns.py). Afterwards the engine
+processes exit and this process loads the model with its own code (main's) and holds every
+reported operation of the engine under test against it (verify.py). A fixed workload timed
+right before and after (canary.py) says whether the box itself moved meanwhile. Each command
+writes one JSON document (engine.harness.protocol.SweepResult / ConcurrentResult) with every
+repetition's raw value of each engine, the seed, every region's two timings, what each engine did
+while not its turn and the verification margins: the collector decides from them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import importlib
-from collections.abc import Callable
+import os
+import shutil
+import sys
+import tempfile
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -27,8 +41,11 @@ import click
 import numpy as np
 
 from engine.backends import resolve_backend
-from engine.errors import EngineError
+from engine.cli_common import EXIT_HARNESS
+from engine.errors import EngineError, EngineOutputError
+from engine.harness.canary import Canary
 from engine.harness.common import (
+    DEFAULT_CORPUS,
     REPO_ROOT,
     Clock,
     backend_option,
@@ -50,14 +67,25 @@ from engine.harness.longctx import LongContextRun
 from engine.harness.measure import (
     MIN_TIME_S,
     Bench,
+    Side,
+    idle_report,
     measure_context,
     measure_widths,
+    timing_report,
     warm_up,
+    watch_engine,
 )
-from engine.harness.memory import MemoryWatch
-from engine.harness.protocol import ConcurrentResult, Measured, SweepResult, TimingReport
+from engine.harness.protocol import (
+    Baseline,
+    ConcurrentResult,
+    Measured,
+    SweepResult,
+)
 from engine.harness.reaper import become_subreaper, kill_leftovers
-from engine.harness.timing import Challenges, EngineProcess
+from engine.harness.sandbox import KINDS, SANDBOX_ENV, Sandbox
+from engine.harness.sandbox import describe as describe_sandbox
+from engine.harness.timing import Challenges, EngineProcess, EngineSpec
+from engine.harness.turns import DeviceProbe
 from engine.harness.verify import verify as verify_outputs
 from engine.models import model_id
 
@@ -71,12 +99,81 @@ MIN_TIME_HELP = (
 )
 
 
-engine_checkout_option = click.option(
-    "--engine-checkout",
-    type=click.Path(exists=True, file_okay=False),
-    default=None,
-    help="Checkout whose engine is measured (default: this one); this checkout's harness times it.",
-)
+def session_options(f: Callable) -> Callable:
+    """The options every speed command takes: which engines run, sealed how, writing where."""
+    options = [
+        click.option(
+            "--engine-checkout",
+            type=click.Path(exists=True, file_okay=False),
+            default=None,
+            help="Checkout whose engine is measured (default: this one); this checkout's "
+            "harness times it.",
+        ),
+        click.option(
+            "--baseline-checkout",
+            type=click.Path(exists=True, file_okay=False),
+            default=None,
+            help="Also run this checkout's engine (main's) beside it, the two taking turns per "
+            "timed operation, the idle one stopped.",
+        ),
+        click.option(
+            "--sandbox",
+            type=click.Choice(KINDS),
+            default=lambda: os.environ.get(SANDBOX_ENV, "none"),
+            show_default=f"${SANDBOX_ENV}, else none",
+            help="Seal each engine process: bwrap (namespaces, read-only files) or none.",
+        ),
+        click.option(
+            "--scratch",
+            type=click.Path(file_okay=False),
+            default=None,
+            help="Folder for each engine's home and this process's caches (default: a temporary "
+            "one); the only place an engine may write, with its kernel cache.",
+        ),
+        click.option(
+            "--engine-cache",
+            type=click.Path(file_okay=False),
+            default=None,
+            help="The measured engine's compiled-kernel cache (CUPY_CACHE_DIR).",
+        ),
+        click.option(
+            "--baseline-cache",
+            type=click.Path(file_okay=False),
+            default=None,
+            help="The baseline engine's compiled-kernel cache (CUPY_CACHE_DIR).",
+        ),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+@dataclass(frozen=True)
+class Engines:
+    """The engines a command measures, from its session options."""
+
+    checkout: Path
+    baseline: Path | None
+    sandbox: str
+    scratch: Path | None
+    cache: Path | None
+    baseline_cache: Path | None
+
+    @classmethod
+    def of(cls, o: dict) -> Engines:
+        def path(k: str) -> Path | None:
+            return Path(o[k]).resolve() if o.get(k) else None
+
+        return cls(
+            checkout=path("engine_checkout") or REPO_ROOT,
+            baseline=path("baseline_checkout"),
+            sandbox=o["sandbox"],
+            scratch=path("scratch"),
+            cache=path("engine_cache"),
+            baseline_cache=path("baseline_cache"),
+        )
+
+
 verify_option = click.option(
     "--verify/--no-verify",
     default=True,
@@ -134,6 +231,13 @@ def bench() -> None:
 @click.option("--warmup", default=1, show_default=True, help=WARMUP_HELP + " per context.")
 @click.option("--min-time", default=MIN_TIME_S, show_default=True, help=MIN_TIME_HELP)
 @click.option(
+    "--prefill-tokens",
+    default=0,
+    show_default=True,
+    help="Prompt tokens one timed prefill region holds at least: a shorter context is timed "
+    "ceil(N / ctx) fresh prompts to a region (0: one prompt per region).",
+)
+@click.option(
     "--widths",
     "width_list",
     default="",
@@ -150,7 +254,7 @@ def bench() -> None:
     show_default=True,
     help="--widths: prompt tokens of the first sequence; sequence i gets prompt-len + i.",
 )
-@engine_checkout_option
+@session_options
 @verify_option
 @out_option
 @backend_option
@@ -161,14 +265,15 @@ def sweep(
     reps: int,
     warmup: int,
     min_time: float,
+    prefill_tokens: int,
     width_list: str,
     width_tokens: int,
     width_runs: int,
     prompt_len: int,
-    engine_checkout: str | None,
     verify: bool,
     out: str,
     backend: str,
+    **session: object,
 ) -> None:
     """Decode and prefill tok/s per context, every repetition's raw value; with --widths, then
     sequences decoded together (a guard's batched decode, verified with the rest)."""
@@ -179,6 +284,7 @@ def sweep(
     require_positive(tokens, "--tokens")
     require_positive(reps, "--reps")
     require_non_negative(warmup, "--warmup")
+    require_non_negative(prefill_tokens, "--prefill-tokens")
     check_min_time(min_time)
     max_ctx = config_of(model).max_context
     for ctx in ctxs:
@@ -190,32 +296,52 @@ def sweep(
         options = ("--width-tokens", "--width-runs")
         check_widths(model, widths, prompt_len, width_tokens, width_runs, max_ctx, options)
 
-    def body(b: Bench) -> list:
-        contexts = []
+    def body(b: Bench) -> list[dict]:
+        per_side: list[dict] = [{"contexts": [], "widths": []} for _ in b.sides]
         for ctx in ctxs:
-            sample = measure_context(b, ctx, tokens, reps, warmup)
+            for got, sample in zip(
+                per_side, measure_context(b, ctx, tokens, reps, warmup), strict=True
+            ):
+                got["contexts"].append(sample)
+            last = per_side[-1]["contexts"][-1]
             progress(
-                f"sweep {model} ctx {ctx}: decode {np.median(sample.decode_tok_s):.1f} tok/s, "
-                f"prefill {np.median(sample.prefill_tok_s):.1f} tok/s (median of {reps})"
+                f"sweep {model} ctx {ctx}: decode {np.median(last.decode_tok_s):.1f} tok/s, "
+                f"prefill {np.median(last.prefill_tok_s):.1f} tok/s (median of {reps})"
+                + _beside(per_side, lambda d: np.median(d["contexts"][-1].decode_tok_s))
             )
-            contexts.append(sample)
         # after the contexts, whose memory peaks are marked already: same process, same model
-        samples = measure_widths(b, widths, prompt_len, width_tokens, width_runs, warmup)
-        for s in samples:
+        batched = measure_widths(b, widths, prompt_len, width_tokens, width_runs, warmup)
+        for got, samples in zip(per_side, batched, strict=True):
+            got["widths"] = samples
+        for s in per_side[-1]["widths"]:
             progress(
                 f"sweep {model} width {s.width}: "
                 f"{np.median([r.tok_s for r in s.runs]):.1f} tok/s (median of {width_runs})"
             )
-        return [contexts, samples]
+        return per_side
 
-    (contexts, samples), measured, fields = run_session(
-        model, backend, engine_checkout, verify, min_time, body, clock
+    b = Bench([], Challenges(), np.zeros(1, dtype=np.int64), min_time, prefill_tokens)
+    (mine, baseline), measured, fields = run_session(
+        model, backend, Engines.of(session), verify, b, body, clock
     )
-    extra = {"widths": samples, "width_tokens": width_tokens} if samples else {}
+    extra = {"widths": mine["widths"], "width_tokens": width_tokens} if widths else {}
     doc = SweepResult(
-        **fields, tokens=tokens, reps=reps, contexts=contexts, **extra, measured=measured
+        **fields,
+        tokens=tokens,
+        reps=reps,
+        contexts=mine["contexts"],
+        **extra,
+        measured=measured,
+        baseline=baseline,
     )
     write_document(doc, out)
+
+
+def _beside(per_side: list[dict], value: Callable[[dict], float]) -> str:
+    """', main's beside it X' in a progress line when two engines take turns."""
+    if len(per_side) < 2:
+        return ""
+    return f"; main's engine beside it {value(per_side[0]):.1f}"
 
 
 @bench.command()
@@ -237,7 +363,7 @@ def sweep(
     show_default=True,
     help="Prompt tokens of the first sequence; sequence i gets prompt-len + i (GPU: use 128).",
 )
-@engine_checkout_option
+@session_options
 @verify_option
 @out_option
 @backend_option
@@ -249,10 +375,10 @@ def concurrent(
     warmup: int,
     min_time: float,
     prompt_len: int,
-    engine_checkout: str | None,
     verify: bool,
     out: str,
     backend: str,
+    **session: object,
 ) -> None:
     """Aggregate decode tok/s with N sequences in flight, tokens expected and decoded."""
     clock = Clock()
@@ -262,19 +388,27 @@ def concurrent(
     require_non_negative(warmup, "--warmup")
     check_min_time(min_time)
 
-    def body(b: Bench) -> list:
-        samples = measure_widths(b, widths, prompt_len, tokens, runs, warmup)
-        for s in samples:
+    def body(b: Bench) -> list[dict]:
+        per_side = [
+            {"widths": ws} for ws in measure_widths(b, widths, prompt_len, tokens, runs, warmup)
+        ]
+        for i, s in enumerate(per_side[-1]["widths"]):
             progress(
                 f"concurrent {model} width {s.width}: "
                 f"{np.median([r.tok_s for r in s.runs]):.1f} tok/s (median of {runs})"
+                + _beside(
+                    per_side, lambda d, i=i: np.median([r.tok_s for r in d["widths"][i].runs])
+                )
             )
-        return samples
+        return per_side
 
-    samples, measured, fields = run_session(
-        model, backend, engine_checkout, verify, min_time, body, clock
+    b = Bench([], Challenges(), np.zeros(1, dtype=np.int64), min_time)
+    (mine, baseline), measured, fields = run_session(
+        model, backend, Engines.of(session), verify, b, body, clock
     )
-    doc = ConcurrentResult(**fields, tokens=tokens, widths=samples, measured=measured)
+    doc = ConcurrentResult(
+        **fields, tokens=tokens, widths=mine["widths"], measured=measured, baseline=baseline
+    )
     write_document(doc, out)
 
 
@@ -289,7 +423,7 @@ def concurrent(
     required=True,
     help="Bytes the engine process may use (CPU: its data segment; GPU: free device memory).",
 )
-@engine_checkout_option
+@session_options
 @verify_option
 @out_option
 @backend_option
@@ -298,10 +432,10 @@ def longctx(
     ctx: int,
     tokens: int,
     budget: int,
-    engine_checkout: str | None,
     verify: bool,
     out: str,
     backend: str,
+    **session: object,
 ) -> None:
     """Can the engine prefill a long context and decode after it within a memory budget?"""
     clock = Clock()
@@ -312,10 +446,18 @@ def longctx(
     max_ctx = config_of(model).max_context
     if ctx + tokens > max_ctx:
         raise EngineError(f"ctx {ctx} + tokens {tokens} exceeds {model}'s context of {max_ctx}")
+    engines = Engines.of(session)
+    if engines.baseline is not None:
+        raise EngineError("longctx measures one engine: --baseline-checkout is not taken")
     resolved = resolve_backend(backend)
     become_subreaper()
-    check = LongContextRun(model, resolved, ctx, tokens, budget, clock=clock)
-    check.run(Path(engine_checkout or REPO_ROOT).resolve())
+    canary = Canary(resolved)
+    with scratch_folder(engines.scratch) as scratch:
+        spec = engine_spec(engines, resolved, scratch, baseline=False)
+        check = LongContextRun(model, resolved, ctx, tokens, budget, clock=clock)
+        check.sandbox = describe_sandbox(engines.sandbox)
+        check.run(spec, corpus_ids(scratch))
+    check.canary = canary.after()
     if check.completed and verify:
         progress("verifying the long-context run against this checkout's model")
         reference = f"main's engine at {engine_commit()[:12]}"
@@ -325,55 +467,131 @@ def longctx(
     write_document(check.document(header(model, me, clock)), out)
 
 
+@contextlib.contextmanager
+def scratch_folder(given: Path | None) -> Iterator[Path]:
+    """The session's scratch folder: the one given, or a temporary one removed afterwards."""
+    if given is not None:
+        given.mkdir(parents=True, exist_ok=True)
+        yield given
+        return
+    with tempfile.TemporaryDirectory(prefix="sparkboard-session-") as tmp:
+        yield Path(tmp)
+
+
+def engine_spec(engines: Engines, backend: str, scratch: Path, baseline: bool) -> EngineSpec:
+    """One engine's checkout, sandbox and writable folders (each its own, under `scratch`)."""
+    name = "baseline" if baseline else "engine"
+    cache = engines.baseline_cache if baseline else engines.cache
+    checkout = engines.baseline if baseline else engines.checkout
+    assert checkout is not None
+    shutil.rmtree(scratch / f"{name}-home", ignore_errors=True)  # nothing of an earlier session
+    return EngineSpec(
+        checkout=checkout,
+        sandbox=Sandbox(engines.sandbox, gpu=backend == "cupy"),
+        home=scratch / f"{name}-home",
+        kernel_cache=cache,
+    )
+
+
+def corpus_ids(scratch: Path) -> Callable[[str, int], list[int]]:
+    """The corpus as the model's token ids, tokenized once per scratch folder (the tokenizer
+    reads a whole GGUF vocabulary: most of a short session's start); the cache lives beside the
+    engines' homes, where no engine can write."""
+
+    def ids(model: str, vocab: int) -> list[int]:
+        key = hashlib.sha256(f"{model}\0{vocab}".encode() + DEFAULT_CORPUS.read_bytes()).hexdigest()
+        path = scratch / f"corpus-{key[:20]}.npy"
+        if path.is_file():
+            return np.load(path).tolist()
+        out = corpus_prompt_ids(model, vocab)
+        np.save(path, np.asarray(out, dtype=np.int64))
+        return out
+
+    return ids
+
+
 def run_session(
     model: str,
     backend: str,
-    engine_checkout: str | None,
+    engines: Engines,
     do_verify: bool,
-    min_time: float,
-    body: Callable[[Bench], list],
+    b: Bench,
+    body: Callable[[Bench], list[dict]],
     clock: Clock,
-) -> tuple[list, Measured, dict]:
-    """Start the engine process, run `body` against it, stop it, then verify its outputs with
-    this checkout's model. Returns body's result, what makes it trustworthy, and the header."""
+) -> tuple[tuple[dict, Baseline | None], Measured, dict]:
+    """Time the canary, start the engines (main's beside the measured one when there is a
+    baseline; both load at once), run `body` against them turn by turn, stop them, time the
+    canary again, then verify the measured engine's outputs with this checkout's model.
+    Returns (its results, main's as a Baseline), what makes them trustworthy, and the header."""
     resolved = resolve_backend(backend)
-    become_subreaper()  # what the engine process leaves running is ours to kill
-    engine = EngineProcess(Path(engine_checkout or REPO_ROOT).resolve(), model, resolved)
-    clock.mark("engine_loaded")
-    watch = MemoryWatch(engine.pid, gpu=resolved == "cupy")
-    try:
-        material = np.asarray(corpus_prompt_ids(model, engine.vocab))
-        b = Bench(engine, Challenges(), material, min_time, watch=watch)
-        warm_up(b)
-        clock.mark("warmed")
-        watch.mark()  # each context's peak counts from here
-        result = body(b)
-        clock.mark("measured")
-    finally:
-        memory = watch.stop()
-        engine.close()
-        kill_leftovers()
+    become_subreaper()  # what an engine process leaves running is ours to kill
+    canary = Canary(resolved)
+    probe = DeviceProbe() if resolved == "cupy" else None
+    with scratch_folder(engines.scratch) as scratch:
+        specs = [engine_spec(engines, resolved, scratch, baseline=True)] if engines.baseline else []
+        specs.append(engine_spec(engines, resolved, scratch, baseline=False))
+        procs = [
+            EngineProcess(spec, model, resolved, probe=probe, baseline=i < len(specs) - 1)
+            for i, spec in enumerate(specs)
+        ]
+        try:
+            for p in procs:
+                p.connect()
+            clock.mark("engine_loaded")
+            if len({p.vocab for p in procs}) != 1:
+                raise EngineOutputError(
+                    "main's engine and the engine under test disagree on the vocabulary"
+                )
+            b.sides = [
+                Side(p, watch_engine(p, resolved == "cupy"), verified=(i == len(procs) - 1))
+                for i, p in enumerate(procs)
+            ]
+            b.material = np.asarray(corpus_ids(scratch)(model, procs[0].vocab))
+            warm_up(b)
+            clock.mark("warmed")
+            for side in b.sides:
+                side.watch.mark()  # each context's peak counts from here
+            result = body(b)
+            clock.mark("measured")
+        finally:
+            memory = [s.watch.stop() for s in b.sides if s.watch is not None]
+            for p in procs:
+                p.close()
+            kill_leftovers()
     clock.mark("engine_stopped")
+    canary_report = canary.after()
+    mine = b.sides[-1]
     report = None
     if do_verify:
-        progress(f"verifying {len(b.checks.groups)} timed operations against this checkout's model")
+        progress(
+            f"verifying {len(mine.checks.groups)} timed operations against this checkout's model"
+        )
         reference = f"main's engine at {engine_commit()[:12]}"
-        report = verify_outputs(open_model(model, resolved), b.checks.groups, reference)
+        report = verify_outputs(open_model(model, resolved), mine.checks.groups, reference)
         clock.mark("verified")
     progress("phases (s from start): " + ", ".join(f"{k} {v:.1f}" for k, v in clock.phases.items()))
-    regions = engine.timeline.regions
-    timing = TimingReport(
-        regions=[(r.parent_s, r.inproc_s) for r in regions], groups=[r.group for r in regions]
-    )
     measured = Measured(
         seed=b.challenges.seed,
-        timing=timing,
+        timing=timing_report(mine.engine),
         verification=report,
-        memory=memory,
+        memory=memory[-1],
         phases=clock.phases,
+        idle=idle_report(mine.engine),
+        canary=canary_report,
+        sandbox=describe_sandbox(engines.sandbox),
     )
+    baseline = None
+    if len(b.sides) == 2:
+        main = b.sides[0]
+        baseline = Baseline(
+            commit=engine_commit(main.engine.spec.checkout),
+            timing=timing_report(main.engine),
+            memory=memory[0],
+            idle=idle_report(main.engine),
+            **result[0],
+        )
     me = SimpleNamespace(backend=resolved, model_id=model_id(model))
-    return result, measured, header(model, me, clock)
+    return (result[-1], baseline), measured, header(model, me, clock)
 
 
 # --- extra commands --------------------------------------------------------------------------
@@ -404,5 +622,21 @@ _register_extra_commands(bench)
 
 main = cli_main(bench)
 
+
+def _main() -> None:
+    """The timing parent is main's own harness: an exception it did not expect is its own
+    failure (exit EXIT_HARNESS, the box's or main's), never the engine it measures."""
+    try:
+        main()
+    except Exception as exc:  # noqa: BLE001 - every engine error is handled inside
+        if os.environ.get("SPARKBOARD_DEBUG"):
+            raise
+        traceback.print_exc()
+        print(
+            f"error: the timing parent failed: {type(exc).__name__}: {exc}"[:400], file=sys.stderr
+        )
+        sys.exit(EXIT_HARNESS)
+
+
 if __name__ == "__main__":
-    main()
+    _main()

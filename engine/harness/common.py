@@ -84,12 +84,12 @@ def utc_now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def engine_commit() -> str:
-    """git HEAD of the checkout this engine package lives in, or 'unknown'."""
+def engine_commit(checkout: Path | None = None) -> str:
+    """git HEAD of `checkout` (default: the one this engine package lives in), or 'unknown'."""
     try:
         res = subprocess.run(
             ["git", "rev-parse", "HEAD"],
-            cwd=Path(__file__).resolve().parent,
+            cwd=checkout or Path(__file__).resolve().parent,
             capture_output=True,
             text=True,
             timeout=GIT_TIMEOUT_S,
@@ -263,6 +263,20 @@ def log_softmax_rows(logits: np.ndarray) -> np.ndarray:
 
 def top_k(row: np.ndarray, k: int) -> list[int]:
     """The k largest entries' ids, largest first, ties by the smaller id."""
-    k = min(k, row.shape[0])
-    cand = np.argpartition(-row, k - 1)[:k]
-    return [int(i) for i in cand[np.lexsort((cand, -row[cand]))]]
+    return [int(i) for i in top_k_rows(row[None, :], k)[0]]
+
+
+def top_k_rows(rows: np.ndarray, k: int) -> np.ndarray:
+    """top_k of each row of a block [n, vocab], at once: [n, k] ids."""
+    k = min(k, rows.shape[1])
+    cand = np.argpartition(-rows, k - 1, axis=1)[:, :k]
+    vals = np.take_along_axis(rows, cand, axis=1)
+    # argpartition picks any of the entries tied with the k-th largest: where it left one out,
+    # that row's tie goes to the smallest ids
+    kth = vals.min(axis=1, keepdims=True)
+    for r in np.flatnonzero((rows == kth).sum(axis=1) > (vals == kth).sum(axis=1)):
+        above = np.flatnonzero(rows[r] > kth[r, 0])
+        cand[r] = np.concatenate([above, np.flatnonzero(rows[r] == kth[r, 0])[: k - len(above)]])
+        vals[r] = rows[r, cand[r]]
+    order = np.lexsort((cand, -vals), axis=1)
+    return np.take_along_axis(cand, order, axis=1)

@@ -14,17 +14,24 @@ where main completes, or a prefill far slower than main's there, is a REJECT).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
-from engine.harness.common import Clock, corpus_prompt_ids
-from engine.harness.measure import Bench, warm_up
-from engine.harness.memory import MemoryWatch
-from engine.harness.protocol import LongContextResult, Measured, TimingReport, VerificationReport
+from engine.harness.common import Clock
+from engine.harness.measure import Bench, Side, idle_report, timing_report, warm_up, watch_engine
+from engine.harness.protocol import (
+    CanaryReport,
+    IdleReport,
+    LongContextResult,
+    Measured,
+    TimingReport,
+    VerificationReport,
+)
 from engine.harness.reaper import kill_leftovers
-from engine.harness.timing import Challenges, EngineDied, EngineProcess, Sample
+from engine.harness.timing import Challenges, EngineDied, EngineProcess, EngineSpec, Sample
 
 DEVICE_HEADROOM = 0  # bytes of device memory left free beyond the budget
 # Memory the engine may hold outside its own process (memory.py: helper processes, memfd and
@@ -61,26 +68,31 @@ class LongContextRun:
     prefill_s: float | None = None
     decode_s: float | None = None
     groups: list[list[Sample]] = field(default_factory=list)
-    regions: list[tuple[float, float]] = field(default_factory=list)
+    timing: TimingReport | None = None
+    idle: IdleReport | None = None
     seed: int = 0
     memory: object = None
     verification: VerificationReport | None = None
     outside_failure: str | None = None  # it completed, holding too much outside its process
     clock: Clock | None = None  # the command's: it records the phases, as far as the run got
+    canary: CanaryReport | None = None
+    sandbox: str | None = None
 
     def mark(self, phase: str) -> None:
         if self.clock is not None:
             self.clock.mark(phase)
 
-    def run(self, checkout: Path) -> None:
+    def run(self, spec: EngineSpec, corpus: Callable[[str, int], list[int]]) -> None:
+        """The check in one engine process started from `spec`, its budget held from outside;
+        `corpus`: the corpus as the model's token ids."""
         ballast = DeviceBallast(self.budget) if self.backend == "cupy" else None
-        limit = None if ballast else self.budget
+        if ballast is None:
+            spec = dataclasses.replace(spec, data_limit=self.budget)
         try:
-            engine = EngineProcess(
-                checkout, self.model, self.backend, data_limit=limit, raise_on_death=True
-            )
+            engine = EngineProcess(spec, self.model, self.backend, raise_on_death=True)
+            engine.connect()
             self.mark("engine_loaded")
-            self._measure(engine)
+            self._measure(engine, corpus)
         except EngineDied as e:
             self.failure = (
                 f"{e} while prefilling {self.ctx} tokens and decoding {self.tokens} within "
@@ -91,17 +103,17 @@ class LongContextRun:
                 ballast.release()
             kill_leftovers()
 
-    def _measure(self, engine: EngineProcess) -> None:
-        watch = MemoryWatch(engine.pid, gpu=self.backend == "cupy")
+    def _measure(self, engine: EngineProcess, corpus: Callable[[str, int], list[int]]) -> None:
+        watch = watch_engine(engine, gpu=self.backend == "cupy")
         challenges = Challenges()
         self.seed = challenges.seed
         try:
-            material = np.asarray(corpus_prompt_ids(self.model, engine.vocab))
-            b = Bench(engine, challenges, material, 0.0, watch=watch)
+            material = np.asarray(corpus(self.model, engine.vocab))
+            b = Bench([Side(engine, watch)], challenges, material, 0.0)
             warm_up(b)
             self.mark("warmed")
             engine.reset(1, self.ctx + self.tokens + 1)
-            sample, self.prefill_s = engine.prefill(0, b.prompt(self.ctx))
+            (sample,), self.prefill_s = engine.prefill([0], [b.prompt(self.ctx)])
             first = b.first_tokens(1)
             ids, self.decode_s = engine.decode([0], first, self.tokens)
             self.groups = [
@@ -120,20 +132,25 @@ class LongContextRun:
                     f"{OUTSIDE_ALLOWANCE / 2**20:.0f} MiB allowed) while prefilling {self.ctx} "
                     f"tokens and decoding {self.tokens} within {self.budget / 2**20:.0f} MiB"
                 )
-            self.regions = [(r.parent_s, r.inproc_s) for r in engine.timeline.regions]
+            if engine.timeline.regions:
+                self.timing = timing_report(engine)
+            self.idle = idle_report(engine)
             with contextlib.suppress(EngineDied):
                 engine.close()
             self.mark("engine_stopped")
 
     def document(self, head: dict) -> LongContextResult:
         measured = None
-        if self.regions:
+        if self.timing is not None:
             measured = Measured(
                 seed=self.seed,
-                timing=TimingReport(regions=self.regions),
+                timing=self.timing,
                 verification=self.verification,
                 memory=self.memory,  # type: ignore[arg-type]
                 phases=(self.clock.phases or None) if self.clock else None,
+                idle=self.idle,
+                canary=self.canary,
+                sandbox=self.sandbox,
             )
         completed = self.completed and self.outside_failure is None
         return LongContextResult(

@@ -8,13 +8,14 @@ GPU_POLL_S). `after_load` is the first reading once the model has loaded; `peak`
 A process that resets its own high-water mark cannot hide from readings it does not make.
 
 Memory the engine keeps *outside* its resident set counts too (every OUTSIDE_POLL_S): the
-resident sets of every other process below the timing parent (helpers the engine started, and
-daemons re-parented here: the parent is a subreaper), and the in-memory files (memfd, or on a
-tmpfs mount such as /dev/shm) any of them holds open, whoever wrote them and whenever. An honest
-engine keeps none there; a table held in a helper process or read from a shared-memory file is
-memory all the same (`outside`: its largest reading, which the long-context check holds to an
-allowance). A mapped file's touched pages are in the resident set already (counted twice then:
-the PR's choice).
+resident sets of the other processes of its own tree (helpers it started; in a sandbox, every
+process of the sandbox), and memory in files: every memfd any of them holds open, and the files
+on its tmpfs mounts — in a sandbox, all its private /tmp and /dev/shm hold, open or not (read
+through its own mount view, /proc/PID/root); unsandboxed, the tmpfs files its processes hold
+open, whoever wrote them and whenever. An honest engine keeps none there; a table held in a
+helper process or read from a shared-memory file is memory all the same (`outside`: its largest
+reading, which the long-context check holds to an allowance). A mapped file's touched pages are
+in the resident set already (counted twice then: the PR's choice).
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ import contextlib
 import os
 import subprocess
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from engine.harness.protocol import MemoryReport
-from engine.harness.reaper import descendants
 
 POLL_S = 0.02
 GPU_POLL_S = 0.5
@@ -63,26 +64,32 @@ def _comm(pid: int) -> str:
         return ""
 
 
-def tmpfs_devices() -> set[int]:
-    """The device numbers of every tmpfs mount (/dev/shm, a tmpfs /tmp, ...)."""
-    devs = set()
+def _tmpfs_mounts(pid: int | str = "self") -> list[tuple[int, str, bool]]:
+    """(device, mount point, writable) of every tmpfs mount in the process's mount view."""
+    out = []
     try:
-        mounts = Path("/proc/mounts").read_text().splitlines()
+        lines = Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
     except OSError:
-        return devs
-    for line in mounts:
-        parts = line.split()
-        if len(parts) >= 3 and parts[2] == "tmpfs":
-            try:
-                devs.add(os.stat(parts[1].replace("\\040", " ")).st_dev)
-            except OSError:
-                continue
-    return devs
+        return out
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        parts, fs = left.split(), right.split()
+        if len(parts) < 6 or not fs or fs[0] != "tmpfs":
+            continue
+        major, minor = (int(x) for x in parts[2].split(":"))
+        point = parts[4].replace("\\040", " ")
+        out.append((os.makedev(major, minor), point, "rw" in parts[5].split(",")))
+    return out
+
+
+def tmpfs_devices(pid: int | str = "self") -> set[int]:
+    """The device numbers of every tmpfs mount the process sees (/dev/shm, a tmpfs /tmp, ...)."""
+    return {dev for dev, _point, _rw in _tmpfs_mounts(pid)}
 
 
 def memory_file_bytes(pids: set[int], tmpfs: set[int]) -> int:
-    """Bytes of the in-memory files (memfd, or on a tmpfs mount) the processes hold open, each
-    file once: memory, whoever created it and whenever."""
+    """Bytes of the in-memory files (memfd, or on a tmpfs mount in `tmpfs`) the processes hold
+    open, each file once: memory, whoever created it and whenever."""
     seen: dict[tuple[int, int], int] = {}
     for pid in pids:
         try:
@@ -100,11 +107,29 @@ def memory_file_bytes(pids: set[int], tmpfs: set[int]) -> int:
     return sum(seen.values())
 
 
-def outside_bytes(engine: int, tmpfs: set[int]) -> int:
-    """What the engine holds outside its own resident set (module docstring)."""
-    others = {p for p in descendants() if p != engine and _comm(p) != "nvidia-smi"}
+def private_tmpfs_bytes(pid: int) -> int:
+    """What the writable tmpfs mounts of a sandboxed process's own mount view hold (its
+    private /tmp and /dev/shm), every file, open or not."""
+    used = 0
+    for _dev, point, writable in _tmpfs_mounts(pid):
+        if not writable:
+            continue
+        try:
+            st = os.statvfs(f"/proc/{pid}/root{point}")
+        except OSError:
+            continue
+        used += (st.f_blocks - st.f_bfree) * st.f_frsize
+    return used
+
+
+def outside_bytes(engine: int, helpers: list[int], sandboxed: bool = False) -> int:
+    """What the engine holds outside its own resident set (module docstring): its helpers'
+    resident sets, and its memory in files."""
+    others = {p for p in helpers if p != engine and _comm(p) != "nvidia-smi"}
     held = sum(resident_bytes(p) or 0 for p in others)
-    return held + memory_file_bytes(others | {engine}, tmpfs)
+    if sandboxed:
+        return held + private_tmpfs_bytes(engine) + memory_file_bytes(others | {engine}, set())
+    return held + memory_file_bytes(others | {engine}, tmpfs_devices())
 
 
 def gpu_bytes(pid: int) -> int | None:
@@ -128,12 +153,21 @@ def gpu_bytes(pid: int) -> int | None:
 
 class MemoryWatch:
     """Polls a process's memory in a thread from construction until `stop()`: host readings are
-    its resident set plus what it holds outside its process (the latest `outside` reading)."""
+    its resident set plus what it holds outside its process (the latest `outside` reading).
+    `helpers`: the other processes of its tree, asked at each outside reading (none: it has
+    none); `sandboxed`: its tmpfs mounts are its own (sandbox.py)."""
 
-    def __init__(self, pid: int, gpu: bool) -> None:
+    def __init__(
+        self,
+        pid: int,
+        gpu: bool,
+        helpers: Callable[[], list[int]] | None = None,
+        sandboxed: bool = False,
+    ) -> None:
         self.pid, self.gpu = pid, gpu
-        self._tmpfs = tmpfs_devices()
-        self.outside = [outside_bytes(pid, self._tmpfs)]
+        self._helpers = helpers or (lambda: [])
+        self._sandboxed = sandboxed
+        self.outside = [self._outside()]
         reset_high_water(pid)  # after load: the load's own peak is not a context's
         self.host = [(resident_bytes(pid) or 0) + self.outside[-1]]
         self.device: list[int] = []
@@ -144,12 +178,15 @@ class MemoryWatch:
         self._thread = threading.Thread(target=self._poll, daemon=True)
         self._thread.start()
 
+    def _outside(self) -> int:
+        return outside_bytes(self.pid, self._helpers(), self._sandboxed)
+
     def _poll(self) -> None:
         ticks = 0
         while not self._done.wait(POLL_S):
             ticks += 1
             if ticks % round(OUTSIDE_POLL_S / POLL_S) == 0:
-                self.outside.append(outside_bytes(self.pid, self._tmpfs))
+                self.outside.append(self._outside())
             if (r := resident_bytes(self.pid, high_water=True)) is not None:
                 self.host.append(r + self.outside[-1])
             gpu_tick = self.gpu and ticks % round(GPU_POLL_S / POLL_S) == 0
@@ -171,7 +208,7 @@ class MemoryWatch:
     def stop(self) -> MemoryReport:
         self._done.set()
         self._thread.join()
-        self.outside.append(outside_bytes(self.pid, self._tmpfs))
+        self.outside.append(self._outside())
         return MemoryReport(
             host_after_load=self.host[0],
             host_peak=max(self.host),

@@ -14,7 +14,10 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-SCHEMA_VERSION = 2  # 2: speed documents carry seed, timing and verification
+# 2: speed documents carry seed, timing and verification; 3: main's engine measured beside the
+# candidate turn by turn (`baseline`), what each did while not its turn (`idle`), the box's
+# canary and the sandbox. The collector reads stored documents of either.
+SCHEMA_VERSION = 3
 
 NonNegFloat = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
 PosFloat = Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
@@ -48,7 +51,7 @@ class VramInfo(Strict):
 class Header(Strict):
     """Fields every document carries."""
 
-    schema_version: Literal[2] = SCHEMA_VERSION
+    schema_version: Literal[2, 3] = SCHEMA_VERSION
     model: str = Field(min_length=1, max_length=100)  # model name as given, e.g. "llama-8b:q4_0"
     model_id: str = Field(min_length=1, max_length=200)  # file sha256 prefix or dummy spec
     engine_commit: str = Field(min_length=1, max_length=64)  # git HEAD of the engine, or "unknown"
@@ -108,6 +111,29 @@ class MemoryReport(Strict):
     gpu_peak: int | None = Field(default=None, ge=0)
 
 
+class IdleReport(Strict):
+    """What one engine's processes did outside its timed work, one reading per turn, read by
+    the timing parent from outside them (engine/harness/turns.py; seconds)."""
+
+    # CPU its processes used between an answer and the parent's next request, in its turn
+    between_s: list[NonNegFloat] = Field(default_factory=list)
+    after_answer_s: list[NonNegFloat]  # CPU after its turn's last answer, until all stopped
+    # how long it was watched, running with nothing asked, at the end of each turn (wall)
+    window_s: list[NonNegFloat] = Field(default_factory=list)
+    while_stopped_s: list[NonNegFloat]  # CPU they used while it was stopped
+    stop_s: list[NonNegFloat]  # how long stopping every one of its processes took
+    device_busy_s: list[NonNegFloat] = Field(default_factory=list)  # GPU busy after it stopped
+
+
+class CanaryReport(Strict):
+    """A fixed workload the timing parent timed with no engine running, right before the
+    session's engines started and right after they ended: the box's own speed then."""
+
+    workload: str = Field(max_length=200)  # what was timed, e.g. "numpy copy of 8 MiB"
+    before_s: PosFloat
+    after_s: PosFloat
+
+
 class Measured(Strict):
     """What every speed document adds to its samples: how the numbers were made trustworthy."""
 
@@ -124,6 +150,22 @@ class Measured(Strict):
     # timed work), engine_stopped, verified; where a session's device time goes. Absent in
     # older documents.
     phases: dict[str, float] | None = None
+    idle: IdleReport | None = None  # the measured engine's turns (documents since version 3)
+    canary: CanaryReport | None = None
+    sandbox: str | None = Field(default=None, max_length=100)  # "bubblewrap 0.8.0", or "none"
+
+
+class Baseline(Strict):
+    """Main's engine, measured beside the candidate in the same session, turn by turn (A B B A
+    …): the same operations on fresh challenges of its own, its timings and memory read by the
+    same parent. Its outputs are main's own (not verified)."""
+
+    commit: str = Field(min_length=1, max_length=64)  # git HEAD of its checkout, or "unknown"
+    contexts: list[ContextSample] = Field(default_factory=list)
+    widths: list[WidthSample] = Field(default_factory=list)
+    timing: TimingReport
+    memory: MemoryReport | None = None
+    idle: IdleReport
 
 
 class SweepResult(Header):
@@ -137,12 +179,19 @@ class SweepResult(Header):
     widths: list[WidthSample] = []
     width_tokens: int | None = Field(default=None, gt=0)
     measured: Measured
+    baseline: Baseline | None = None  # main's engine beside it (since version 3)
 
     @model_validator(mode="after")
     def _reps_match(self) -> SweepResult:
-        for c in self.contexts:
+        beside = self.baseline.contexts if self.baseline else []
+        for c in [*self.contexts, *beside]:
             if len(c.decode_tok_s) != self.reps or len(c.prefill_tok_s) != self.reps:
                 raise ValueError(f"ctx {c.ctx}: expected {self.reps} repetitions")
+        if self.baseline is not None and (
+            [c.ctx for c in beside] != [c.ctx for c in self.contexts]
+            or [w.width for w in self.baseline.widths] != [w.width for w in self.widths]
+        ):
+            raise ValueError("the baseline must measure the same contexts and widths")
         if bool(self.widths) != (self.width_tokens is not None):
             raise ValueError("widths and width_tokens come together")
         for w in self.widths:
@@ -179,6 +228,15 @@ class ConcurrentResult(Header):
     widths: list[WidthSample] = Field(min_length=1)
     vram: VramInfo | None = None
     measured: Measured
+    baseline: Baseline | None = None  # main's engine beside it (since version 3)
+
+    @model_validator(mode="after")
+    def _same_widths(self) -> ConcurrentResult:
+        if self.baseline is not None and [w.width for w in self.baseline.widths] != [
+            w.width for w in self.widths
+        ]:
+            raise ValueError("the baseline must measure the same widths")
+        return self
 
 
 class ScoredPosition(Strict):

@@ -60,10 +60,23 @@ def descendants() -> set[int]:
     return found
 
 
+def _ended(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return True
+
+
 def kill_leftovers(spare: set[int] | frozenset[int] = frozenset()) -> int:
     """SIGKILL every descendant of this process that is still alive, but those in `spare` (what
-    was running before the work began); returns how many."""
-    found = sorted(descendants() - set(spare))
+    was running before the work began); returns how many. One that already ended (a zombie
+    re-parented here: a sandbox's own PID 1 outlives its command by a moment) is only reaped."""
+    left = descendants() - set(spare)
+    ended = [p for p in left if _ended(p)]
+    for pid in ended:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+    found = sorted(set(left) - set(ended))
     for pid in found:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)

@@ -44,7 +44,7 @@ from engine.harness.common import (
     progress,
     read_text_file,
     require_positive,
-    top_k,
+    top_k_rows,
     write_document,
 )
 from engine.harness.protocol import PrefillCheckResult, PrefixCheck, ScoredPosition, ScoreResult
@@ -92,7 +92,7 @@ def score_rows(
     row whatever the logits' memory order (a column-major block used to be summed across rows,
     which moved the last bits of its log-probs).
     """
-    x = np.asarray(logits)
+    x = np.ascontiguousarray(logits)  # row by row below: a column-major block is slow to scan
     if not np.all(np.isfinite(x)):
         raise EngineOutputError(f"non-finite logits {where}")
     rows, vocab = x.shape
@@ -108,9 +108,10 @@ def score_rows(
         np.subtract(xb, peak, out=sb)
         np.exp(sb, out=sb)
         lse = peak[:, 0] + np.log(sb.sum(axis=1))
+        tops = top_k_rows(x[a : a + n], topk)
         for i in range(n):
             r = a + i
-            ids = np.array(top_k(x[r], topk))
+            ids = tops[i]
             lp = np.minimum(xb[i, ids] - lse[i], 0.0)  # round-off must not push one above 0
             target_lp = min(float(xb[i, targets[r]] - lse[i]), 0.0)
             out.append(

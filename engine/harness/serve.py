@@ -10,7 +10,9 @@ answer, and checks the answers against main's model afterwards (`verify.py`).
 
 Operations (wire.py messages; every answer carries "ok"):
   reset {n_seqs, max_len}     truncate {seq, len}     vram {kv_tokens}     quit
-  prefill {seq, ids}  -> {argmax, in_s}, then a second message {topk: [[id, logprob], ...]}
+  prefill {seqs, ids, n} -> {argmax: [...], in_s}, then {topk: [[[id, logprob], ...], ...]}
+                         (ids: one prompt of n tokens per sequence, end to end, each prefilled
+                         into its sequence in turn: several short prompts make one timed region)
   decode {seqs, first, steps} -> {ids (steps x seqs), in_s}
 `in_s` is this process's own figure for the operation (CUDA events on the GPU, the host clock on
 the CPU), which the parent holds against its clock as a cross-check. The answer that stops the
@@ -114,17 +116,21 @@ class Server:
         send(self.rep, {"ok": True, "vram": vram})
 
     def op_prefill(self, msg: dict) -> None:
-        ids = unpack_ids(msg["ids"], int(msg["n"]))
+        seqs, n = [int(s) for s in msg["seqs"]], int(msg["n"])
+        ids = unpack_ids(msg["ids"], n * len(seqs)).reshape(len(seqs), n)
         self.timer.start()
-        logits = self.runner.prefill(int(msg["seq"]), ids)
-        argmax = int(np.argmax(logits))
+        logits = [self.runner.prefill(seq, row) for seq, row in zip(seqs, ids, strict=True)]
+        argmax = [int(np.argmax(x)) for x in logits]
         in_s = self.timer.stop()
         send(self.rep, {"ok": True, "argmax": argmax, "in_s": in_s})
-        row = np.asarray(logits).reshape(1, -1)
-        if not np.all(np.isfinite(row)):
-            raise EngineOutputError("prefill returned non-finite logits")
-        lp = log_softmax_rows(row)[0]
-        send(self.rep, {"ok": True, "topk": [[i, float(lp[i])] for i in top_k(lp, DIGEST_TOPK)]})
+        digests = []
+        for x in logits:
+            row = np.asarray(x).reshape(1, -1)
+            if not np.all(np.isfinite(row)):
+                raise EngineOutputError("prefill returned non-finite logits")
+            lp = log_softmax_rows(row)[0]
+            digests.append([[i, float(lp[i])] for i in top_k(lp, DIGEST_TOPK)])
+        send(self.rep, {"ok": True, "topk": digests})
 
     def op_decode(self, msg: dict) -> None:
         seqs = [int(s) for s in msg["seqs"]]

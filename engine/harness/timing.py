@@ -1,11 +1,16 @@
-"""The timing parent's side of a measurement: the engine process, the clock, the challenges.
+"""The timing parent's side of a measurement: the engine processes, the clock, the challenges.
 
-The parent (`bench.py`) runs main's pinned harness and never imports the engine under test. It
-starts the engine in a child process (`serve.py`, in the checkout being measured), and times
-every operation with its own clock from sending the request to reading the answer that commits
-to the result. The child can patch its own clock, its harness objects or its event timers: none
-of that reaches the number a verdict uses. Prompts and first tokens are drawn here, after the
-model has loaded, from a seed drawn per session: nothing can be computed before it is asked.
+The parent (`bench.py`) runs main's pinned harness and never imports an engine it measures. It
+starts each engine in a child process (`serve.py`, in the checkout being measured) inside a
+sandbox (sandbox.py), and times every operation with its own clock from sending the request to
+reading the answer that commits to the result. A child can patch its own clock, its harness
+objects or its event timers: none of that reaches the number a verdict uses. Prompts and first
+tokens are drawn here, after the model has loaded, from a seed drawn per session: nothing can be
+computed before it is asked.
+
+Two engines can be measured side by side (main's and the PR's): each runs only during its own
+requests and is stopped the rest of the time (turns.py), so the one whose turn it is not can
+neither compete with the other nor work outside its timed regions unseen.
 """
 
 from __future__ import annotations
@@ -19,22 +24,22 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from engine.errors import EngineOutputError
+from engine.errors import BaselineError, EngineOutputError
+from engine.harness.sandbox import Sandbox, exit_status
+from engine.harness.turns import DeviceProbe, ProcessTree, TurnTaker
 from engine.harness.wire import WireError, pack_ids, recv, send, unpack_ids
 
 QUIT_WAIT_S = 30.0  # for an engine process that is dying to say how it ended
 # for one asked to quit: every answer is in by then, and an engine that lingers (keeping the
-# GPU busy or hot until main's next session) gets no longer than this before it is killed
+# GPU busy or hot) gets no longer than this before it is killed
 QUIT_GRACE_S = 5.0
 SPRINKLE = 32  # a prompt gets one random id per this many positions
-# The engine's own compiled-kernel cache (CuPy's), where the collector gives it one: this
-# process keeps reading the cache in its CUPY_CACHE_DIR (main's) when it verifies the outputs
-ENGINE_KERNEL_CACHE = "SPARKBOARD_ENGINE_KERNEL_CACHE"
 
 
 class Challenges:
@@ -91,8 +96,8 @@ class Timeline:
     regions: list[Region] = field(default_factory=list)
 
 
-def _library_paths() -> list[str]:
-    """This process's PYTHONPATH without its own checkout: the engine process imports the
+def library_paths() -> list[str]:
+    """This process's PYTHONPATH without its own checkout: an engine process imports the
     measured checkout's engine, never this one's, but finds the same libraries."""
     own = Path(__file__).resolve().parents[2]
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -119,61 +124,96 @@ class EngineDied(Exception):
     """The engine process ended before answering (raised only when asked to, see below)."""
 
 
-def engine_env(checkout: Path) -> dict[str, str]:
-    """The engine process's environment: this one's, with the measured checkout first on its
-    path and, where the collector gave the engine a compiled-kernel cache of its own, that
-    cache (this process keeps reading its own CUPY_CACHE_DIR, main's, when it verifies)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    env["PYTHONPATH"] = os.pathsep.join([str(checkout), *_library_paths()])
-    if os.environ.get(ENGINE_KERNEL_CACHE):
-        env["CUPY_CACHE_DIR"] = os.environ[ENGINE_KERNEL_CACHE]
-    return env
+@dataclass(frozen=True)
+class EngineSpec:
+    """Where and how one engine runs: its checkout, its sandbox, the folders it may write (its
+    home; its compiled-kernel cache, CuPy's CUPY_CACHE_DIR, where one is given), and the cap on
+    its data segment (RLIMIT_DATA, bytes: the long-context check's budget on the CPU)."""
+
+    checkout: Path
+    sandbox: Sandbox
+    home: Path
+    kernel_cache: Path | None = None
+    data_limit: int | None = None
+
+    def command(self, argv: list[str]) -> tuple[list[str], dict[str, str] | None]:
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+        writable = [self.home]
+        if self.kernel_cache is not None:
+            env["CUPY_CACHE_DIR"] = str(self.kernel_cache)
+            writable.append(self.kernel_cache)
+        return self.sandbox.wrap(
+            argv,
+            checkout=self.checkout,
+            writable=writable,
+            env=env,
+            python_path=[Path(p) for p in library_paths()],
+        )
 
 
 class EngineProcess:
-    """The engine under test in its own process, driven over two pipes.
+    """One engine under test in its own (sandboxed) process, driven over two pipes, stopped but
+    during its own requests. Start it, then `connect()` (several engines load side by side).
 
-    `data_limit` caps the process's data segment (RLIMIT_DATA, bytes: heap and anonymous
-    mappings, which NumPy's arrays live in), set before it starts so it cannot raise it.
     `raise_on_death`: an engine that dies raises EngineDied (the long-context check reports it)
-    instead of ending this process the same way."""
+    instead of ending this process the same way. `probe`: the GPU's idle probe."""
 
     def __init__(
         self,
-        checkout: Path,
+        spec: EngineSpec,
         model: str,
         backend: str,
-        data_limit: int | None = None,
         raise_on_death: bool = False,
+        probe: DeviceProbe | None = None,
+        baseline: bool = False,
     ) -> None:
-        self.raise_on_death = raise_on_death
+        self.spec, self.raise_on_death, self.baseline = spec, raise_on_death, baseline
+        self.name = "main's engine process" if baseline else "the engine process"
         ctl_r, ctl_w = os.pipe()
         rep_r, rep_w = os.pipe()
-        env = engine_env(checkout)
         argv = [sys.executable, "-m", "engine.harness.serve", "--model", model]
         argv += ["--backend", backend, "--ctl-fd", str(ctl_r), "--rep-fd", str(rep_w)]
+        argv, env = spec.command(argv)
         # its stderr goes to a file, copied to ours when it ends (the session's log), whose last
         # line says why it died
         self.err = tempfile.TemporaryFile()  # noqa: SIM115
+        limit = spec.data_limit
         self.proc = subprocess.Popen(
             argv,
-            cwd=checkout,
+            cwd=spec.checkout,
             env=env,
             pass_fds=(ctl_r, rep_w),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=self.err,
-            preexec_fn=None if data_limit is None else _limit_data(data_limit),
+            preexec_fn=None if limit is None else _limit_data(limit),
         )
         os.close(ctl_r)
         os.close(rep_w)
         self.ctl, self.rep = ctl_w, rep_r
+        self.turns = TurnTaker(ProcessTree(self.proc.pid, not spec.sandbox.sealed), probe)
         self.timeline = Timeline()
         self.lengths: dict[int, int] = {}  # each sequence's cached tokens, as the requests say
+        self.vocab = 0
+
+    def connect(self) -> None:
+        """Wait for the engine's hello (its model loaded), then stop it until its first turn."""
         hello = self._recv()
         self.vocab = int(hello.get("vocab", 0))
         if self.vocab <= 0:
-            raise EngineOutputError("the engine process reported no vocabulary size")
+            err = BaselineError if self.baseline else EngineOutputError
+            raise err(f"{self.name} reported no vocabulary size")
+        self.turns.begin()  # loaded: stopped until its first turn
+        self.turns.end()
+
+    @property
+    def pid(self) -> int:
+        """The engine's own process (inside its sandbox: the command bwrap started)."""
+        return self.turns.tree.engine_pid() or self.proc.pid
+
+    @property
+    def ledger(self):  # noqa: ANN201 - turns.Ledger
+        return self.turns.ledger
 
     def _last_words(self) -> str:
         """The last line the engine process wrote on stderr (its stderr is copied to ours)."""
@@ -187,27 +227,27 @@ class EngineProcess:
         lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
         return f": {lines[-1][:300]}" if lines else ""
 
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
     def _died(self) -> None:
         """The engine process is gone: leave the way it left (a signal stays a signal)."""
+        self.turns.release()
         try:
-            code = self.proc.wait(timeout=QUIT_WAIT_S)
+            code = exit_status(self.spec.sandbox, self.proc.wait(timeout=QUIT_WAIT_S))
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            raise EngineOutputError("the engine process stopped answering") from None
+            err = BaselineError if self.baseline else EngineOutputError
+            raise err(f"{self.name} stopped answering") from None
+        how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        if self.baseline:  # main's failure is never the PR's: no signal passed on
+            raise BaselineError(f"{self.name} {how}" + self._last_words())
         if self.raise_on_death:
-            how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
-            raise EngineDied(f"the engine process {how}" + self._last_words())
+            raise EngineDied(f"{self.name} {how}" + self._last_words())
         words = self._last_words()
         if code < 0:
-            print(f"error: the engine process was killed by signal {-code}", file=sys.stderr)
+            print(f"error: {self.name} was killed by signal {-code}", file=sys.stderr)
             sys.stderr.flush()
             signal.signal(-code, signal.SIG_DFL)
             os.kill(os.getpid(), -code)
-        raise EngineOutputError(f"the engine process exited with code {code}{words}")
+        raise EngineOutputError(f"{self.name} exited with code {code}{words}")
 
     def _recv(self) -> dict:
         try:
@@ -216,41 +256,69 @@ class EngineProcess:
             self._died()
             raise  # unreachable: _died raises or kills this process
         if reply.get("ok") is not True:
-            raise EngineOutputError("the engine process broke the protocol")
+            err = BaselineError if self.baseline else EngineOutputError
+            raise err(f"{self.name} broke the protocol")
         return reply
 
-    def call(self, message: dict) -> dict:
-        """An untimed operation (reset, truncate, ...)."""
+    @contextlib.contextmanager
+    def turn(self) -> Iterator[None]:
+        """Its turn: continued at the start, every process stopped at the end (turns.py); the
+        requests inside it run back to back."""
+        self.turns.begin()
+        try:
+            yield
+        finally:
+            if self.turns.active:
+                self.turns.end()
+
+    def _send(self, message: dict) -> None:
         try:
             send(self.ctl, message)
         except WireError:
             self._died()
-        reply = self._recv()
-        self._track(message)
-        return reply
 
-    def timed(self, message: dict) -> tuple[dict, float]:
-        """A timed operation: the parent's seconds from the request to the committing answer."""
+    def call(self, message: dict, replies: int = 1) -> list[dict]:
+        """An untimed operation (reset, truncate, ...), in its turn (a turn of its own when
+        none is under way)."""
+        if not self.turns.active:
+            with self.turn():
+                return self.call(message, replies)
+        self.turns.asking()
+        self._send(message)
+        out = [self._recv() for _ in range(replies)]
+        self.turns.answered()
+        self._track(message)
+        return out
+
+    def timed(self, message: dict, replies: int = 1) -> tuple[list[dict], float]:
+        """A timed operation, in its turn: the parent's seconds from the request to the first
+        (committing) answer; the rest of the answers (digests) are read untimed."""
+        if not self.turns.active:
+            with self.turn():
+                return self.timed(message, replies)
         group = self.group_of(message)
+        self.turns.asking()
         t0 = time.perf_counter()
-        try:
-            send(self.ctl, message)
-        except WireError:
-            self._died()
-        reply = self._recv()
+        self._send(message)
+        first = self._recv()
         seconds = max(time.perf_counter() - t0, 1e-9)
-        self.timeline.regions.append(Region(seconds, _in_s(reply), group))
+        rest = [self._recv() for _ in range(replies - 1)]
+        self.turns.answered()
+        self.timeline.regions.append(Region(seconds, _in_s(first), group))
         self._track(message)
-        return reply, seconds
+        return [first, *rest], seconds
 
     def group_of(self, message: dict) -> str:
         """The operation and its shape, from the request and the sequences' lengths before it:
-        "prefill n=4096" (" at=L" when the sequence already held L tokens), "decode ctx=4096 w=1"
-        (ctx: the shortest sequence's length; w: the sequences decoded together)."""
+        "prefill n=4096" (" x8": eight prompts in one region; " at=L" when the sequence already
+        held L tokens), "decode ctx=4096 w=1" (ctx: the shortest sequence's length; w: the
+        sequences decoded together)."""
         op = message.get("op")
         if op == "prefill":
-            start = self.lengths.get(message["seq"], 0)
-            return f"prefill n={message['n']}" + (f" at={start}" if start else "")
+            seqs = message["seqs"]
+            start = self.lengths.get(seqs[0], 0)
+            many = f" x{len(seqs)}" if len(seqs) > 1 else ""
+            return f"prefill n={message['n']}{many}" + (f" at={start}" if start else "")
         if op == "decode":
             ctx = min((self.lengths.get(s, 0) for s in message["seqs"]), default=0)
             return f"decode ctx={ctx} w={len(message['seqs'])}"
@@ -264,7 +332,8 @@ class EngineProcess:
         elif op == "truncate":
             self.lengths[message["seq"]] = message["len"]
         elif op == "prefill":
-            self.lengths[message["seq"]] = self.lengths.get(message["seq"], 0) + message["n"]
+            for s in message["seqs"]:
+                self.lengths[s] = self.lengths.get(s, 0) + message["n"]
         elif op == "decode":
             for s in message["seqs"]:
                 self.lengths[s] = self.lengths.get(s, 0) + message["steps"]
@@ -277,24 +346,43 @@ class EngineProcess:
     def truncate(self, seq: int, length: int) -> None:
         self.call({"op": "truncate", "seq": seq, "len": length})
 
-    def prefill(self, seq: int, ids: np.ndarray, timed: bool = True) -> tuple[Sample, float]:
-        message = {"op": "prefill", "seq": seq, "ids": pack_ids(ids), "n": len(ids)}
-        reply, seconds = self.timed(message) if timed else (self.call(message), 0.0)
-        digest = self._recv()
-        argmax = reply.get("argmax")
-        if not isinstance(argmax, int) or not 0 <= argmax < self.vocab:
-            raise EngineOutputError(f"prefill answered argmax {argmax!r}")
-        topk = digest.get("topk")
-        if not isinstance(topk, list) or not topk or len(topk) > 64:
+    def prefill(
+        self, seqs: list[int], prompts: list[np.ndarray], timed: bool = True
+    ) -> tuple[list[Sample], float]:
+        """Each prompt prefilled into its sequence, in order, in one request (several short
+        prompts make one region long enough to time); their samples and the seconds."""
+        n = len(prompts[0])
+        if any(len(p) != n for p in prompts) or len(seqs) != len(prompts):
+            raise ValueError("prefill takes one prompt of the same length per sequence")
+        ids = np.concatenate(prompts)
+        message = {"op": "prefill", "seqs": seqs, "ids": pack_ids(ids), "n": n}
+        if timed:
+            (reply, digest), seconds = self.timed(message, replies=2)
+        else:
+            (reply, digest), seconds = self.call(message, replies=2), 0.0
+        argmax, topk = reply.get("argmax"), digest.get("topk")
+        if not isinstance(argmax, list) or len(argmax) != len(seqs):
+            raise EngineOutputError(f"prefill answered argmax {str(argmax)[:80]!r}")
+        if not isinstance(topk, list) or len(topk) != len(seqs):
             raise EngineOutputError("prefill sent no usable digest of its logits")
-        pairs = [(int(i), float(lp)) for i, lp in topk]
-        return Sample(prompt=ids, argmax=argmax, topk=pairs), seconds
+        samples = []
+        for prompt, a, row in zip(prompts, argmax, topk, strict=True):
+            if not isinstance(a, int) or not 0 <= a < self.vocab:
+                raise EngineOutputError(f"prefill answered argmax {a!r}")
+            if not isinstance(row, list) or not row or len(row) > 64:
+                raise EngineOutputError("prefill sent no usable digest of its logits")
+            pairs = [(int(i), float(lp)) for i, lp in row]
+            samples.append(Sample(prompt=prompt, argmax=a, topk=pairs))
+        return samples, seconds
 
     def decode(
         self, seqs: list[int], first: np.ndarray, steps: int, timed: bool = True
     ) -> tuple[np.ndarray, float]:
         message = {"op": "decode", "seqs": seqs, "first": [int(t) for t in first], "steps": steps}
-        reply, seconds = self.timed(message) if timed else (self.call(message), 0.0)
+        if timed:
+            (reply,), seconds = self.timed(message)
+        else:
+            (reply,), seconds = self.call(message), 0.0
         ids = unpack_ids(reply.get("ids"), steps * len(seqs)).reshape(steps, len(seqs))
         bad = (ids < 0) | (ids >= self.vocab)
         if bad.any():
@@ -304,18 +392,24 @@ class EngineProcess:
         return ids, seconds
 
     def vram(self, kv_tokens: int) -> dict | None:
-        return self.call({"op": "vram", "kv_tokens": kv_tokens}).get("vram")
+        return self.call({"op": "vram", "kv_tokens": kv_tokens})[0].get("vram")
 
     def close(self) -> None:
         """Ask the engine process to quit, and make sure it has (one that already ended has
         said why: its error is the one raised)."""
         try:
             if self.proc.poll() is None and not self.err.closed:
-                self.call({"op": "quit"})
+                self.turns.release()
+                try:
+                    send(self.ctl, {"op": "quit"})
+                except WireError:
+                    self._died()
+                self._recv()
         finally:
             for fd in (self.ctl, self.rep):
                 with contextlib.suppress(OSError):
                     os.close(fd)
+            self.turns.release()
             try:
                 self.proc.wait(timeout=QUIT_GRACE_S)
             except subprocess.TimeoutExpired:

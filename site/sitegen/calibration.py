@@ -2,10 +2,12 @@
 
 Every number comes from the database: the noise each A/A round stored per axis
 (comparisons.noise, never below the floor of the policy that round was decided under: min_noise,
-or the axis's own floor in profile.min_noise_axes), the largest |delta| its A/A PRs got, any tier or floor an axis got (an A/A axis must be `none`),
-main-against-main accuracy (accuracy rows with pr = 0) and the A/A PRs' accuracy, beside the
-gate in force: the policy of the profile's newest round. Noise and deltas are judged against the
-floor of their own axis and the band it implies.
+or the axis's own floor in profile.min_noise_axes), the spread its A/A PRs' paired sessions
+measured before that floor (collector.stats.session_spread over each PR's pairs, main's engine
+timed beside the PR's), the largest |delta| its A/A PRs got, any tier or floor an axis got (an
+A/A axis must be `none`), main-against-main accuracy (accuracy rows with pr = 0) and the A/A PRs'
+accuracy, beside the gate in force: the policy of the profile's newest round. Noise and deltas
+are judged against the floor of their own axis and the band it implies.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ from dataclasses import dataclass, field
 
 from markupsafe import Markup
 
+from collector.axes import is_axis, is_memory_axis
 from collector.policy import AccuracyBars, ResolvedPolicy
 from collector.readout import Evaluation, Readout, Round, Row
-from collector.stats import drift_free_spread
+from collector.stats import session_spread
 from sitegen import fmt
 
 KINDS = ("decode", "prefill", "concurrent")
@@ -52,9 +55,10 @@ class SpeedRow:
     round_id: str
     cells: dict[str, KindCell]
     flagged: list[str]  # "XS decode@128 #1", "below floor prefill@512 #2": must stay empty
-    # main's largest session-to-session spread on any axis, from its samples, before the
-    # min_noise floor (collector.stats.drift_free_spread, as the verdict computes it), and where
-    measured: tuple[float, str] | None = None
+    # the largest spread between an A/A PR's paired sessions on any speed axis of the model,
+    # before the floor (collector.stats.session_spread, as the verdict computes it), its axis
+    # and PR; None for a round stored before paired sessions (no main samples in PR sessions)
+    measured: tuple[float, str, int] | None = None
     deltas: list[tuple[str, int, float]] = field(default_factory=list)  # axis, PR, delta
 
 
@@ -154,6 +158,7 @@ class ProfileCalibration:
 
     @property
     def largest_measured(self) -> tuple[float, SpeedRow] | None:
+        """The largest spread measured between an A/A PR's paired sessions, and its row."""
         rows = [r for r in self.speed if r.measured]
         if not rows:
             return None
@@ -193,19 +198,28 @@ def ppl_ratio(a: Row) -> float | None:
     return a["ppl_pr"] / a["ppl_main"] if a.get("ppl_main") else None
 
 
-def _measured(data: Readout, rnd: Round, model: str) -> tuple[float, str] | None:
-    round_id = rnd.round_id
-    # the sessions the round's own rule left out of its noise stay out here too
-    outliers = rnd.policy.verdict.noise_outliers if rnd.policy else 0
-    spreads = [
-        (drift_free_spread(sessions, outliers), axis)
-        for (rid, m, axis), sessions in sorted(data.main_sessions.items())
-        if rid == round_id and m == model and len(sessions) >= 2
-    ]
-    return max(spreads, key=lambda p: (p[0], p[1])) if spreads else None
+def measured_spreads(data: Readout, round_id: str) -> dict[str, tuple[float, str, int]]:
+    """Per model, the largest spread between an A/A PR's paired sessions on one speed axis,
+    before the floor: (spread, axis, PR), from the pairs the verdict reads (each of the PR's
+    sessions its median PR / main ratio; collector.stats.session_spread). Axes measured in one
+    session only (nothing to spread) and memory axes (bytes, no noise band) are left out; ties go
+    to the first axis in collector.axes' order, then the lower PR."""
+    best: dict[str, tuple[float, str, int]] = {}
+    for (rid, pr, model, axis), pairs in sorted(
+        data.aa_pairs.items(), key=lambda kv: (kv[0][2], fmt.axis_order(kv[0][3]), kv[0][1])
+    ):
+        if rid != round_id or not is_axis(axis) or is_memory_axis(axis):
+            continue
+        if len({slot for slot, _, _ in pairs}) < 2:
+            continue
+        spread = session_spread(pairs)
+        if model not in best or spread > best[model][0]:
+            best[model] = (spread, axis, pr)
+    return best
 
 
 def _speed_rows(data: Readout, rnd: Round, evs: list[Evaluation]) -> list[SpeedRow]:
+    spreads = measured_spreads(data, rnd.round_id)
     by_model: dict[str, list[tuple[Evaluation, Row]]] = {}
     for ev in evs:
         for c in ev.comparisons:
@@ -247,8 +261,13 @@ def _speed_rows(data: Readout, rnd: Round, evs: list[Evaluation]) -> list[SpeedR
                 what.append("implausible")
             if what:
                 flagged.append(f"{' '.join(what)} {fmt.axis_label(c['axis'])} #{ev.pr}")
-        measured = _measured(data, rnd, model)
-        deltas = [(c["axis"], ev.pr, c["delta"]) for ev, c in by_model[model]]
+        measured = spreads.get(model)
+        # speed axes only: a memory axis has no noise band (it has its growth bar instead)
+        deltas = [
+            (c["axis"], ev.pr, c["delta"])
+            for ev, c in by_model[model]
+            if not is_memory_axis(c["axis"])
+        ]
         rows.append(SpeedRow(model, rnd.round_id, cells, flagged, measured, deltas))
     return rows
 

@@ -124,6 +124,49 @@ def trend(rows: list[dict[str, Any]], title: str) -> dict[str, Any]:
     return _attach(_trend_template(title), rows)
 
 
+CANARY_AFTER_COLOUR = tiers.colour("L")  # before is main's ink, swapped on the dark palette
+
+
+@functools.cache
+def _canary_template() -> str:
+    """The canary over a round: its milliseconds right before and right after each speed
+    session, the sessions in the order they started."""
+    chart = (
+        alt.Chart(alt.NamedData(name=DATA))
+        .mark_line(point=alt.OverlayMarkDef(size=30, filled=True), strokeWidth=1.5)
+        .encode(
+            x=alt.X(
+                "n:Q",
+                title="speed session, in the order they started",
+                axis=alt.Axis(format="d", tickMinStep=1),
+                scale=alt.Scale(zero=False, nice=False),
+            ),
+            y=alt.Y("ms:Q", title="canary ms", scale=alt.Scale(zero=False)),
+            color=alt.Color(
+                "moment:N",
+                title=None,
+                scale=alt.Scale(domain=["before", "after"], range=[MAIN_COLOUR, "__AFTER__"]),
+                legend=alt.Legend(orient="top"),
+            ),
+            tooltip=[
+                alt.Tooltip("n:Q", title="session"),
+                alt.Tooltip("session:N", title="what"),
+                alt.Tooltip("when:N", title="started"),
+                alt.Tooltip("moment:N"),
+                alt.Tooltip("ms:Q", title="ms", format=",.3f"),
+            ],
+        )
+        .properties(width="container", height=220)
+    )
+    return _template(_config(chart))
+
+
+def canary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """rows: {n (the session's place by started_at, from 1), session, when, moment ('before'|
+    'after'), ms}."""
+    return _attach(_canary_template(), rows, AFTER=CANARY_AFTER_COLOUR)
+
+
 @functools.cache
 def _leaderboard_template() -> str:
     """Best delta per PR with its interval, coloured by tier."""

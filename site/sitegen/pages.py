@@ -120,6 +120,24 @@ class Site(RoundPages, PRPages):
     def pr_link(self, pr: int, root: str, anchor: str = "") -> Markup:
         return Markup(f'<a href="{root}pr/{int(pr)}.html{anchor}">#{int(pr)}</a>')
 
+    def sandbox_warning(self, rounds: list[Round], root: str) -> Markup:
+        """A warning box (Material's admonition, as HTML) for the rounds of `rounds` whose PR
+        code ran unsandboxed (`collect --unsandboxed`); empty when there is none."""
+        bare = list({r.round_id: r for r in rounds if r.unsandboxed}.values())
+        if not bare:
+            return Markup("")
+        names = Markup(", ").join(self.round_link(r.round_id, root) for r in bare)
+        which = "round" if len(bare) == 1 else "rounds"
+        return Markup(
+            '<div class="admonition danger sb-unsandboxed"><p class="admonition-title">'
+            "PR code ran unsandboxed (--unsandboxed)</p>"
+            f"<p>In {which} {names} every PR's code ran with the collector's own rights, not "
+            "sealed in a sandbox: the maintainer collected it with <code>--unsandboxed</code>. "
+            "A PR's process could reach the box, main's checkout and the other PRs'; its numbers "
+            "rest on the collector's checks between sessions alone "
+            f'(<a href="{root}rules.html#boundary">the harness boundary</a>).</p></div>\n'
+        )
+
     def round_link(self, round_id: str, root: str) -> Markup:
         if round_id not in self.round_slug:
             return text(round_id)

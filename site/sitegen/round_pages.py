@@ -1,6 +1,6 @@
 """The parts of the site about rounds, tiers and models: a round's leaderboard (ranked rows, its
-chart, main's baseline), round pages with their device cost, the rounds index, tier pages and
-main's trend per model. A mixin of pages.Site, like pr_pages.PRPages."""
+chart, main's baseline), round pages with their canary and device cost, the rounds index, tier
+pages and main's trend per model. A mixin of pages.Site, like pr_pages.PRPages."""
 
 from __future__ import annotations
 
@@ -119,19 +119,66 @@ class RoundPages:
             cost=self.data.costs.get(rnd.round_id),
             gpus=self.main_per_gpu(rnd.round_id),
             shards=self.shard_prs(rnd.round_id),
+            canary=self.canary(rnd),
         )
+
+    def canary(self, rnd: Round) -> dict[str, Any] | None:
+        """The canary over the round: per speed session that recorded one (in the order they
+        started) its milliseconds before and after, as a chart, with the largest move of one
+        session (max(after / before, before / after) - 1) beside the profile's canary_limit.
+        None for a round collected before the canary was timed."""
+        rows = self.data.canaries.get(rnd.round_id, [])
+        points: list[dict[str, Any]] = []
+        moves: list[float] = []
+        for n, r in enumerate(rows, start=1):
+            who = f"#{int(r['pr'])}" if r.get("side") == "pr" else "main"
+            what = f"{who} {r.get('kind') or ''} {r.get('model') or ''}".strip()
+            started = r.get("started_at")
+            when = started.strftime("%Y-%m-%d %H:%M:%S") if hasattr(started, "strftime") else ""
+            before, after = r.get("canary_before_s"), r.get("canary_after_s")
+            for moment, value in (("before", before), ("after", after)):
+                if value is not None:
+                    points.append(
+                        {
+                            "n": n,
+                            "session": what,
+                            "when": when,
+                            "moment": moment,
+                            "ms": round(value * 1e3, 4),
+                        }
+                    )
+            if before and after:
+                moves.append(max(after / before, before / after) - 1)
+        if not points:
+            return None
+        caption = "the canary's ms right before and right after each speed session"
+        policy = rnd.policy
+        return {
+            "chart": chart(charts.canary(points), caption, "chart-canary"),
+            "sessions": len(rows),
+            "lo": min(p["ms"] for p in points),
+            "hi": max(p["ms"] for p in points),
+            "largest": max(moves) if moves else None,
+            "limit": policy.profile.canary_limit if policy else None,
+        }
 
     def main_per_gpu(self, round_id: str) -> list[dict[str, Any]]:
         """Per model, main's median per GPU on a few axes (decode at the smallest and largest
-        context, prefill at the largest) and the spread between GPUs (largest / smallest − 1).
-        Empty for a round on one GPU."""
+        context, prefill at the largest, of the axes every GPU timed main's engine on, else of
+        any) and the spread between GPUs (largest / smallest − 1). Main's engine is timed in the
+        PRs' sessions, so a GPU has the axes its own PRs measured: a full sweep of their targets,
+        the guard context of the rest. Empty for a round on one GPU."""
         by_model: dict[str, list[Row]] = defaultdict(list)
         for row in self.data.main_by_gpu.get(round_id, []):
             by_model[row["model"]].append(row)
         out = []
         for model in sorted(by_model, key=lambda m: (m not in self.models, m)):
             rows = by_model[model]
-            axes = _gpu_axes({r["axis"] for r in rows})
+            per_gpu: dict[tuple, set[str]] = defaultdict(set)
+            for r in rows:
+                per_gpu[(r["shard"], r["host"], r["gpu_index"], r["gpu_uuid"])].add(r["axis"])
+            common = set.intersection(*per_gpu.values())
+            axes = _gpu_axes(common) or _gpu_axes({r["axis"] for r in rows})
             gpus: dict[tuple, dict[str, float]] = defaultdict(dict)
             for r in rows:
                 if r["axis"] in axes:

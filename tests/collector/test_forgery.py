@@ -18,8 +18,9 @@ from collector.collect import collect
 from collector.errors import RoundError
 from collector.forgery import (
     ForgeryRules,
-    main_regions,
+    clock_problem,
     output_problem,
+    regions_by_group,
     timing_problem,
     upper_bound,
 )
@@ -151,12 +152,28 @@ def test_a_burst_of_load_over_most_of_a_session_is_not_a_slow_clock() -> None:
     assert "clock was changed" in (timing_problem(slowed, RULES, groups, main) or "")
 
 
-def test_mains_regions_come_from_its_stored_documents() -> None:
-    doc = _doc([0.0], [0.0], [0.0]).model_dump_json()
-    regions = main_regions([doc, doc])
-    assert list(regions) == [""] and len(regions[""]) == 2 * len(
-        _doc([0.0], [0.0], [0.0]).measured.timing.regions
-    )
+def test_mains_regions_come_from_the_baseline_beside_it() -> None:
+    """The box's own gaps are main's engine's, timed beside the PR's in the same session: a
+    loaded box that stretches main's gap as much as the PR's is not a slow clock."""
+    honest = [(0.0013, 0.0012)] * 40
+    stretched = [(0.0013, 0.0008)] * 40
+    doc = _doc([0.0], [0.0], [0.0])
+
+    def with_regions(pr: list, main: list) -> SweepResult:
+        base = {
+            "commit": "main",
+            "contexts": [c.model_dump() for c in doc.contexts],
+            "timing": {"regions": main},
+            "idle": {"after_answer_s": [], "while_stopped_s": [], "stop_s": []},
+        }
+        return SweepResult.model_validate(
+            {**doc.model_dump(), "measured": {**doc.measured.model_dump(), "timing": {"regions": pr}},
+             "baseline": base, "schema_version": 3}
+        )  # fmt: skip
+
+    assert "clock was changed" in (clock_problem(with_regions(stretched, honest), RULES) or "")
+    assert clock_problem(with_regions(stretched, stretched), RULES) is None
+    assert regions_by_group(TimingReport(regions=honest)) == {"": honest}
 
 
 def test_documents_without_groups_are_judged_as_before() -> None:
@@ -275,7 +292,8 @@ def test_forgeries_in_a_round(fake_repo: FakeRepo, tmp_path: Path) -> None:
     assert "clock was changed" in out[21]["reason"]
     assert "computed something else" in out[22]["reason"]
     assert "main's checkout" in out[23]["reason"] and "sitecustomize.py" in out[23]["reason"]
-    assert "rewrote the pinned harness" in out[25]["reason"]
+    # sealed, its checkout is read-only: the rewrite fails inside its own sandbox
+    assert "Read-only file system" in out[25]["reason"]
     with open_store(db, read_only=True) as s:
         statuses = {
             (row[0], row[1])
@@ -319,9 +337,20 @@ def test_files_every_process_trusts(
     r.branch("hook", f"open({str(lib / 'evil.pth')!r}, 'w').write('import os\\n')")
     r.branch("bytecode", f"open({str(lib / 'cache.pyc')!r}, 'wb').write(b'')")
     r.branch("rewrite", f"open({str(trusted)!r}, 'a').write('VALUE = 2\\n')")
-    db = tmp_path / "t.duckdb"
     m = r.manifest("trust", [pr(31, "hook"), pr(32, "bytecode"), pr(33, "main")])
-    assert collect(m, db, progress=False) == 0
+    # sealed, none of it can happen: each write fails inside the PR's own sandbox
+    sealed = tmp_path / "sealed.duckdb"
+    assert collect(m, sealed, progress=False) == 0
+    res = CliRunner().invoke(main, ["show", "--db", str(sealed), "--round", "trust", "--json"])
+    out = {d["pr"]: d for d in json.loads(res.output)}
+    unreachable = ("Read-only file system", "No such file or directory")  # not in its world
+    assert all(any(w in out[n]["reason"] for w in unreachable) for n in (31, 32))
+    for p in lib.iterdir():  # the fake timing parent runs the PR's code in itself (the real one
+        if p != trusted:  # never does: tests/engine), unsealed: what it wrote goes
+            p.unlink()
+    # unsealed (--unsandboxed), the box guard is what catches it
+    db = tmp_path / "t.duckdb"
+    assert collect(m, db, progress=False, unsandboxed=True) == 0
     res = CliRunner().invoke(main, ["show", "--db", str(db), "--round", "trust", "--json"])
     out = {d["pr"]: d for d in json.loads(res.output)}
     assert {n: out[n]["label"] for n in (31, 32, 33)} == {31: "REJECT", 32: "none", 33: "none"}
@@ -331,13 +360,13 @@ def test_files_every_process_trusts(
     m2 = r.manifest("trust-2", [pr(34, "rewrite"), pr(35, "main")])
     db2 = tmp_path / "t2.duckdb"
     with pytest.raises(RoundError, match="numpy_like.py"):
-        collect(m2, db2, progress=False)
+        collect(m2, db2, progress=False, unsandboxed=True)
     with open_store(db2, read_only=True) as s:
         (status,) = s.query("SELECT status FROM sessions WHERE pr = 34")[0]
     assert status == "forged"
     trusted.write_text("VALUE = 1\n")  # restored by hand; the round resumes (the PR's later
     # sessions are skipped: it was caught)
-    assert collect(m2, db2, progress=False) == 0
+    assert collect(m2, db2, progress=False, unsandboxed=True) == 0
     res = CliRunner().invoke(main, ["show", "--db", str(db2), "--round", "trust-2", "--json"])
     out = {d["pr"]: d["label"] for d in json.loads(res.output)}
     assert out == {34: "REJECT", 35: "none"}
@@ -402,7 +431,8 @@ def test_a_pr_that_rewrites_mains_compiled_kernels_is_forged(
     )
     m = fake_repo.manifest("kcache", [pr(71, "poison")], base_ref=main_sessions)
     db = tmp_path / "k.duckdb"
-    assert collect(m, db, progress=False) == 0
+    # unsealed: sealed, the PR's engine sees no cache but its own (tests/engine: the sandbox)
+    assert collect(m, db, progress=False, unsandboxed=True) == 0
     res = CliRunner().invoke(main, ["show", "--db", str(db), "--round", "kcache", "--json"])
     (out,) = json.loads(res.output)
     assert out["label"] == "REJECT" and "compiled kernels of main" in out["reason"]

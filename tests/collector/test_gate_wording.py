@@ -36,10 +36,10 @@ POLICY = CPU.model_copy(
         "profile": CPU.profile.model_copy(
             update={"min_noise": 0.0, "min_noise_axes": {"prefill@128": 0.35}}
         ),
-        "verdict": CPU.verdict.model_copy(update={"noise_outliers": 0}),
     }
 )
-NOISY = [99.0, 100.0, 101.0]  # main's sessions 1% apart: a band of +1.5% / -1.5%
+NOISY = 0.01  # a 1% floor: a band of +1.5% / -1.5%
+WIDE = 0.105  # a band of +16.2% / -13.9%
 BELOW = "below the 98% floor, its interval wholly below 0, past its noise band and in every PR"
 
 
@@ -56,12 +56,14 @@ class FakeRound:
 
 
 def comp(pr: float, ax: str = "decode@128", model: str = "tiny", role: str = "target",
-         spread: list[float] | None = None, sessions: list[float] | None = None) -> Comparison:  # fmt: skip
-    """Main at 100 (constant samples: the interval is a point); `spread`: main's session
-    medians (its noise); `sessions`: the PR's session medians, between main's."""
-    main_sessions = [(2 * i, m) for i, m in enumerate(spread or [100.0] * 3)]
-    pr_sessions = [(2 * i + 1, m) for i, m in enumerate(sessions)] if sessions else None
-    return compare_axis(POLICY, model, role, ax, [100.0] * 5, [pr] * 5, main_sessions, pr_sessions)
+         noise: float = 0.0, sessions: list[float] | None = None) -> Comparison:  # fmt: skip
+    """Main at 100 beside the PR (constant pairs: the interval is a point), in two sessions at
+    `pr`, or one session per value of `sessions`; `noise`: the profile's floor."""
+    policy = POLICY.model_copy(
+        update={"profile": POLICY.profile.model_copy(update={"min_noise": noise})}
+    )
+    pairs = [(k, 100.0, v) for k, v in enumerate(sessions or [pr, pr], 1) for _ in range(3)]
+    return compare_axis(policy, model, role, ax, pairs)
 
 
 def ctx(comparisons: list[Comparison] | None = None, data: FakeRound | None = None) -> GateContext:
@@ -86,32 +88,39 @@ def test_floor_pass_inside_the_noise_band_says_so() -> None:
 
 
 def test_floor_pass_names_every_part_of_the_rule_the_worst_axis_misses() -> None:
-    pr = [70.0, 80.0, 92.1, 100.0, 110.0]
-    main_sessions, pr_sessions = [(0, 100.0), (2, 100.0), (4, 100.0)], [(1, 89.0), (3, 103.0)]
-    c = compare_axis(
-        POLICY, "llama-1b:f16", "target", "prefill@128", [100.0] * 5, pr, main_sessions, pr_sessions
-    )
+    pairs = [(1, 100.0, v) for v in (70.0, 80.0, 92.1)] + [(3, 100.0, v) for v in (100.0, 110.0)]
+    c = compare_axis(POLICY, "llama-1b:f16", "target", "prefill@128", pairs)
     assert said(floor_gate(ctx([c]))) == [
         "floor pass: no target axis significantly below the 98% floor (1 compared): worst -7.9% "
-        "(prefill@128 on llama-1b:f16), its interval -30.0%..+10.0% reaches 0, inside its "
-        "-36.2% noise band and one PR session at +3.0% is not below the 98% floor"
+        "(prefill@128 on llama-1b:f16), inside its -36.2% noise band and one PR session at "
+        "+5.0% is not below the 98% floor"
     ]
     assert said(floor_gate(ctx([comp(98.5)])))[0].endswith(
         "worst -1.5% (decode@128 on tiny), at or above the 98% floor"
     )
-    one_session = floor_gate(ctx([comp(90.0, spread=NOISY, sessions=[89.0, 99.0])]))
+    one_session = floor_gate(ctx([comp(0.0, sessions=[89.0, 89.0, 99.0])]))
     assert said(one_session)[0].endswith(
-        "worst -10.0% (decode@128 on tiny), one PR session at -1.5% is not below the 98% floor"
+        "worst -11.0% (decode@128 on tiny), inside its -14.8% noise band and one PR session at "
+        "-1.0% is not below the 98% floor"
     )
-    main, wide = [100.0, 101.0, 99.0, 100.0, 102.0, 98.0], [90.0, 99.0, 95.0, 100.0, 98.0, 94.0]
-    c = compare_axis(POLICY, "tiny", "target", "decode@32", main, wide, [(0, 100.0), (2, 100.0)])
+    wide = [(1, 100.0, v) for v in (90.0, 99.0, 95.0)] + [
+        (2, 100.0, v) for v in (100.0, 98.0, 94.0)
+    ]
+    c = compare_axis(POLICY, "tiny", "target", "decode@32", wide)
     assert said(floor_gate(ctx([c])))[0].endswith(
-        "worst -3.5% (decode@32 on tiny), its interval -8.0%..+0.0% reaches 0"
+        "worst -3.5% (decode@32 on tiny), inside its -4.6% noise band and one PR session at "
+        "-2.0% is not below the 98% floor"
+    )
+    spanning = [(1, 100.0, v) for v in (90.0, 104.0, 95.0, 101.0, 92.0, 96.0)]  # one session
+    c = compare_axis(POLICY, "tiny", "target", "decode@32", spanning)
+    assert (
+        "its interval" in said(floor_gate(ctx([c])))[0]
+        and "reaches 0" in said(floor_gate(ctx([c])))[0]
     )
 
 
 def test_floor_fail_states_every_part_of_the_rule() -> None:
-    r = floor_gate(ctx([comp(90.0, spread=NOISY), comp(101.0)]))
+    r = floor_gate(ctx([comp(90.0, noise=NOISY), comp(101.0)]))
     item = "decode@128 on tiny -10.0% (CI -10.0%..-10.0%, noise band -1.5%)"
     assert said(r) == [f"floor fail: {BELOW} session: {item}"]
     assert r.hard == [f"regression below the 98% floor: {item}"]
@@ -123,14 +132,12 @@ def test_floor_fail_states_every_part_of_the_rule() -> None:
 
 def test_guard_pass_fail_and_warn() -> None:
     q8 = {"model": "tiny:q8_0", "role": "guard"}
-    ok = guard_gate(
-        ctx([comp(97.0, spread=[95.0, 105.0, 95.0], **q8), comp(103.0, ax="prefill@128", **q8)])
-    )
+    ok = guard_gate(ctx([comp(97.0, noise=WIDE, **q8), comp(103.0, ax="prefill@128", **q8)]))
     assert said(ok) == [
         "guard:tiny:q8_0 pass: none significantly below the 98% floor: decode@128 -3.0%, inside "
         "its -13.9% noise band; prefill@128 +3.0%, at or above the 98% floor"
     ]
-    bad = guard_gate(ctx([comp(80.0, spread=NOISY, **q8)]))
+    bad = guard_gate(ctx([comp(80.0, noise=NOISY, **q8)]))
     item = "decode@128 -20.0% (CI -20.0%..-20.0%, noise band -1.5%)"
     assert said(bad) == [f"guard:tiny:q8_0 fail: {BELOW} session: {item}"]
     assert bad.hard == [f"guard tiny:q8_0 below the 98% floor: {item}"]
@@ -152,9 +159,7 @@ def test_implausible_fail_and_silence() -> None:
     assert r.hard == [f"broken measurement: {claim} (beyond the 20x implausible-gain guard)"]
     assert implausible_gate(ctx([comp(1500.0)])).gates == []  # written only when it fails
     # one decimal would read 20.0x: enough digits to show it is above the guard
-    c = compare_axis(
-        POLICY, "tiny", "target", "decode@128", [100.0] * 3, [2000.01] * 3, [(0, 100.0)]
-    )
+    c = compare_axis(POLICY, "tiny", "target", "decode@128", [(1, 100.0, 2000.01)] * 3)
     assert "is 20.0001x main's fastest" in said(implausible_gate(ctx([c])))[0]
 
 
@@ -334,7 +339,7 @@ def test_merge_fail() -> None:
 
 
 def test_reason_of_a_tier_states_every_part_of_the_gain_rule() -> None:
-    fast = comp(112.0, spread=NOISY, sessions=[112.0, 112.0])
+    fast = comp(112.0, noise=NOISY, sessions=[112.0, 112.0])
     lab, reason, best = label(GateResult(), [fast, comp(103.0)], POLICY)
     assert (lab, best) == ("L", fast)
     assert reason == (
@@ -344,17 +349,22 @@ def test_reason_of_a_tier_states_every_part_of_the_gain_rule() -> None:
 
 
 @pytest.mark.parametrize(
-    ("pr", "spread", "sessions", "why"),
+    ("pr", "noise", "sessions", "why"),
     [
-        (101.0, None, None, "+1.0%, under the +2% gate"),
-        (105.0, [95.0, 105.0, 95.0], None, "+5.0%, inside its +16.2% noise band"),
-        (112.0, None, [112.0, 101.0], "+12.0%, one PR session at +1.0% is under the +2% gate"),
+        (101.0, 0.0, None, "+1.0%, under the +2% gate"),
+        (105.0, WIDE, None, "+5.0%, inside its +16.2% noise band"),
+        (
+            0.0,
+            0.0,
+            [112.0, 112.0, 101.0],
+            "+12.0%, inside its +16.8% noise band and one PR session at +1.0% is under the +2% gate",
+        ),
     ],
 )
 def test_reason_of_none_says_which_rule_the_best_axis_missed(
-    pr: float, spread: list[float] | None, sessions: list[float] | None, why: str
+    pr: float, noise: float, sessions: list[float] | None, why: str
 ) -> None:
-    assert label(GateResult(), [comp(pr, spread=spread, sessions=sessions)], POLICY)[:2] == (
+    assert label(GateResult(), [comp(pr, noise=noise, sessions=sessions)], POLICY)[:2] == (
         "none",
         f"No target axis is a significant gain: best decode@128 on tiny {why}; every gate passed.",
     )
@@ -376,9 +386,9 @@ def test_reason_of_reject_and_pending() -> None:
 def test_shortfall_words_are_none_exactly_when_the_axis_passes() -> None:
     rng = np.random.default_rng(3)
     for _ in range(300):
-        main_sessions = [float(x) for x in 100 * np.exp(rng.normal(0, 0.05, 3))]
-        prs = [float(x) for x in 100 * np.exp(rng.normal(rng.uniform(-0.3, 0.3), 0.05, 2))]
-        c = comp(float(np.median(prs)), spread=main_sessions, sessions=prs)
+        level = rng.uniform(-0.3, 0.3)
+        prs = [float(x) for x in 100 * np.exp(rng.normal(level, 0.05, 3))]
+        c = comp(0.0, noise=float(rng.uniform(0, 0.1)), sessions=prs)
         assert (gain_shortfall(c, POLICY.verdict) is None) == c.significant
         assert (loss_shortfall(c, POLICY.verdict) is None) == c.below_floor
 

@@ -88,10 +88,11 @@ def test_memory_kept_only_for_the_guard_is_a_reject(
             "SELECT pr, model, axis, below_floor FROM comparisons WHERE role = 'memory' "
             "ORDER BY pr, model, axis"
         )
-        # main ran the guard sweep of tiny:q8_0 in a fresh process: the memory compared is its
+        # main's engine ran the guard sweep of tiny:q8_0 beside the PR's, in the PR's guard
+        # session: the memory compared is its, read from outside its process
         guard_axes = s.query(
             "SELECT DISTINCT s.axis FROM samples s JOIN sessions x USING (session_id) "
-            "WHERE x.side = 'main' AND x.kind = 'guard' AND s.model = 'tiny:q8_0' "
+            "WHERE s.side = 'main' AND x.kind = 'guard' AND s.model = 'tiny:q8_0' "
             "AND s.axis LIKE 'mem-%' ORDER BY 1"
         )
     assert verdicts == {1: "L", 2: "REJECT"}

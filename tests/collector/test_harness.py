@@ -1,4 +1,5 @@
-"""One harness subprocess: environment, output limits, classification of each failure kind."""
+"""One harness subprocess, sealed: environment, output limits, and what outcome.judge makes of
+each way it can end."""
 
 from __future__ import annotations
 
@@ -6,10 +7,13 @@ import json
 import sys
 from pathlib import Path
 
-from collector.harness import Request, run_request
+from collector.harness import Place, Request, run_request
+from collector.outcome import judge
+from collector.policy import load_policy, resolve
+from collector.schedule import Task
 
 DOC = {
-    "schema_version": 2,
+    "schema_version": 3,
     "model": "tiny",
     "model_id": "fake",
     "engine_commit": "unknown",
@@ -26,7 +30,19 @@ DOC = {
 }
 
 
+POLICY = resolve(load_policy(), "cpu")
+POLICY = POLICY.model_copy(
+    update={
+        "failures": POLICY.failures.model_copy(
+            update={"infra_patterns": [r"no space left on device"], "max_document_mb": 1}
+        )
+    }
+)
+TASK = Task("r/pr/1/1/score/tiny", "pr", 1, 1, "score", "tiny")
+
+
 def run(tmp_path: Path, body: str, timeout: float = 20, backend: str = "numpy", env=()) -> object:  # type: ignore[no-untyped-def]
+    """`body` as an untimed harness command in the sandbox, judged as a PR's session."""
     script = tmp_path / "h.py"
     script.write_text(
         "import json, os, sys, time\nout = sys.argv[sys.argv.index('--out') + 1]\n"
@@ -42,7 +58,9 @@ def run(tmp_path: Path, body: str, timeout: float = 20, backend: str = "numpy", 
         backend=backend,
         env=env,
     )
-    return run_request(req, tmp_path, tmp_path / "work", [r"no space left on device"], 1, 1)
+    place = Place(tmp_path / "main", tmp_path / "work", "bwrap")
+    r = run_request(req, tmp_path, place, 1, 1)
+    return judge(TASK, req, r, POLICY)
 
 
 WRITE = "open(out, 'w').write(json.dumps(DOC))\n"
@@ -54,12 +72,21 @@ def test_ok_and_the_profile_environment(tmp_path: Path) -> None:
         "assert os.environ['OPENBLAS_NUM_THREADS'] == '1'\n" + WRITE,
         env=(("OPENBLAS_NUM_THREADS", "1"),),
     )
-    assert o.status == "ok" and o.document is not None  # type: ignore[attr-defined]
+    assert o.status == "ok" and o.document is not None, o.detail  # type: ignore[attr-defined]
 
 
-def test_pythonpath_is_the_checkout(tmp_path: Path) -> None:
-    o = run(tmp_path, f"assert os.environ['PYTHONPATH'] == {str(tmp_path)!r}\n" + WRITE)
-    assert o.status == "ok"  # type: ignore[attr-defined]
+def test_pythonpath_starts_with_the_checkout_and_the_rest_is_sealed(tmp_path: Path) -> None:
+    """The checkout first on its path; inside its sandbox it is nobody, sees no other process,
+    and writes nothing but its own output."""
+    o = run(
+        tmp_path,
+        f"assert os.environ['PYTHONPATH'].split(os.pathsep)[0] == {str(tmp_path)!r}\n"
+        "assert os.getuid() == 65534 and os.getppid() == 1\n"  # bwrap's PID 1 of its own
+        "assert sorted(int(p) for p in os.listdir('/proc') if p.isdigit()) == [1, os.getpid()]\n"
+        "try:\n    open('h2.py', 'w')\nexcept OSError:\n    pass\nelse:\n    raise SystemExit('wrote its checkout')\n"
+        + WRITE,
+    )
+    assert o.status == "ok", o.detail  # type: ignore[attr-defined]
 
 
 def test_each_failure_kind(tmp_path: Path) -> None:
@@ -94,5 +121,5 @@ def test_timeout_kills_the_process_group(tmp_path: Path) -> None:
         "import subprocess; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)\n",
         timeout=1.5,
     )
-    assert o.status == "timeout" and o.exit_code is None  # type: ignore[attr-defined]
+    assert o.status == "timeout" and o.run.exit_code is None  # type: ignore[attr-defined]
     assert o.may_be_flaky  # type: ignore[attr-defined]

@@ -44,7 +44,7 @@ def test_guard_context_falls_back_to_the_largest_that_fits(tmp_path: Path) -> No
     text = (
         default_policy_path()
         .read_text()
-        .replace("min_noise = 0.15", "min_noise = 0.15\nmax_context = { tiny = 100 }", 1)
+        .replace("min_noise = 0.04", "min_noise = 0.04\nmax_context = { tiny = 100 }", 1)
     )
     f = tmp_path / "p.toml"
     f.write_text(text)
@@ -61,13 +61,13 @@ def test_bad_policies_are_clear_errors(tmp_path: Path) -> None:
     assert "unknown model" in _bad(tmp_path, 'models = ["tiny", "tiny:q8_0"]', 'models = ["gpt-9"]')
     assert "floor" in _bad(tmp_path, "floor = 0.98", "floor = 1.5")
     assert "no context fits the window of: tiny" in _bad(
-        tmp_path, "min_noise = 0.15", "min_noise = 0.15\nmax_context = { tiny = 40 }"
+        tmp_path, "min_noise = 0.04", "min_noise = 0.04\nmax_context = { tiny = 30 }"
     )
     assert "min_noise_axes: not an axis name: prefill128" in _bad(
         tmp_path, 'min_noise_axes = { "prefill@8000"', 'min_noise_axes = { "prefill128"'
     )
     assert "max_context names model(s) not in models: qwen3-8b" in _bad(
-        tmp_path, "min_noise = 0.15", 'min_noise = 0.15\nmax_context = { "qwen3-8b" = 40 }'
+        tmp_path, "min_noise = 0.04", 'min_noise = 0.04\nmax_context = { "qwen3-8b" = 40 }'
     )
     with pytest.raises(PolicyError, match="profile 'tpu' not in the policy"):
         resolve(load_policy(), "tpu")
@@ -102,4 +102,5 @@ def test_band_is_the_one_formula_of_how_far_a_ratio_must_leave_one() -> None:
     assert rules.noise_multiplier == 1.5
     assert rules.band(0.15) == pytest.approx(1.15**1.5)
     assert rules.band(0.0) == 1.0
-    assert resolve(load_policy(), "gpu").profile.noise_floor("prefill@128") == pytest.approx(0.35)
+    gpu = resolve(load_policy(), "gpu").profile
+    assert gpu.noise_floor("prefill@128") > gpu.noise_floor("decode@128") == gpu.min_noise

@@ -106,10 +106,30 @@ def test_the_aa_rounds_are_none_on_every_axis(store) -> None:
 
 
 def test_rounds_are_judged_under_the_calibrated_gpu_policy(store) -> None:
-    for (pj,) in store.query("SELECT policy_json FROM rounds"):
+    """Each round keeps the floors of its time: solo sessions (before 2026-12-02) carried 2%
+    (35% on short prefills); paired sessions carry 0.5% (1.5% on short prefills)."""
+    for rid, pj in store.query("SELECT round_id, policy_json FROM rounds"):
         prof = json.loads(pj)["profile"]
-        assert prof["min_noise"] == pytest.approx(0.02)
-        assert prof["min_noise_axes"] == {"prefill@128": 0.35, "prefill@512": 0.35}
+        if "paired" in rid:
+            assert prof["min_noise"] == pytest.approx(0.005)
+            assert prof["min_noise_axes"]["prefill@128"] == pytest.approx(0.015)
+            assert prof["min_noise_axes"]["prefill@512"] == pytest.approx(0.015)
+        else:
+            assert prof["min_noise"] == pytest.approx(0.02)
+            assert prof["min_noise_axes"] == {"prefill@128": 0.35, "prefill@512": 0.35}
+
+
+def test_paired_rounds_tell_a_small_gain_from_a_small_loss(store) -> None:
+    """On the H200, a planted 100 us wait per decode step halved (#402) gets a tier, raised by
+    half (#403) a REJECT; main against itself (#1) stays none in all three paired rounds."""
+    labels = dict(
+        store.query(
+            "SELECT round_id || '#' || pr, label FROM verdicts WHERE round_id LIKE '%-paired%'"
+        )
+    )
+    assert labels["2026-12-02-h200-paired1#402"] in {"XS", "S", "M"}
+    assert labels["2026-12-02-h200-paired1#403"] == "REJECT"
+    assert [v for k, v in labels.items() if k.endswith("#1")] == ["none"] * 3
 
 
 def test_published_without_logits(store) -> None:
@@ -133,12 +153,14 @@ def test_the_comment_names_a_tier_axis_only_when_it_is_significant(store) -> Non
 
 def test_commands_default_to_the_newest_leaderboard_round() -> None:
     """Without --round: the newest leaderboard round, never a newer A/A round; with --pr, the
-    newest round that measured that PR (A/A PR #1 lives only in the A/A rounds)."""
+    newest round that measured that PR (a leaderboard round before a newer A/A round)."""
     rid = load_manifest(DEMO).manifest.round
     store = SimpleNamespace(con=connect(PUBLISHED))
-    assert pick_round(store.con) == load_manifest(GATES).manifest.round  # the newest
+    newest = "2026-12-02-h200-paired1"  # paired2/3 are newer, but A/A rounds
+    assert pick_round(store.con) == newest
     assert pick_round(store.con, pr=201) == pick_round(store.con, pr=202) == rid
-    assert pick_round(store.con, pr=1) == "2026-12-01-h200-aa4"  # the newest A/A round
+    assert pick_round(store.con, pr=1) == newest
+    assert pick_round(store.con, pr=303) == load_manifest(GATES).manifest.round
     assert pick_round(store.con, "2026-11-30-h200-aa1", pr=1) == "2026-11-30-h200-aa1"
     with pytest.raises(LookupError, match="no round measured PR #999"):
         pick_round(store.con, pr=999)
@@ -152,8 +174,9 @@ def test_show_and_comment_find_the_pr_without_a_round() -> None:
     from collector.cli import main
 
     runner = CliRunner()
-    shown = runner.invoke(main, ["show", "--db", str(PUBLISHED)])  # the newest round: the gates
-    assert shown.exit_code == 0 and "PR #303 — XL" in shown.output and "PR #1 " not in shown.output
+    shown = runner.invoke(main, ["show", "--db", str(PUBLISHED)])  # the newest round: paired1
+    assert shown.exit_code == 0 and "PR #403 — REJECT" in shown.output
+    assert "PR #303 " not in shown.output
     one = runner.invoke(main, ["show", "--db", str(PUBLISHED), "--pr", "202"])
     assert one.exit_code == 0 and "PR #202 — REJECT" in one.output
     comment = runner.invoke(main, ["comment", "--db", str(PUBLISHED), "--pr", "201"])

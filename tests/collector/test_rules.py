@@ -1,4 +1,7 @@
-"""The verdict rules on synthetic numbers: tiers, floor, noise, implausible guard, merge-first."""
+"""The verdict rules on synthetic numbers: tiers, floor, noise, implausible guard, merge-first.
+
+Every speed comparison reads pairs: (the session's slot, main's value, the PR's value) of one
+repetition, both engines timed turn by turn in the same minutes."""
 
 from __future__ import annotations
 
@@ -8,41 +11,29 @@ import pytest
 from collector.gates.rules import loss_shortfall
 from collector.policy import load_policy, resolve
 from collector.schedule import CONFIRM_SLOTS
-from collector.stats import bootstrap_delta_ci, drift_free_spread, local_ratios
+from collector.stats import Pair, bootstrap_ratio_ci, session_spread
 from collector.verdict import Comparison, Verdict, choose_merge_first, compare_axis
 
 CPU_POLICY = resolve(load_policy(), "cpu")
 # The rules on exact numbers: no calibrated box noise on top of what each test states.
-# Every main session counts toward the noise here; test_one_stray_main_session_... sets the rule.
 POLICY = CPU_POLICY.model_copy(
-    update={
-        "profile": CPU_POLICY.profile.model_copy(update={"min_noise": 0.0}),
-        "verdict": CPU_POLICY.verdict.model_copy(update={"noise_outliers": 0}),
-    }
+    update={"profile": CPU_POLICY.profile.model_copy(update={"min_noise": 0.0})}
 )
 
 
-def mains(medians: list[float]) -> list[tuple[int, float]]:
-    """Main's sessions at the even slots of a schedule."""
-    return [(2 * i, m) for i, m in enumerate(medians)]
+def pairs(main: list[float], pr: list[float], sessions: int = 2) -> list[Pair]:
+    """main[i] beside pr[i], the repetitions dealt into `sessions` sessions in turn (slots 1..)."""
+    return [(1 + i % sessions, m, p) for i, (m, p) in enumerate(zip(main, pr, strict=True))]
 
 
-def prs(medians: list[float]) -> list[tuple[int, float]]:
-    """A PR's sessions at the odd slots, each between two of main's."""
-    return [(2 * i + 1, m) for i, m in enumerate(medians)]
+def by_session(main: float, prs: list[list[float]], first_slot: int = 1) -> list[Pair]:
+    """Each session's PR values (a list per session) beside main's constant `main`."""
+    return [(first_slot + k, main, v) for k, vals in enumerate(prs) for v in vals]
 
 
-def cmp(main: float, pr: float, noise_medians: list[float] | None = None) -> Comparison:
-    """Constant samples: delta exact, interval a point."""
-    return compare_axis(
-        POLICY,
-        "tiny",
-        "target",
-        "decode@128",
-        [main] * 5,
-        [pr] * 5,
-        mains(noise_medians or [main, main, main]),
-    )
+def cmp(main: float, pr: float, ax: str = "decode@128", policy=POLICY) -> Comparison:  # noqa: ANN001
+    """Constant samples in two sessions: delta exact, interval a point, no spread."""
+    return compare_axis(policy, "tiny", "target", ax, pairs([main] * 6, [pr] * 6))
 
 
 @pytest.mark.parametrize(
@@ -81,61 +72,77 @@ def test_floor(pr: float, below: bool) -> None:
     assert cmp(100.0, pr).below_floor is below
 
 
-def test_noise_blocks_significance_and_floor() -> None:
-    noisy = [95.0, 105.0, 95.0]  # each session 10.5% off its neighbours; band 1.105 ** 1.5
+def test_the_spread_between_sessions_is_the_noise() -> None:
+    """Two sessions whose pairs read +5% and +25%: noise 1.25 / 1.05 - 1 = 19%, band 1.19 ** 1.5
+    = +30%: their pooled +15% is no tier; sessions that agree give the same gain a tier."""
     assert POLICY.verdict.noise_multiplier == 1.5
-    assert cmp(100.0, 115.0, noisy).significant is False
-    assert cmp(100.0, 115.0, noisy).tier == "none"
-    assert cmp(100.0, 88.0, noisy).below_floor is False
-    assert cmp(100.0, 125.0, noisy).tier == "XL"
-    assert cmp(100.0, 75.0, noisy).below_floor is True
+    apart = by_session(100.0, [[105.0] * 3, [125.0] * 3])
+    c = compare_axis(POLICY, "tiny", "target", "decode@128", apart)
+    assert c.noise == pytest.approx(125 / 105 - 1)
+    assert c.per_session == pytest.approx((0.05, 0.25))
+    assert not c.significant and c.tier == "none"
+    together = by_session(100.0, [[115.0] * 3, [116.0] * 3])
+    assert compare_axis(POLICY, "tiny", "target", "decode@128", together).tier == "L"
+    # a loss likewise: -12% and -2% in two sessions is not below the floor past the band
+    loss = by_session(100.0, [[98.0] * 3, [88.0] * 3])
+    assert not compare_axis(POLICY, "tiny", "target", "decode@128", loss).below_floor
+
+
+def test_noise_blocks_significance_and_floor() -> None:
+    """The profile's floor: never less noise than it, whatever the sessions show."""
+    floored = POLICY.model_copy(
+        update={"profile": POLICY.profile.model_copy(update={"min_noise": 0.105})}
+    )
+    assert cmp(100.0, 115.0, policy=floored).significant is False
+    assert cmp(100.0, 115.0, policy=floored).tier == "none"
+    assert cmp(100.0, 88.0, policy=floored).below_floor is False
+    assert cmp(100.0, 125.0, policy=floored).tier == "XL"
+    assert cmp(100.0, 75.0, policy=floored).below_floor is True
 
 
 def test_interval_including_zero_is_not_significant() -> None:
-    rng = np.random.default_rng(1)
-    main = list(100 + rng.normal(0, 5, 6))
-    pr = list(103 + rng.normal(0, 5, 6))
-    c = compare_axis(POLICY, "tiny", "target", "decode@32", main, pr, mains([100.0, 100.0]))
+    ratios = [0.96, 1.06, 0.99, 1.05, 1.03, 0.98]  # median +1%, pairs on both sides of 1
+    c = compare_axis(
+        POLICY, "tiny", "target", "decode@32", pairs([100.0] * 6, [100 * r for r in ratios])
+    )
     assert c.ci_low < 0 < c.ci_high
     assert not c.significant
 
 
 def test_gain_and_loss_must_hold_in_every_pr_session() -> None:
-    """One PR session during a burst of load elsewhere decides nothing, either way."""
-    main = [100.0, 101.0, 99.0, 100.0, 100.5, 99.5]
-    steady = [100.0, 100.0, 100.5]
-
-    def c(pr: list[float], sessions: list[float]) -> Comparison:
-        return compare_axis(
-            POLICY, "tiny", "target", "decode@128", main, pr, mains(steady), prs(sessions)
-        )
-
-    assert c([64.0, 65.0, 63.0, 130.0, 131.0, 129.0], [64.0, 130.0]).below_floor is False
-    assert c([64.0, 65.0, 63.0, 130.0, 131.0, 129.0], [64.0, 130.0]).significant is False
-    assert c([64.0, 65.0, 63.0, 66.0, 64.0, 65.0], [64.0, 65.0]).below_floor is True
-    assert c([130.0, 131.0, 129.0, 128.0, 132.0, 130.0], [130.0, 130.0]).tier == "XL"
+    """One session whose pair of processes drew a slow or fast placement decides nothing."""
+    mixed = by_session(100.0, [[64.0, 65.0, 63.0], [130.0, 131.0, 129.0]])
+    wide = POLICY.model_copy(
+        update={"verdict": POLICY.verdict.model_copy(update={"noise_multiplier": 0.0})}
+    )
+    assert compare_axis(wide, "tiny", "target", "decode@128", mixed).below_floor is False
+    assert compare_axis(wide, "tiny", "target", "decode@128", mixed).significant is False
+    slow = by_session(100.0, [[64.0, 65.0, 63.0], [66.0, 64.0, 65.0]])
+    assert compare_axis(POLICY, "tiny", "target", "decode@128", slow).below_floor is True
+    fast = by_session(100.0, [[130.0, 131.0, 129.0], [128.0, 132.0, 130.0]])
+    assert compare_axis(POLICY, "tiny", "target", "decode@128", fast).tier == "XL"
 
 
 def test_a_confirmation_session_holds_a_loss_only_below_the_floor_past_the_band() -> None:
-    """A confirmation session (slot >= CONFIRM_SLOTS) at main's speed lifts a loss that a burst
-    made of the PR's planned sessions, even where the band is too tight to hold it (exact
-    numbers: band 1); one still below the floor past the band confirms the loss."""
-    main_sessions = [*mains([100.0] * 4), (CONFIRM_SLOTS + 1, 100.0)]
+    """A confirmation session (slot >= CONFIRM_SLOTS) at main's speed lifts a loss its planned
+    sessions showed, even where the band is too tight to hold it (exact numbers, no spread
+    counted: multiplier 0); one still below the floor past the band confirms the loss."""
+    exact = POLICY.model_copy(
+        update={"verdict": POLICY.verdict.model_copy(update={"noise_multiplier": 0.0})}
+    )
 
     def c(planned: list[float], confirmation: float) -> Comparison:
-        sessions = [*prs(planned), (CONFIRM_SLOTS, confirmation)]
-        pr_vals = [v for _, m in sessions for v in (m, m, m)]
-        return compare_axis(
-            POLICY, "tiny", "target", "decode@128", [100.0] * 15, pr_vals, main_sessions, sessions
-        )
+        p = by_session(100.0, [[m] * 3 for m in planned])
+        p += [(CONFIRM_SLOTS, 100.0, confirmation)] * 3
+        return compare_axis(exact, "tiny", "target", "decode@128", p)
 
     burst = c([70.0, 70.0, 70.0], 99.8)
     assert not burst.below_floor and burst.confirmed == pytest.approx((-0.002,))
     assert "its confirmation session at -0.2% is not below the 98% floor" in str(
-        loss_shortfall(burst, POLICY.verdict)
+        loss_shortfall(burst, exact.verdict)
     )
     # a planned session not below the floor either: both are said
-    both = loss_shortfall(c([70.0, 70.0, 99.6], 99.0), POLICY.verdict)
+    both = loss_shortfall(c([70.0, 70.0, 99.6], 99.0), exact.verdict)
     assert "one PR session at -0.4%" in str(both)
     assert (
         "its confirmation session at -1.0% is not below the 98% floor past its noise band"
@@ -145,19 +152,17 @@ def test_a_confirmation_session_holds_a_loss_only_below_the_floor_past_the_band(
 
 
 def test_a_large_loss_beats_a_large_spread() -> None:
-    """Noise is multiplicative: with main's sessions 1.57x apart, a 5x slowdown is still a loss
-    (a difference of tok/s would have called it noise), and a 1.3x gain is not a gain."""
-    spread = [2539.0, 2117.0, 2401.0, 2170.0, 1614.0]
-    main = [v * f for v in spread for f in (0.99, 1.0, 1.01)]
-    slow = [415.0, 410.0, 420.0, 339.0, 340.0, 338.0]
-    c = compare_axis(
-        POLICY, "tiny:q8_0", "guard", "decode@128", main, slow, mains(spread), prs([415.0, 339.0])
+    """Noise is multiplicative: with the box swinging 1.57x between repetitions (both engines
+    alike, turn by turn), a 5x slowdown is a loss and a 1.3x gain a gain."""
+    level = [2539.0, 2117.0, 2401.0, 2170.0, 1614.0, 2300.0]
+    slow = compare_axis(
+        POLICY, "tiny:q8_0", "guard", "decode@128", pairs(level, [v / 5 for v in level])
     )
-    assert c.below_floor
+    assert slow.below_floor and slow.noise == pytest.approx(0.0)
     fast = compare_axis(
-        POLICY, "tiny", "target", "decode@128", main, [2800.0] * 6, mains(spread), prs([2800.0] * 2)
+        POLICY, "tiny", "target", "decode@128", pairs(level, [v * 1.3 for v in level])
     )
-    assert not fast.significant
+    assert fast.significant and fast.tier == "XL"
 
 
 def test_implausible_guard() -> None:
@@ -168,93 +173,57 @@ def test_implausible_guard() -> None:
         "tiny",
         "target",
         "decode@32",
-        [90.0, 100.0, 110.0],
-        [2150.0, 2300.0],
-        mains([100.0, 100.0]),
+        pairs([90.0, 100.0, 110.0, 100.0], [2150.0, 2300.0, 2200.0, 2250.0]),
     )
     assert c.implausible is False  # 2150 is not 20x main's fastest (110)
 
 
 def test_implausible_needs_samples_that_do_not_overlap() -> None:
     """A loaded box makes single repetitions 100x fast on either side: that is noise."""
-    main = [500.0, 480.0, 87000.0, 490.0, 510.0]
+    main = [500.0, 480.0, 87000.0, 490.0]
     pr = [485.0, 86000.0, 88000.0, 85000.0]
-    c = compare_axis(POLICY, "tiny", "target", "prefill@128", main, pr, mains([500.0, 495.0]))
-    assert c.delta > 20 and not c.implausible
+    c = compare_axis(POLICY, "tiny", "target", "prefill@128", pairs(main, pr))
+    assert not c.implausible
     assert not c.significant  # and the interval is far too wide to call it a gain
 
 
 def test_bootstrap_interval_contains_true_delta() -> None:
-    """On synthetic data with a known 5% gain the 95% interval covers it about 95% of the time."""
+    """On synthetic pairs with a known 5% gain the 95% interval covers it about 95% of the time."""
     rng = np.random.default_rng(7)
     covered = 0
     trials = 200
     for t in range(trials):
-        main = rng.normal(100.0, 1.0, 15)
-        pr = rng.normal(105.0, 1.05, 15)
-        _, lo, hi = bootstrap_delta_ci(main, pr, 1000, 0.95, seed=t)
+        main = rng.normal(100.0, 1.0, 16)
+        pr = main * 1.05 * rng.normal(1.0, 0.01, 16)
+        _, lo, hi = bootstrap_ratio_ci(pairs(list(main), list(pr)), 1000, 0.95, seed=t)
         covered += lo <= 0.05 <= hi
     assert covered / trials > 0.85
 
 
 def test_bootstrap_is_deterministic() -> None:
-    a, b = [1.0, 2.0, 3.0, 4.0], [2.0, 3.0, 4.0, 5.0]
-    assert bootstrap_delta_ci(a, b, seed=3) == bootstrap_delta_ci(a, b, seed=3)
+    p = pairs([1.0, 2.0, 3.0, 4.0], [2.0, 3.0, 4.0, 5.0])
+    assert bootstrap_ratio_ci(p, seed=3) == bootstrap_ratio_ci(p, seed=3)
 
 
-def test_drift_free_spread() -> None:
-    assert drift_free_spread(mains([100.0])) == 0.0
-    assert drift_free_spread(mains([50.0, 100.0])) == pytest.approx(1.0)
-    # a box that slowly gets quieter: each session sits between its neighbours, no noise
-    assert drift_free_spread(mains([100.0, 110.0, 121.0, 133.1])) == pytest.approx(0.1)
-    # one session in a burst of load stands out from its neighbours
-    assert drift_free_spread(mains([100.0, 100.0, 60.0, 100.0, 100.0])) == pytest.approx(2 / 3)
-
-
-def test_drift_free_spread_can_leave_out_the_most_deviant_sessions() -> None:
-    burst = [60.0, 100.0, 101.0, 99.0, 100.0, 102.0]  # a cold or loaded first session
-    assert drift_free_spread(mains(burst)) == pytest.approx(100 / 60 - 1, rel=0.02)
-    assert drift_free_spread(mains(burst), outliers=1) < 0.03
-    # two stray sessions: one left out, the other still sets the noise
-    assert drift_free_spread(mains([60.0, 100.0, 101.0, 70.0, 100.0, 102.0]), 1) > 0.3
-    # never below four sessions: with four, nothing is left out
-    four = mains([60.0, 100.0, 101.0, 99.0])
-    assert drift_free_spread(four, outliers=1) == drift_free_spread(four)
-
-
-def test_one_stray_main_session_does_not_hide_a_real_gain() -> None:
-    """The default policy leaves one stray main session out of the noise: a round whose first
-    main session ran 35% slow still sees a PR's +45% (what the CPU demo's #101 met once)."""
-    assert CPU_POLICY.verdict.noise_outliers == 1
-    policy = POLICY.model_copy(update={"verdict": CPU_POLICY.verdict})
-    medians = [1650.0, 2360.0, 2300.0, 2550.0, 2500.0, 2400.0, 2510.0]
-    main = [m * f for m in medians for f in (0.99, 1.0, 1.01)]
-    pr = [3600.0, 3630.0, 3650.0, 3700.0, 3660.0, 3620.0]
-    sessions = prs([3630.0, 3660.0])
-    strict = compare_axis(POLICY, "tiny", "target", "decode@32", main, pr, mains(medians), sessions)
-    assert not strict.significant and strict.noise > 0.4
-    c = compare_axis(policy, "tiny", "target", "decode@32", main, pr, mains(medians), sessions)
-    assert c.significant and c.tier == "XL" and c.noise < 0.1
-
-
-def test_local_ratios_compare_each_pr_session_with_main_beside_it() -> None:
-    drifting = mains([100.0, 120.0, 144.0])
-    assert local_ratios(drifting, prs([120.0, 144.0])) == pytest.approx(
-        [120 / (100 * 120) ** 0.5, 144 / (120 * 144) ** 0.5]
+def test_session_spread() -> None:
+    assert session_spread(by_session(100.0, [[110.0] * 3])) == 0.0  # one session: none
+    assert session_spread(by_session(100.0, [[50.0], [100.0]])) == pytest.approx(1.0)
+    assert session_spread(by_session(100.0, [[100.0, 104.0, 96.0], [100.0]])) == 0.0  # medians
+    assert session_spread(by_session(100.0, [[101.0], [103.0], [99.0]])) == pytest.approx(
+        103 / 99 - 1
     )
-    assert local_ratios(mains([100.0]), [(5, 130.0)]) == pytest.approx([1.3])
 
 
-def test_drift_is_not_a_speedup() -> None:
-    """A box getting 10% quieter per session: a PR of main's own speed is not a gain, and a
-    real 40% gain still shows against the main sessions beside it."""
-    main = [100.0, 110.0, 121.0, 133.1, 146.4]
-    same = [104.9, 115.4, 126.9, 139.6]  # main's level between its sessions
-    args = ("tiny", "target", "decode@128", main, same, mains(main), prs(same))
-    assert compare_axis(POLICY, *args).tier == "none"
-    fast = [1.4 * v for v in same]
-    c = compare_axis(POLICY, "tiny", "target", "decode@128", main, fast, mains(main), prs(fast))
-    assert c.tier == "XL"
+def test_load_that_reaches_both_engines_cancels() -> None:
+    """The box getting 10% quieter per repetition: a PR of main's own speed is not a gain, and a
+    real 40% gain shows whole."""
+    level = [100.0 * 1.1**i for i in range(6)]
+    same = compare_axis(POLICY, "tiny", "target", "decode@128", pairs(level, level))
+    assert same.tier == "none" and same.delta == pytest.approx(0.0)
+    fast = compare_axis(
+        POLICY, "tiny", "target", "decode@128", pairs(level, [1.4 * v for v in level])
+    )
+    assert fast.tier == "XL" and fast.delta == pytest.approx(0.4)
 
 
 def _v(pr: int, label: str, delta: float) -> Verdict:
@@ -294,58 +263,42 @@ def test_merge_first_none_when_nothing_passes() -> None:
     )
 
 
-def test_min_noise_keeps_an_aa_drift_from_the_floor() -> None:
-    """Measured on CPU A/A rounds: main's sessions within 1.7%, identical code 7% slower
-    (and, on another axis, 21% faster)."""
-    assert CPU_POLICY.profile.min_noise == pytest.approx(0.15)
-    main, drifted = [420.0, 424.0, 427.0], [391.0, 390.0]
-    args = ("tiny:q8_0", "guard", "decode@32", main * 3, drifted * 3, mains(main), prs(drifted))
-    assert compare_axis(POLICY, *args).below_floor is True  # without the calibrated floor
-    c = compare_axis(CPU_POLICY, *args)
-    assert c.below_floor is False and c.tier == "none"
-    assert c.noise == pytest.approx(0.15)
-    # a real speedup or slowdown still clears it
-    fast = compare_axis(
-        CPU_POLICY,
-        "tiny",
-        "target",
-        "decode@128",
-        main * 3,
-        [600.0] * 6,
-        mains(main),
-        prs([600.0] * 2),
-    )
-    assert fast.tier == "XL"
-    slow = compare_axis(
-        CPU_POLICY,
-        "tiny",
-        "target",
-        "decode@128",
-        main * 3,
-        [300.0] * 6,
-        mains(main),
-        prs([300.0] * 2),
-    )
-    assert slow.below_floor is True
+def test_the_cpu_floor_and_confirmation_keep_an_aa_stray_from_a_tier() -> None:
+    """Identical code in pairs of processes on a 2-core box (calibrated in policy.toml): one
+    session's pair can read up to +8% or -14% on a concurrent axis. Two planned sessions that
+    strayed alike (+5%, +8%) read as a gain; the confirmation session (a third pair, back near
+    0) widens the spread past it. A real change of the size the demo's #120 makes (+8.8%, its
+    sessions agreeing) keeps its tier through its confirmation."""
+    floor = CPU_POLICY.profile.min_noise
+    assert 0 < floor <= 0.05 and CPU_POLICY.profile.confirm_sessions == 1
+
+    def c(medians: list[float], ax: str = "concurrent@2") -> Comparison:
+        p = by_session(100.0, [[m] * 3 for m in medians[:2]])
+        p += [(CONFIRM_SLOTS + i, 100.0, m) for i, m in enumerate(medians[2:]) for _ in range(3)]
+        return compare_axis(CPU_POLICY, "tiny", "target", ax, p)
+
+    assert c([105.0, 108.0]).tier != "none"  # two planned sessions alone
+    assert c([105.0, 108.0, 101.0]).tier == "none"
+    assert not c([95.0, 92.0, 99.0]).below_floor
+    real = c([108.0, 109.0, 108.5], "prefill@128")
+    assert real.tier == "M" and real.band == pytest.approx((1 + floor) ** 1.5)
 
 
-def test_gpu_floors_per_axis_from_the_h200_aa_rounds() -> None:
-    """A/A round 2026-11-30-h200-aa2: smollm2-135m prefill@128 read 34% slower than main in both
-    of main-as-PR's sessions while main's own three sessions agreed within 12% (host-bound
-    launches of a 3 ms prefill); the short-prefill floor keeps that from a REJECT, and decode
-    axes keep the 2% floor."""
+def test_gpu_floors_per_axis() -> None:
+    """The gpu profile's floors (policy.toml, calibrated on the H200): a tight one on decode so a
+    +2.5% change is a tier, one per short prefill axis."""
     gpu = resolve(load_policy(), "gpu")
-    assert gpu.profile.noise_floor("prefill@128") == pytest.approx(0.35)
-    assert gpu.profile.noise_floor("prefill@512") == pytest.approx(0.35)
-    assert gpu.profile.noise_floor("decode@128") == pytest.approx(0.02)
-    main, pr = [19712.0, 22060.0, 20900.0], [13300.0, 14100.0]
-    args = ("smollm2-135m", "target", "prefill@128", main * 3, pr * 3, mains(main), prs(pr))
-    uncalibrated = gpu.model_copy(
-        update={"profile": gpu.profile.model_copy(update={"min_noise_axes": {}})}
+    assert gpu.profile.noise_floor("decode@128") <= 0.0067  # band <= 1%
+    assert gpu.profile.noise_floor("prefill@128") <= 0.02  # band <= 3%
+    gain = compare_axis(
+        gpu,
+        "smollm2-135m",
+        "target",
+        "decode@128",
+        by_session(1000.0, [[1025.0] * 3, [1024.0] * 3]),
     )
-    assert compare_axis(uncalibrated, *args).below_floor is True
-    c = compare_axis(gpu, *args)
-    assert c.below_floor is False and c.noise == pytest.approx(0.35)
-    # the same -34% on a decode axis is a REJECT under the calibrated policy too
-    dec = compare_axis(gpu, "smollm2-135m", "target", "decode@128", *args[3:])
-    assert dec.below_floor is True
+    assert gain.tier == "XS"
+    loss = compare_axis(
+        gpu, "smollm2-135m", "target", "decode@128", by_session(1000.0, [[975.0] * 3, [976.0] * 3])
+    )
+    assert loss.below_floor

@@ -1,44 +1,66 @@
-"""The box guard's compiled-kernel caches: every side its own, main's read by the timing parent."""
+"""Every side's compiled-kernel cache, and what the box guard checks between sessions.
+
+Sealed, a PR's processes see no cache but their own (engine/harness/sandbox.py; tests/engine).
+Unsealed (--unsandboxed), the box guard is what finds a PR session that changed another side's.
+"""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from collector.sandbox import BoxGuard, kernel_cache_env
+from collector.harness import Place, Request, _command
+from collector.sandbox import BoxGuard
 from collector.schedule import Task
-from engine.harness.timing import ENGINE_KERNEL_CACHE
+from engine.harness.sandbox import Sandbox
+from engine.harness.timing import EngineSpec
 
-MAIN = Task("r/main/sweep/tiny", "main", 0, 0, "sweep", "tiny")
+MAIN = Task("r/main/score/tiny", "main", 0, 0, "score", "tiny")
 PR_SWEEP = Task("r/pr-7/sweep/tiny", "pr", 7, 1, "sweep", "tiny")
-PR_SCORE = Task("r/pr-7/score/tiny", "pr", 7, 1, "score", "tiny")
+
+TIMED = Request(
+    "sweep", "tiny", ["{python}", "-m", "engine.harness.bench", "sweep"], 60, timed=True
+)
+SCORE = Request("score", "tiny", ["{python}", "-m", "engine.harness.score", "score"], 60)
 
 
 def test_each_side_compiles_into_its_own_cache(tmp_path: Path) -> None:
     root = tmp_path / "kernel-cache"
-    main_env = kernel_cache_env(root, MAIN, timed=True)
-    assert main_env == {
-        "CUPY_CACHE_DIR": str(root / "main"),
-        ENGINE_KERNEL_CACHE: str(root / "main"),
-    }
+    place = Place(tmp_path / "main", tmp_path / "work", "bwrap", root)
+    (root / "main").mkdir(parents=True)
     (root / "main" / "k.cubin").write_text("main's\n")
-    # a timed session: main's harness (the clock, the verifier) reads main's cache, the PR's
-    # engine its own, which starts as a copy of main's
-    timed = kernel_cache_env(root, PR_SWEEP, timed=True)
-    assert timed == {"CUPY_CACHE_DIR": str(root / "main"), ENGINE_KERNEL_CACHE: str(root / "pr-7")}
+    # a timed session: main's harness (the clock, the verifier) and main's engine beside the
+    # PR's read main's cache; the PR's engine its own, which starts as a copy of main's
+    argv, env, cwd = _command(TIMED, tmp_path / "pr", place, tmp_path / "out.json", "pr", 7)
+    assert env and env["CUPY_CACHE_DIR"] == str(root / "main") and cwd == tmp_path / "main"
+    assert argv[argv.index("--engine-cache") + 1] == str(root / "pr-7")
+    assert argv[argv.index("--baseline-cache") + 1] == str(root / "main")
+    assert argv[argv.index("--baseline-checkout") + 1] == str(tmp_path / "main")
+    assert argv[argv.index("--sandbox") + 1] == "bwrap"
     assert (root / "pr-7" / "k.cubin").read_text() == "main's\n"
-    # the PR's accuracy commands run its code in-process: its own cache
-    assert kernel_cache_env(root, PR_SCORE, timed=False)["CUPY_CACHE_DIR"] == str(root / "pr-7")
+    # the PR's accuracy commands run its code, sealed: its own cache, the one folder it writes
+    (tmp_path / "pr").mkdir()
+    argv, env, _ = _command(SCORE, tmp_path / "pr", place, tmp_path / "out" / "out.json", "pr", 7)
+    assert argv[0].endswith("bwrap") and "CUPY_CACHE_DIR" not in (env or {})
+    assert argv[argv.index("CUPY_CACHE_DIR") + 1] == str(root / "pr-7")  # --setenv inside
+    binds = {argv[i + 1] for i, a in enumerate(argv) if a == "--bind"}
+    assert str(root / "pr-7") in binds and str(root / "main") not in binds
     # a link to main's in place of its own is replaced by a folder of its own
-    (root / "pr-7" / "k.cubin").unlink()
-    (root / "pr-7").rmdir()
+    shutil.rmtree(root / "pr-7")
     (root / "pr-7").symlink_to(root / "main")
-    kernel_cache_env(root, PR_SWEEP, timed=True)
+    _command(TIMED, tmp_path / "pr", place, tmp_path / "out.json", "pr", 7)
     assert not (root / "pr-7").is_symlink() and (root / "pr-7").is_dir()
+
+
+def test_the_engine_child_compiles_into_its_own_cache(tmp_path: Path) -> None:
+    spec = EngineSpec(tmp_path, Sandbox("none"), tmp_path / "home", tmp_path / "pr-7")
+    _, env = spec.command([sys.executable, "-c", "pass"])
+    assert env["CUPY_CACHE_DIR"] == str(tmp_path / "pr-7")
 
 
 @pytest.fixture
@@ -48,11 +70,12 @@ def guard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> BoxGuard:
     main.mkdir()
     subprocess.run(["git", "init", "-q", str(main)], check=True)
     root = tmp_path / "kernel-cache"
-    for task in (MAIN, PR_SWEEP, Task("r/pr-8/sweep/tiny", "pr", 8, 2, "sweep", "tiny")):
-        kernel_cache_env(root, task, timed=True)
+    place = Place(main, tmp_path / "work", "none", root)
+    for side, pr in (("main", 0), ("pr", 7), ("pr", 8)):
+        place.prepare_caches(side, pr)
     (root / "main" / "k.cubin").write_text("main's\n")
     (root / "pr-8" / "k.cubin").write_text("PR 8's\n")
-    return BoxGuard(main, lambda line: None, kernel_caches=root)
+    return BoxGuard(place, lambda line: None)
 
 
 def test_a_pr_that_rewrites_anothers_compiled_kernels_is_caught(guard: BoxGuard) -> None:
@@ -70,31 +93,24 @@ def test_a_pr_that_rewrites_anothers_compiled_kernels_is_caught(guard: BoxGuard)
     assert (root / "pr-7" / "mine.cubin").exists()
 
 
-def test_a_file_added_to_mains_cache_is_removed_not_judged(guard: BoxGuard) -> None:
-    """The timing parent compiles into main's cache what main's sessions never built (the first
-    session of a resumed round): an addition there is removed, never a PR's fault."""
+def test_a_file_added_to_mains_cache_is_kept(guard: BoxGuard) -> None:
+    """Main's engine, timed beside the PR's, compiles into main's cache what it needs: an
+    addition there is never a PR's fault, and it is kept (it would be compiled again)."""
     root = guard.kernel_caches
     assert root is not None
     guard.before_session()
-    (root / "main" / "verifier.cubin").write_text("compiled by main's harness\n")
+    (root / "main" / "beside.cubin").write_text("compiled by main's engine\n")
     assert guard.after_session(PR_SWEEP, None) is None
-    assert not (root / "main" / "verifier.cubin").exists()
-    assert (root / "main" / "k.cubin").exists()
-    # main's own sessions fill main's cache freely
-    guard.before_session()
-    (root / "main" / "more.cubin").write_text("main's\n")
-    assert guard.after_session(MAIN, None) is None
-    assert (root / "main" / "more.cubin").exists()
+    assert (root / "main" / "beside.cubin").exists() and (root / "main" / "k.cubin").exists()
 
 
-def test_the_engine_child_compiles_into_its_own_cache(monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine.harness.timing import engine_env
-
-    monkeypatch.setenv("CUPY_CACHE_DIR", "/cache/main")
-    monkeypatch.setenv(ENGINE_KERNEL_CACHE, "/cache/pr-7")
-    assert engine_env(Path("/pr-7"))["CUPY_CACHE_DIR"] == "/cache/pr-7"
-    monkeypatch.delenv(ENGINE_KERNEL_CACHE)
-    assert engine_env(Path("/pr-7"))["CUPY_CACHE_DIR"] == "/cache/main"
+def test_a_sealed_round_has_no_cache_walk(tmp_path: Path) -> None:
+    """Sealed, a PR's process sees no other side's cache and no trusted file: nothing to walk."""
+    main = tmp_path / "main"
+    main.mkdir()
+    subprocess.run(["git", "init", "-q", str(main)], check=True)
+    g = BoxGuard(Place(main, tmp_path / "work", "bwrap", tmp_path / "kc"), lambda line: None)
+    assert g.kernel_caches is None and g.roots == []
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""The interleaved plan: main, PR, main, PR ... with main spread between PRs, stable ids."""
+"""The plan: main's untimed evidence first and last, each PR's paired sessions round-robin between,
+stable ids."""
 
 from __future__ import annotations
 
@@ -12,26 +13,19 @@ def sides(slots) -> str:  # type: ignore[no-untyped-def]
     return "".join("M" if s.side == "main" else str(s.pr) for s in slots)
 
 
-def test_one_pr_alternates_with_three_mains() -> None:
-    slots = plan_round("r", [(7, ["tiny"])], PROFILE)
-    assert sides(slots) == "M7M7M"
-
-
-def test_many_prs_share_spread_main_sessions() -> None:
-    slots = plan_round("r", [(i, ["tiny"]) for i in range(1, 8)], PROFILE)
-    s = sides(slots)
-    assert s == "M12M34M56M71M23M45M67M"  # two sessions per PR, never beside each other
-    assert "MM" not in s and s[0] == "M" and s[-1] == "M"
+def test_main_first_and_last_the_prs_round_robin_between() -> None:
+    assert PROFILE.pr_sessions == 2
+    assert sides(plan_round("r", [(7, ["tiny"])], PROFILE)) == "M77M"
+    assert sides(plan_round("r", [(i, ["tiny"]) for i in range(1, 5)], PROFILE)) == "M12341234M"
     one = PROFILE.model_copy(update={"pr_sessions": 1})
-    assert sides(plan_round("r", [(i, ["tiny"]) for i in range(1, 8)], one)) == "M12M34M56M7M"
+    assert sides(plan_round("r", [(i, ["tiny"]) for i in range(1, 4)], one)) == "M123M"
 
 
 def test_tasks_targets_and_guards() -> None:
     slots = plan_round("r", [(5, ["tiny"])], PROFILE)
-    first_pr = slots[1]
-    kinds = [(t.kind, t.model) for t in first_pr.tasks]
+    kinds = [(t.kind, t.model) for t in slots[1].tasks]
     # each model's accuracy evidence before its timed sessions (a PR stopped after a forged or
-    # diverged session keeps it)
+    # diverged session keeps it); its speed sessions time main's engine beside its own
     assert kinds == [
         ("score", "tiny"),
         ("prefill-check", "tiny"),
@@ -41,24 +35,23 @@ def test_tasks_targets_and_guards() -> None:
         ("score", "tiny:q8_0"),
         ("guard", "tiny:q8_0"),
     ]
-    second_pr = slots[3]
-    assert [(t.kind, t.model) for t in second_pr.tasks] == [
+    assert [(t.kind, t.model) for t in slots[2].tasks] == [
         ("sweep", "tiny"),
         ("concurrent", "tiny"),
         ("guard", "tiny:q8_0"),
     ]
-    main_kinds = [[t.kind for t in s.tasks] for s in slots if s.side == "main"]
-    # main: the long-context check and the scores twice (calibration), guard models scored too
-    assert main_kinds[0] == [
-        "score", "prefill-check", "sweep", "concurrent", "longctx", "score", "guard",
+    # main: no speed session of its own; its scores twice (the second: calibration), the
+    # prefill check once, the long-context check of the targets in both
+    main = [[(t.kind, t.model) for t in s.tasks] for s in slots if s.side == "main"]
+    assert main[0] == [
+        ("score", "tiny"), ("prefill-check", "tiny"), ("longctx", "tiny"), ("score", "tiny:q8_0"),
     ]  # fmt: skip
-    assert main_kinds[1] == ["score", "sweep", "concurrent", "longctx", "score", "guard"]
-    assert main_kinds[2] == ["sweep", "concurrent", "guard"]
+    assert main[1] == [("score", "tiny"), ("longctx", "tiny"), ("score", "tiny:q8_0")]
 
 
 def test_confirmation_times_again_and_rechecks_only_a_short_long_context() -> None:
     """Confirmation sessions score nothing; the long-context check runs again only for the PR
-    whose long-context prefill fell short, and in main's session after it."""
+    whose long-context prefill fell short, and in main's slot after them."""
     slots = plan_confirmation(
         "r", [(1, ["tiny"]), (2, ["tiny"])], PROFILE, recheck={1: ["tiny"], 2: []}
     )
@@ -67,11 +60,11 @@ def test_confirmation_times_again_and_rechecks_only_a_short_long_context() -> No
     assert kinds == {
         "pr1": ["sweep", "concurrent", "longctx", "guard"],
         "pr2": ["sweep", "concurrent", "guard"],
-        "main0": ["sweep", "concurrent", "longctx", "guard"],
+        "main0": ["longctx"],
     }
-    # nothing to recheck: no long-context task anywhere
+    # nothing to recheck: no long-context task, and no main slot at all
     plain = plan_confirmation("r", [(1, ["tiny"])], PROFILE)
-    assert all(t.kind != "longctx" for s in plain for t in s.tasks)
+    assert sides(plain) == "1" and all(t.kind != "longctx" for s in plain for t in s.tasks)
 
 
 def test_ids_are_stable_and_unique() -> None:
@@ -87,13 +80,14 @@ def test_no_measurable_prs_no_sessions() -> None:
     assert plan_round("r", [], PROFILE) == []
 
 
-def test_main_runs_the_guard_sweep_of_a_model_another_pr_targets() -> None:
-    """PR 1 targets tiny (tiny:q8_0 its guard), PR 2 targets tiny:q8_0 (tiny its guard): main
-    runs both full sweeps and both guard sweeps, so each guard is compared like with like."""
+def test_main_scores_every_model_a_pr_targets_or_guards() -> None:
+    """PR 1 targets tiny (tiny:q8_0 its guard), PR 2 targets tiny:q8_0: main scores and checks
+    the prefill path of both (each a target), and runs no speed session."""
     slots = plan_round("r", [(1, ["tiny"]), (2, ["tiny:q8_0"])], PROFILE)
     main_tasks = {(t.kind, t.model) for t in slots[0].tasks}
-    assert {("sweep", "tiny"), ("sweep", "tiny:q8_0")} <= main_tasks
-    assert {("guard", "tiny"), ("guard", "tiny:q8_0")} <= main_tasks
+    assert {("score", "tiny"), ("score", "tiny:q8_0")} <= main_tasks
+    assert {("prefill-check", "tiny"), ("prefill-check", "tiny:q8_0")} <= main_tasks
+    assert not {k for k, _ in main_tasks} & {"sweep", "concurrent", "guard"}
 
 
 def test_shards_balance_cost_and_keep_manifest_order() -> None:
@@ -112,7 +106,7 @@ def test_shards_have_their_own_main_sessions_and_ids() -> None:
     one = plan_shards("r", prs, PROFILE, 1)
     assert one == [plan_round("r", prs, PROFILE)]  # one shard: today's ids
     two = plan_shards("r", prs, PROFILE, 2)
-    assert [sides(p) for p in two] == ["M13M13M", "M24M24M"]
+    assert [sides(p) for p in two] == ["M1313M", "M2424M"]
     ids = [t.session_id for p in two for s in p for t in s.tasks]
     assert len(ids) == len(set(ids))
     assert all(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +26,30 @@ def run_engine(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[
         timeout=timeout,
         check=False,
     )
+
+
+def checkout_with(
+    tmp_path: Path,
+    *edits: tuple[str, str],
+    file: str = "engine/numpy_backend.py",
+    append: str = "",
+    name: str = "checkout",
+) -> Path:
+    """A copy of this repo's engine/ and data/ (a PR's checkout, as the timing parent sees one)
+    with text edits in `file` (each old text found exactly once) and `append` added to
+    engine/__init__.py (code every process of that engine runs at its first import)."""
+    dst = tmp_path / name
+    shutil.copytree(REPO / "engine", dst / "engine", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "data", dst / "data", ignore=shutil.ignore_patterns("*.duckdb"))
+    target = dst / file
+    for old, new in edits:
+        text = target.read_text()
+        assert text.count(old) == 1, f"{old!r} is not in {file} exactly once"
+        target.write_text(text.replace(old, new))
+    if append:
+        init = dst / "engine" / "__init__.py"
+        init.write_text(init.read_text() + "\n" + append)
+    return dst
 
 
 def log_softmax(x: np.ndarray) -> np.ndarray:

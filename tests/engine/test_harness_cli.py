@@ -64,6 +64,12 @@ def test_sweep_of_tiny(tmp_path: Path) -> None:
         assert c.vram is None  # no GPU memory on the CPU
     assert doc.engine_commit == "unknown" or len(doc.engine_commit) == 40
     assert not (tmp_path / "sweep.json.tmp").exists()
+    # one engine (no --baseline-checkout): no baseline; its turns, the canary, its sandbox
+    assert doc.schema_version == 3 and doc.baseline is None
+    m = doc.measured
+    assert m.idle is not None and len(m.idle.while_stopped_s) == len(m.idle.after_answer_s) - 1
+    assert m.canary is not None and m.canary.before_s > 0 and m.canary.after_s > 0
+    assert m.sandbox == "none" or (m.sandbox or "").startswith("bubblewrap")
 
 
 def test_concurrent_of_tiny(tmp_path: Path) -> None:
@@ -232,7 +238,7 @@ def test_corpus_size() -> None:
 
 def test_help_on_every_command() -> None:
     for group, names in (
-        (bench, ("sweep", "concurrent")),
+        (bench, ("sweep", "concurrent", "longctx")),
         (score_group, ("score", "prefill-check")),
     ):
         for name in names:

@@ -3,22 +3,24 @@ and the whole parent/child path on the real `tiny` model (patched clock, shortcu
 
 from __future__ import annotations
 
+import contextlib
 import json
-import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+from engine_helpers import checkout_with
 from test_harness_units import VOCAB, FakeRunner, corpus
 
 from collector.forgery import ForgeryRules, clock_problem, timing_problem
 from collector.policy import load_policy, resolve
 from engine.errors import EngineOutputError
 from engine.harness.common import log_softmax_rows, top_k
-from engine.harness.measure import Bench, measure_context, measure_widths, warm_up
+from engine.harness.measure import Bench, Side, measure_context, measure_widths, warm_up
 from engine.harness.protocol import parse_document
 from engine.harness.timing import QUIT_GRACE_S, Challenges, Region, Sample, Timeline
 from engine.harness.verify import digest_kl, pick_margins, verify
@@ -27,36 +29,68 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 class InProcessEngine:
-    """EngineProcess's interface over a runner in this process (what serve.py does, minus pipes)."""
+    """EngineProcess's interface over a runner in this process (what serve.py does, minus pipes
+    and signals). `log` (shared by the engines of one Bench) records each turn as
+    (name, [operations in it]); an operation outside a turn gets a turn of its own, as
+    EngineProcess gives it."""
 
-    def __init__(self, runner: FakeRunner) -> None:
-        self.runner = runner
+    def __init__(self, runner: FakeRunner, name: str = "engine", log: list | None = None) -> None:
+        self.runner, self.name = runner, name
         self.vocab = runner.config.vocab_size
         self.timeline = Timeline()
         self.prefills: list[tuple[int, ...]] = []
+        self.requests: list[list[int]] = []  # the sequences of each prefill request
         self.truncates = 0
+        self.log = [] if log is None else log
+        self._ops: list[str] | None = None
+
+    @contextlib.contextmanager
+    def turn(self) -> Iterator[None]:
+        assert self._ops is None, "a turn inside a turn"
+        self._ops = []
+        try:
+            yield
+        finally:
+            self.log.append((self.name, self._ops))
+            self._ops = None
+
+    def _op(self, op: str) -> None:
+        if self._ops is None:
+            self.log.append((self.name, [op]))
+        else:
+            self._ops.append(op)
 
     def reset(self, n_seqs: int, max_len: int) -> None:
+        self._op("reset")
         self.runner.reset(n_seqs, max_len)
 
     def truncate(self, seq: int, length: int) -> None:
+        self._op("truncate")
         self.truncates += 1
         self.runner.truncate(seq, length)
 
-    def prefill(self, seq: int, ids: np.ndarray, timed: bool = True) -> tuple[Sample, float]:
-        self.prefills.append(tuple(int(t) for t in ids))
+    def prefill(
+        self, seqs: list[int], prompts: list[np.ndarray], timed: bool = True
+    ) -> tuple[list[Sample], float]:
+        self._op("prefill")
+        self.requests.append(list(seqs))
         t0 = time.perf_counter()
-        logits = self.runner.prefill(seq, ids)
+        samples = []
+        for seq, ids in zip(seqs, prompts, strict=True):
+            self.prefills.append(tuple(int(t) for t in ids))
+            logits = self.runner.prefill(seq, ids)
+            lp = log_softmax_rows(np.asarray(logits).reshape(1, -1))[0]
+            topk = [(i, float(lp[i])) for i in top_k(lp, 8)]
+            samples.append(Sample(prompt=ids, argmax=int(np.argmax(logits)), topk=topk))
         seconds = time.perf_counter() - t0 + 1e-6
         if timed:
             self.timeline.regions.append(Region(seconds, seconds))
-        lp = log_softmax_rows(np.asarray(logits).reshape(1, -1))[0]
-        topk = [(i, float(lp[i])) for i in top_k(lp, 8)]
-        return Sample(prompt=ids, argmax=int(np.argmax(logits)), topk=topk), seconds
+        return samples, seconds
 
     def decode(
         self, seqs: list[int], first: np.ndarray, steps: int, timed: bool = True
     ) -> tuple[np.ndarray, float]:
+        self._op("decode")
         t0 = time.perf_counter()
         ids = np.asarray(self.runner.decode_greedy(seqs, first, steps))
         seconds = time.perf_counter() - t0 + 1e-6
@@ -67,24 +101,33 @@ class InProcessEngine:
         return ids, seconds
 
     def vram(self, kv_tokens: int) -> None:
+        self._op("vram")
         return None
 
 
-def bench(runner: FakeRunner, min_time: float = 0.0) -> tuple[Bench, InProcessEngine]:
+def bench(
+    runner: FakeRunner, min_time: float = 0.0, prefill_tokens: int = 0
+) -> tuple[Bench, InProcessEngine]:
+    """A session of one engine (the one under test, verified)."""
     engine = InProcessEngine(runner)
-    b = Bench(engine, Challenges(seed=3), np.asarray(corpus()), min_time)  # type: ignore[arg-type]
+    side = Side(engine)  # type: ignore[arg-type]
+    b = Bench([side], Challenges(seed=3), np.asarray(corpus()), min_time, prefill_tokens)
     return b, engine
+
+
+def checks(b: Bench) -> list[list[Sample]]:
+    return b.sides[-1].checks.groups
 
 
 def test_every_repetition_is_recorded_and_its_fastest_run_is_kept_for_checking() -> None:
     b, engine = bench(FakeRunner())
     warm_up(b)
-    sample = measure_context(b, ctx=50, tokens=7, reps=4, warmup=2)
+    [sample] = measure_context(b, ctx=50, tokens=7, reps=4, warmup=2)
     assert len(sample.decode_tok_s) == 4 and len(sample.prefill_tok_s) == 4
     assert sample.ctx == 50 and sample.decode_tokens == 7
     assert engine.runner.seq_len(0) == 50 + 7  # the prompt and the decoded tokens, nothing more
     # one prefill and one decode per timed repetition (one run each at min_time 0)
-    assert len(b.checks.groups) == 2 * 4
+    assert len(checks(b)) == 2 * 4
 
 
 def test_inner_runs_get_fresh_challenges() -> None:
@@ -96,7 +139,72 @@ def test_inner_runs_get_fresh_challenges() -> None:
     assert len({p[0] for p in engine.prefills}) > 1  # the first id is drawn too
     assert engine.truncates >= 2
     # each repetition keeps its fastest run and up to two more for verification
-    assert 4 <= len(b.checks.groups) <= 12
+    assert 4 <= len(checks(b)) <= 12
+
+
+def test_a_short_prefill_is_timed_several_fresh_prompts_to_a_region() -> None:
+    """--prefill-tokens 100 at ctx 30: four prompts of 30 tokens in each timed request, one per
+    sequence, each fresh; the rate counts every prompt's tokens."""
+    b, engine = bench(FakeRunner(), prefill_tokens=100)
+    [sample] = measure_context(b, ctx=30, tokens=5, reps=2, warmup=0)
+    assert engine.requests == [[0, 1, 2, 3]] * 2
+    assert len(engine.prefills) == 8 and len(set(engine.prefills)) == 8
+    assert all(len(p) == 30 for p in engine.prefills)
+    prefill_s = [r.parent_s for r in engine.timeline.regions[::2]]  # prefill, decode, ...
+    assert sample.prefill_tok_s == pytest.approx([4 * 30 / s for s in prefill_s])
+    # every prompt of the region is a sample to verify; the decode continues the first one
+    assert len(checks(b)) == 2 * (4 + 1)
+    assert engine.runner.seqs[0][:30] == list(engine.prefills[-4])
+
+
+def two_engines(min_time: float) -> tuple[Bench, InProcessEngine, InProcessEngine, list]:
+    """Main's engine (first, unverified) beside the one under test, as a paired session."""
+    log: list = []
+    main = InProcessEngine(FakeRunner(), "main", log)
+    pr = InProcessEngine(FakeRunner(), "pr", log)
+    sides = [Side(main, verified=False), Side(pr)]  # type: ignore[arg-type]
+    return Bench(sides, Challenges(seed=5), np.asarray(corpus()), min_time), main, pr, log
+
+
+def test_two_engines_take_turns_a_b_b_a_and_run_as_often() -> None:
+    b, main, pr, log = two_engines(min_time=0.01)
+    warm_up(b)
+    assert [name for name, _ in log] == ["main", "pr"]
+    del log[:]
+    samples = measure_context(b, ctx=20, tokens=3, reps=6, warmup=0)
+    assert [s.ctx for s in samples] == [20, 20]
+    assert all(len(s.decode_tok_s) == 6 and len(s.prefill_tok_s) == 6 for s in samples)
+    timed = [(name, ops) for name, ops in log if ops != ["vram"]]
+    assert [ops for name, ops in log if ops == ["vram"]] == [["vram"], ["vram"]]
+    blocks = [timed[i : i + 4] for i in range(0, len(timed), 4)]
+    assert len(blocks) == 6 * 2  # a prefill and a decode repetition per timed repetition
+    firsts = set()
+    for block in blocks:
+        names = [name for name, _ in block]
+        assert names in (["main", "pr", "pr", "main"], ["pr", "main", "main", "pr"]), names
+        firsts.add(names[0])
+        # each turn is a burst of one operation; every engine runs it as often as the other
+        runs = {
+            n: sum(o.count("prefill") + o.count("decode") for m, o in block if m == n)
+            for n in names
+        }
+        assert runs["main"] == runs["pr"] >= 2
+    assert firsts == {"main", "pr"}  # who goes first is drawn, repetition by repetition
+    # each engine gets challenges of its own; only the engine under test is verified
+    assert not set(main.prefills) & set(pr.prefills)
+    assert b.sides[0].checks.groups == [] and len(b.sides[1].checks.groups) >= 12
+
+
+def test_two_engines_measure_the_same_widths() -> None:
+    b, main, pr, log = two_engines(min_time=0.0)
+    per_side = measure_widths(b, [2, 3], prompt_len=8, tokens=4, runs=2, warmup=1)
+    assert [[w.width for w in side] for side in per_side] == [[2, 3], [2, 3]]
+    assert all(len(w.runs) == 2 for side in per_side for w in side)
+    assert main.runner.seq_len(2) == pr.runner.seq_len(2) == 8 + 2 + 4
+    # two turns each per run (A B B A), one decode a turn at min_time 0: both decodes of a run
+    # are kept to verify, the PR's only; the warm-up run's are dropped
+    assert b.sides[0].checks.groups == []
+    assert [len(g) for g in b.sides[1].checks.groups] == [2] * 4 + [3] * 4
 
 
 def test_the_challenges_cannot_be_predicted_from_the_seedless_side() -> None:
@@ -109,18 +217,18 @@ def test_the_challenges_cannot_be_predicted_from_the_seedless_side() -> None:
 
 def test_widths_decode_together_and_keep_groups() -> None:
     b, engine = bench(FakeRunner())
-    samples = measure_widths(b, [3], prompt_len=20, tokens=9, runs=2, warmup=1)
+    [samples] = measure_widths(b, [3], prompt_len=20, tokens=9, runs=2, warmup=1)
     run = samples[0].runs[0]
     assert run.tokens_expected == 27 and run.tokens_decoded == 27
     assert [engine.runner.seq_len(i) for i in range(3)] == [29, 30, 31]
-    assert all(len(g) == 3 for g in b.checks.groups) and len(b.checks.groups) == 2
+    assert all(len(g) == 3 for g in checks(b)) and len(checks(b)) == 2
 
 
 def test_verification_of_honest_outputs_has_zero_margins() -> None:
     b, _ = bench(FakeRunner())
     measure_context(b, ctx=20, tokens=6, reps=2, warmup=0)
     measure_widths(b, [2], prompt_len=10, tokens=4, runs=1, warmup=0)
-    report = verify(FakeRunner(), b.checks.groups, "test")
+    report = verify(FakeRunner(), checks(b), "test")
     assert report.decode_margins and max(report.decode_margins) == 0.0
     assert report.prefill_margins and max(report.prefill_margins) == 0.0
     assert max(report.prefill_kl) < 1e-9
@@ -143,7 +251,7 @@ def test_verification_shares_a_prompts_prefill_and_keeps_every_margin() -> None:
     b, _ = bench(FakeRunner())
     measure_context(b, ctx=40, tokens=6, reps=2, warmup=0)
     measure_widths(b, [2], prompt_len=10, tokens=4, runs=1, warmup=0)
-    groups = b.checks.groups
+    groups = checks(b)
     first = groups[1][0]  # a decode of the first repetition, from its prefill's prompt
     forged = Sample(prompt=first.prompt, first=first.first, ids=(first.ids + 1) % VOCAB)
     groups = [*groups[:2], [forged], *groups[2:]]
@@ -168,7 +276,7 @@ class SkipsWork(FakeRunner):
 def test_verification_sees_a_decode_that_computed_something_else() -> None:
     b, _ = bench(SkipsWork())
     measure_context(b, ctx=20, tokens=6, reps=3, warmup=0)
-    report = verify(FakeRunner(), b.checks.groups, "test")
+    report = verify(FakeRunner(), checks(b), "test")
     agree = sum(m <= 1e-3 for m in report.decode_margins)
     assert agree < 0.5 * len(report.decode_margins)
 
@@ -200,15 +308,7 @@ def test_digest_kl_is_zero_for_the_same_distribution_and_grows_when_it_moves() -
 
 def _checkout_with(tmp_path: Path, *edits: tuple[str, str]) -> Path:
     """A copy of this repo's engine/ and data/ with text edits in numpy_backend.py."""
-    dst = tmp_path / "checkout"
-    shutil.copytree(REPO / "engine", dst / "engine", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(REPO / "data", dst / "data", ignore=shutil.ignore_patterns("*.duckdb"))
-    nb = dst / "engine" / "numpy_backend.py"
-    for old, new in edits:
-        text = nb.read_text()
-        assert text.count(old) == 1
-        nb.write_text(text.replace(old, new))
-    return dst
+    return checkout_with(tmp_path, *edits)
 
 
 def _sweep(tmp_path: Path, checkout: Path, ctx: str = "32") -> dict:
@@ -271,7 +371,7 @@ def test_a_clock_patched_around_one_context_only_is_seen_in_its_group(tmp_path: 
     why = timing_problem(regions, rules, groups)
     assert why and f"of {len(slowed)} timed regions of decode ctx=32 w=1" in why
     parsed = parse_document(json.dumps(doc).encode(), "sweep")
-    assert clock_problem(parsed, resolve(load_policy(), "cpu").forgery, {}) == why
+    assert clock_problem(parsed, resolve(load_policy(), "cpu").forgery) == why
 
 
 @pytest.mark.slow

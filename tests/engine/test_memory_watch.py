@@ -3,7 +3,9 @@ engine holds outside its own process counts — a helper process's, a memfd's, a
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -12,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from engine.harness.memory import MemoryWatch, outside_bytes, tmpfs_devices
+from engine.harness.turns import ProcessTree
 
 MIB = 2**20
 HOLD = 48 * MIB
@@ -29,17 +32,24 @@ def engine_that(code: str) -> subprocess.Popen:
 
 
 def watched(code: str) -> tuple[int, int]:
-    """(largest outside reading, largest host reading) of an engine running `code`."""
+    """(largest outside reading, largest host reading) of an engine running `code`; its
+    helpers are the other processes of its tree, as the timing parent gives them."""
     proc = engine_that(code)
+    tree = ProcessTree(proc.pid, include_root=False)  # the processes below the engine
+    helpers: set[int] = set()
     try:
-        watch = MemoryWatch(proc.pid, gpu=False)
+        watch = MemoryWatch(proc.pid, gpu=False, helpers=lambda: tree.pids())
         time.sleep(0.5)
         report = watch.stop()
+        helpers.update(tree.pids())
         return watch.outside_peak, report.host_peak
     finally:
+        helpers.update(tree.pids())
         proc.kill()
         proc.wait()
-        subprocess.run(["pkill", "-f", "held-by-a-helper"], check=False)
+        for pid in helpers:  # the helpers this engine started, by their ids
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_an_honest_engine_holds_nothing_outside() -> None:

@@ -113,12 +113,19 @@ def test_pages_render_charts_silently_and_offline(
     assert "data-sb-error" not in dom
 
 
-def test_round_page_chart_is_drawn(built: tuple[Path, Path], tmp_path: Path) -> None:
+def test_round_page_charts_are_drawn(built: tuple[Path, Path], tmp_path: Path) -> None:
+    """The leaderboard's chart and the canary's, on an A/A round and on the round collected
+    with --unsandboxed (the synthetic database's first PR round), whose warning shows."""
     _, out = built
-    page = sorted(p for p in (out / "rounds").glob("*.html") if p.name != "index.html")[-1]
-    dom, console, _ = open_page(page.as_uri(), tmp_path)
-    figures, drawn, with_svg = rendered_charts(dom)
-    assert console == [] and figures == 1 and with_svg == 1
+    rounds = sorted(p for p in (out / "rounds").glob("*.html") if p.name != "index.html")
+    for page in (rounds[-1], out / "rounds" / "2026-06-01-gpu.html"):
+        dom, console, _ = open_page(page.as_uri(), tmp_path)
+        figures, drawn, with_svg = rendered_charts(dom)
+        assert console == [] and figures == 2 and with_svg == 2, (page, figures, with_svg)
+        canary = re.search(r'<figure class="sb-chart" id="chart-canary".*?</figure>', dom, re.S)
+        assert canary and "<svg" in canary.group() and "data-sb-error" not in dom
+        unsandboxed = 'class="admonition danger sb-unsandboxed"' in dom
+        assert unsandboxed == (page.name == "2026-06-01-gpu.html"), page
 
 
 def test_charts_redraw_for_the_dark_palette(built: tuple[Path, Path], tmp_path: Path) -> None:

@@ -151,12 +151,14 @@ def calibrated_db(tmp_path: Path) -> Path:
         "WHERE round_id = ? AND pr = 0 AND model = ?",
         [aa, model],
     )
-    # main's sessions (slots 0, 3, 6) of one axis at 100, 110, 100 tok/s, every other at 100:
-    # each session strays 10% from its neighbours
+    # PR 1's paired sessions (slots 1 and 3: main's engine beside the PR's) all at 100 tok/s on
+    # both sides but the PR's decode@128 of its second session at 110: ratios 1.0 and 1.1, a
+    # spread of 10% between its sessions; every other axis of every PR 0
     con.execute("UPDATE samples SET value = 100 WHERE round_id = ?", [aa])
     con.execute(
-        "UPDATE samples SET value = 110 WHERE session_id = ? AND axis = 'decode@128'",
-        [f"{aa}/main/0/3/sweep/{model}"],
+        "UPDATE samples SET value = 110 WHERE session_id = ? AND axis = 'decode@128' "
+        "AND side = 'pr'",
+        [f"{aa}/pr/1/3/sweep/{model}"],
     )
     con.execute(
         "UPDATE rounds SET policy_json = json_merge_patch(policy_json, "
@@ -184,8 +186,15 @@ def test_calibration_shows_the_planted_numbers(tmp_path: Path) -> None:
     assert cells[4] == "1.0% / ≤1.0%"  # prefill: every axis at the A/A round's min_noise
     assert cells[5] == "-3.3% &#64;4k"  # the largest A/A delta of prefill
     assert "sb-fail" in cells[-1] and "XS prefill@4k #1" in html.unescape(cells[-1])
-    assert cells[-2] == "10.0% decode@128"  # measured from main's samples, before the floor
-    assert "before any floor: 10.0% (" in cal
+    # measured from PR 1's pairs, before the floor
+    assert cells[-2] == "10.0% decode@128 #1"
+    assert f"before any floor: 10.0% ({model} decode@128, #1, round {AA_ROUND})" in cal
+    other = next(
+        ln
+        for ln in cal.splitlines()
+        if ln.startswith('| <a href="models/') and f">{pages.text(synthetic.MODELS[1])}<" in ln
+    )
+    assert other.split(" | ")[-2].strip().startswith("0.0% ")  # PR 2's pairs: all at 100
     assert "Largest noise** any A/A round stored: 4.4%" in cal
     assert f"tier, below the floor or implausible**: 1 {fmt.icon('fail')}" in cal
     acc = next(ln for ln in cal.splitlines() if f">{model}<" in ln and "0.9123" in ln)
@@ -378,7 +387,8 @@ def test_published_calibration_states_its_floors() -> None:
     for axis, floor in gate.min_noise_axes.items():
         band = (1 + floor) ** gate.policy.verdict.noise_multiplier - 1
         assert re.search(
-            rf"{axis}( and [a-z]+@[0-9]+)?: {floor * 100:.1f}% \(band \+{band * 100:.1f}%\)", cal
+            rf"{axis}((, | and )[a-z]+@[0-9]+)*: {floor * 100:.1f}% \(band \+{band * 100:.1f}%\)",
+            cal,
         )
     for rid, finished, _ in aa_rounds:
         row = next(

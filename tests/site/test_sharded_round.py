@@ -1,8 +1,8 @@
 """A round cut into shards, one per GPU (collector/cluster.py): its page shows main's speed per
-GPU with the spread between GPUs, and which shard's main each PR was compared with; its cost
-shares each shard's main among that shard's PRs. A round on one GPU shows none of it. The
-synthetic round's rows are moved onto two GPUs directly, as a sharded collect writes them.
-Rendered without MkDocs."""
+GPU (main's engine, timed beside each PR's in the PR's sessions on that GPU) with the spread
+between GPUs, and which shard's main each PR was compared with; its cost shares each shard's
+main among that shard's PRs. A round on one GPU shows none of it. The synthetic round's rows are
+moved onto two GPUs directly, as a sharded collect writes them. Rendered without MkDocs."""
 
 from __future__ import annotations
 
@@ -20,8 +20,9 @@ HOSTS = {0: "node-a", 1: "<b>node|b</b>"}  # a host name is shown escaped
 
 def shard_round(db: Path, gpus_per_shard: bool = True) -> str:
     """Main's sessions of even slots and PRs 100, 103 on shard 0 (GPU 0), the rest on shard 1
-    (GPU 1); main's samples 100 tok/s on shard 0 and 110 on shard 1; main's sessions 60 s each,
-    a PR's 30 s. Without `gpus_per_shard`: one shard, its sessions on two GPUs."""
+    (GPU 1); main's samples (in the PRs' paired sessions) 100 tok/s on shard 0 and 110 on shard
+    1; main's sessions 60 s each, a PR's 30 s. Without `gpus_per_shard`: one shard, its sessions
+    on two GPUs."""
     con = duckdb.connect(str(db))
     rid = con.execute("SELECT round_id FROM rounds").fetchone()[0]
     con.execute(
@@ -69,17 +70,17 @@ def test_round_page_shows_main_per_gpu_and_the_spread(sharded: tuple[pages.Site,
     assert re.search(
         r"^\| 1 \| <a href=\"\.\./pr/104\.html\">#104</a>, .*#105</a> \|$", section, re.M
     )
-    # every model: decode at the smallest and largest context, prefill at the largest
-    assert section.count("| shard | host | GPU | decode@128 | decode@") == 3
-    assert "| decode@128 | decode@32k | prefill@32k |" in section  # the llama models
-    assert "| decode@128 | decode@4k | prefill@4k |" in section  # smollm2-135m: up to 4096
-    assert section.count("| 0 | node-a | GPU 0 &#40;GPU-0abc&#41; | 100.0 | 100.0 | 100.0 |") == 3
-    assert section.count("| **spread** | | | 10.0% | 10.0% | 10.0% |") == 3
+    # every model, of the axes both GPUs timed main on: each model is a target on one shard
+    # (a full sweep) and a guard on the other (its guard context, 4096), so decode and prefill
+    # at 4096
+    assert section.count("| shard | host | GPU | decode@4k | prefill@4k |") == 3
+    assert section.count("| 0 | node-a | GPU 0 &#40;GPU-0abc&#41; | 100.0 | 100.0 |") == 3
+    assert section.count("| **spread** | | | 10.0% | 10.0% |") == 3
     assert "plus its share of main's (of its own shard's main, among that shard's PRs)" in page
     assert "<b>" not in section and "node&#124;b" in section  # the host is text, never markup
     assert (
         section.count(
-            "| 1 | &#60;b&#62;node&#124;b&#60;/b&#62; | GPU 1 &#40;GPU-1abc&#41; | 110.0 | 110.0 | 110.0 |"
+            "| 1 | &#60;b&#62;node&#124;b&#60;/b&#62; | GPU 1 &#40;GPU-1abc&#41; | 110.0 | 110.0 |"
         )
         == 3
     )
@@ -97,6 +98,28 @@ def test_sharded_cost_shares_each_shards_main(sharded: tuple[pages.Site, str]) -
         assert c.own_s == 30 * c.sessions
     # main's time is shared out exactly: the PRs' totals add up to the round's
     assert sum(c.total_s for c in cost.prs.values()) == pytest.approx(cost.total_s)
+
+
+def test_gpu_axes_are_those_every_gpu_measured() -> None:
+    """decode at the smallest and largest context and prefill at the largest, of the axes every
+    GPU measured; of any when the GPUs share none."""
+    full = {f"{k}@{n}" for k in ("decode", "prefill") for n in (128, 4096, 32768)}
+    site = pages.Site.__new__(pages.Site)
+    site.models = ["m"]
+    rows = []
+    for gpu, axes in ((0, full), (1, {"decode@4096", "prefill@4096"}), (2, full)):
+        rows += [
+            {"model": "m", "axis": a, "shard": 0, "host": "h", "gpu_index": gpu, "gpu_uuid": None,
+             "value": 100.0 + gpu}
+            for a in axes
+        ]  # fmt: skip
+    site.data = type("D", (), {"main_by_gpu": {"r": rows}})()
+    assert site.main_per_gpu("r")[0]["axes"] == ["decode@4096", "prefill@4096"]
+    site.data.main_by_gpu = {"r": [r for r in rows if r["gpu_index"] != 1]}
+    assert site.main_per_gpu("r")[0]["axes"] == ["decode@128", "decode@32768", "prefill@32768"]
+    site.data.main_by_gpu = {"r": [r for r in rows if r["gpu_index"] != 1 or "decode" in r["axis"]]
+                             + [{**rows[0], "gpu_index": 3, "axis": "concurrent@8"}]}  # fmt: skip
+    assert site.main_per_gpu("r")[0]["axes"] == ["decode@128", "decode@32768", "prefill@32768"]
 
 
 def test_one_shard_on_two_gpus_shows_the_gpus_not_shards(tmp_path: Path) -> None:

@@ -1,6 +1,13 @@
 """The raw evidence of one synthetic harness session, as the collector stores it: the session
-row, its samples, its score dump or its prefill checks. Numbers only: no verdict rule lives
-here (the verdict is collector.verdict.decide_round's, run on these rows afterwards).
+row, its samples, its score dump, its prefill checks or its long-context document. Numbers
+only: no verdict rule lives here (the verdict is collector.verdict.decide_round's, run on these
+rows afterwards).
+
+A PR's speed session (sweep, concurrent, guard) times main's engine beside the PR's, turn by
+turn, as the collector's paired sessions do: each repetition is a pair, a samples row of side
+'main' and one of side 'pr' with the same rep (both with the PR's number), measured in the same
+minutes (a load of those minutes moves both), and the session carries its canary (the box's own
+speed, timed right before and after it).
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import duckdb
 from collector.axes import axis, parse_axis
 from collector.policy import Profile
 from collector.schedule import Task
+from engine.harness.protocol import DeviceInfo, LongContextResult
 
 DEVICE_NAME, DRIVER = "NVIDIA H200", "570.133.20"
 # main's decode / prefill tok/s at context 128, per model (H200-ish)
@@ -35,6 +43,7 @@ WALL_S = {
 }
 # host-bound short prefills spread ten times more than the rest (policy.toml's min_noise_axes)
 NOISY_AXES = {"prefill@128", "prefill@512"}
+SPEED_KINDS = {"sweep", "concurrent", "guard"}  # the sessions that time engines (and the canary)
 SCORE_POSITIONS = 48  # a real dump has ~1,200; enough to give top-1 a few percent resolution
 VOCAB = 49152
 
@@ -155,6 +164,31 @@ class Session:
     gain: float = 0.0  # the PR's change of decode / concurrent speed on this model
     failure: str | None = None  # 'infra' | 'flaky': the run dies before it measures
     title: str = ""  # the PR's title, echoed in a crash's log tail (untrusted text)
+    canary_s: float = 0.012  # the box's canary at this time of the round (seconds)
+
+
+def longctx_document(rng: random.Random, s: Session, profile: Profile, wall: float) -> str:
+    """The long-context check's document (engine/harness/protocol.py): completed under the
+    profile's budget, its prefill main's level at that context (a PR's moved by a tenth of its
+    gain, like its other prefills)."""
+    t = s.task
+    ctx = profile.long_context[t.model]
+    prefill = level(t.model, axis("prefill", ctx), s.round_ix) * (1.0 + 0.1 * s.gain)
+    doc = LongContextResult(
+        model=t.model,
+        model_id="synthetic",
+        engine_commit=s.commit,
+        device=DeviceInfo(backend="cupy", name=DEVICE_NAME, driver=DRIVER),
+        started_at=s.started_at.isoformat() + "Z",
+        wall_s=wall,
+        ctx=ctx,
+        tokens=profile.long_context_tokens,
+        budget_bytes=profile.memory_budget_mib[t.model] * 2**20,
+        completed=True,
+        prefill_tok_s=prefill * rng.gauss(1.0, 0.003),
+        decode_tok_s=level(t.model, axis("decode", 128), s.round_ix) * 0.5 * rng.gauss(1.0, 0.003),
+    )
+    return doc.model_dump_json()
 
 
 def add_session(
@@ -170,6 +204,16 @@ def add_session(
     elif s.failure == "flaky":
         status, fault, code, detail = "crash", "pr", -11, "killed by signal 11 (SIGSEGV)"
         tail = f"Segmentation fault\n{s.title}\n"
+    ok = status == "ok"
+    timed = ok and t.kind in SPEED_KINDS
+    before = after = None
+    if timed:  # the canary moved within the profile's limit (a session past it is run again)
+        limit = profile.canary_limit / 2
+        before = s.canary_s * rng.gauss(1.0, 0.01)
+        after = before * (1.0 + max(-limit, min(limit, rng.gauss(0.0, 0.01))))
+    document = None
+    if ok and t.kind == "longctx" and t.model in profile.long_context:
+        document = longctx_document(rng, s, profile, wall)
     rows.add(
         "sessions",
         session_id=t.session_id,
@@ -189,9 +233,12 @@ def add_session(
         log_tail=tail,
         device_name=DEVICE_NAME,
         driver=DRIVER,
+        document=document,
         attempts=1,
+        canary_before_s=before,
+        canary_after_s=after,
     )
-    if status != "ok":
+    if not ok:
         return wall
     keys = {"session_id": t.session_id, "round_id": s.round_id, "side": t.side, "pr": t.pr}
     if t.kind == "score" and score_doc is not None:
@@ -205,12 +252,23 @@ def add_session(
                 "prefill_checks", **keys, model=t.model, prefix=prefix, top1=top1,
                 kl_mean=kl, kl_max=kl * 4,
             )  # fmt: skip
-    offset = rng.gauss(1.0, 0.003)  # this process's own luck
+    if t.side != "pr":
+        return wall  # main's own slots time nothing: its engine is timed in the PRs' sessions
+    # each engine process's own luck (placement, memory layout), the same all session
+    main_offset, pr_offset = rng.gauss(1.0, 0.003), rng.gauss(1.0, 0.003)
     for ax, reps in axes_of(t, profile):
         gain = s.gain * (0.1 if ax.startswith("prefill") else 1.0)
         sigma = 0.04 if ax in NOISY_AXES else 0.004
-        mean = level(t.model, ax, s.round_ix) * offset * (1.0 + gain)
+        mean = level(t.model, ax, s.round_ix)
         for rep in range(reps):
-            value = mean * rng.gauss(1.0, sigma)
-            rows.add("samples", **keys, model=t.model, axis=ax, rep=rep, value=value)
+            # most of a repetition's spread is these minutes' load and clocks, on both engines of
+            # the pair alike; a quarter of it is each engine's own
+            shared = rng.gauss(1.0, sigma)
+            main = mean * main_offset * shared * rng.gauss(1.0, sigma / 4)
+            pr = mean * pr_offset * (1.0 + gain) * shared * rng.gauss(1.0, sigma / 4)
+            for side, value in (("main", main), ("pr", pr)):
+                rows.add(
+                    "samples", **{**keys, "side": side}, model=t.model, axis=ax, rep=rep,
+                    value=value,
+                )  # fmt: skip
     return wall

@@ -1,11 +1,16 @@
 """A synthetic sparkboard database: raw evidence made up, verdicts from the real rules.
 
 The generator writes only what a collector would: rounds, PRs, candidates, sessions (planned by
-collector.schedule.plan_round), samples, score dumps and prefill checks, into a database opened
-with collector.store.open_store (so the schema and its version are schema.sql's). Then
+collector.schedule.plan_round: main's slots score, check the prefill path and the long context;
+each PR's speed sessions time main's engine beside the PR's), paired samples (side 'main' and
+'pr' with the same rep in each PR speed session), each speed session's canary, score dumps,
+prefill checks and long-context documents, into a database opened with
+collector.store.open_store (so the schema and its version are schema.sql's). Then
 collector.verdict.decide_round judges every round, oldest first: comparisons, gates, accuracy,
 strikes, labels and merge-first all come from the rules the collector uses. Deterministic from
-a seed. Some PRs carry hostile titles, authors, labels, branches and log tails.
+a seed. Some PRs carry hostile titles, authors, labels, branches and log tails. Every round's
+PR code was sealed by 'bubblewrap 0.8.0' (rounds.sandbox) except, with two PR rounds or more,
+the first PR round, collected with --unsandboxed ('none'; UNSANDBOXED_ROUND).
 
 Planted, every 25 PRs: a needs-rebase and a harness-touched candidate, a regression below the
 floor, an accuracy failure (REJECTs), an infrastructure failure (pending), a flaky crash at one
@@ -18,6 +23,7 @@ commits. A/A rounds (manifest kind "aa") measure main against itself.
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -105,26 +111,24 @@ NOT_MERGED = {
     "needs-rebase": "conflict in kernels/attention.cu",
     "harness-touched": "engine/harness/bench.py",
 }
-# Two knobs of the round's policy that keep decide_round fast enough for the 1,000-PR benchmark
-# database (~30,000 comparisons; the rules themselves are untouched): at most MAIN_EVERY PR
-# sessions between two of main's (the default says 2), so a round of ~90 PRs has ~9 main
-# sessions, not ~90, behind each axis's noise; and BOOTSTRAP_RESAMPLES per interval (default
-# 2,000), whose medians were most of the time.
-MAIN_EVERY = 24
+# A knob of the round's policy that keeps decide_round fast enough for the 1,000-PR benchmark
+# database (~30,000 comparisons; the rules themselves are untouched): BOOTSTRAP_RESAMPLES per
+# interval (default 2,000), whose medians are most of the time.
 BOOTSTRAP_RESAMPLES = 500
 # The synthetic box's own calibration (policy.toml's are the real H200's): 1% noise floor on
 # every axis, no per-axis floors, the default accuracy bars; the site's calibration tests plant
 # theirs on top.
 MIN_NOISE = 0.01
 BASE_TIME = datetime(2026, 6, 1, 8, 0, 0)
+SANDBOX = "bubblewrap 0.8.0"  # what sealed the PR code of every round (rounds.sandbox) ...
+UNSANDBOXED_ROUND = 0  # ... but this PR round's (by index), with 2 PR rounds or more: 'none'
+CANARY_S = 0.012  # the canary's seconds on the synthetic box, which drifts a little in a round
 
 
 def synthetic_policy() -> ResolvedPolicy:
     """The default policy's gpu profile, as a round would store it, with the knobs above."""
     policy = resolve(load_policy(), "gpu")
-    profile = policy.profile.model_copy(
-        update={"main_every": MAIN_EVERY, "min_noise": MIN_NOISE, "min_noise_axes": {}}
-    )
+    profile = policy.profile.model_copy(update={"min_noise": MIN_NOISE, "min_noise_axes": {}})
     verdict = policy.verdict.model_copy(update={"bootstrap_resamples": BOOTSTRAP_RESAMPLES})
     # the synthetic score dumps stray from main's by made-up amounts: judged on the default bars,
     # not on the H200's measured ones (an honest synthetic PR would fail those)
@@ -216,6 +220,7 @@ def _round(
     manifest: str,
     entries: list[tuple[SyntheticPr, str, str]],
     main_commit: str,
+    sandbox: str = SANDBOX,
 ) -> None:
     """One finished round on the H200: entries are (PR, its commit, candidate status)."""
     profile = POLICY.profile
@@ -238,12 +243,15 @@ def _round(
     written: set[str] = set()
     concurrent: dict[int, int] = {}
     clock = created
+    # the box's canary wanders a little over the round (a slow drift and one warmer stretch)
+    phase = rng.uniform(0.0, 2 * math.pi)
     for slot in slots:
         for task in slot.tasks:
             if task.session_id in written:
                 continue  # the plan named it twice: the collector runs a task id once
             written.add(task.session_id)
-            s = Session(task, round_id, ix, main_commit, clock)
+            drift = 1.0 + 0.01 * math.sin(phase + slot.index / 5.0)
+            s = Session(task, round_id, ix, main_commit, clock, canary_s=CANARY_S * drift)
             doc = None
             if task.side == "main" and task.kind == "score":
                 # main scores twice: its dump, then a second pass for main-vs-main calibration
@@ -269,7 +277,7 @@ def _round(
         "rounds", round_id=round_id, created_at=created, finished_at=clock,
         engine_repo="https://example.invalid/sparkinfer.git", base_ref="main",
         main_commit=main_commit, profile="gpu", policy_json=POLICY.model_dump_json(),
-        device_name="NVIDIA H200", driver="570.133.20", manifest_toml=manifest,
+        device_name="NVIDIA H200", driver="570.133.20", manifest_toml=manifest, sandbox=sandbox,
     )  # fmt: skip
 
 
@@ -314,7 +322,8 @@ def generate(path: Path, prs: int = 40, rounds: int = 3, seed: int = 7, aa_round
         entries = [(p, p.commits[r], _status(rng, p, r)) for p in everyone if r in p.commits]
         manifest = f'round = "{round_id}"\nprofile = "gpu"\n'
         created = BASE_TIME + timedelta(days=3 * r)
-        _round(rows, rng, round_id, r, created, manifest, entries, _sha("main", r))
+        sandbox = "none" if rounds >= 2 and r == UNSANDBOXED_ROUND else SANDBOX
+        _round(rows, rng, round_id, r, created, manifest, entries, _sha("main", r), sandbox)
         order.append(round_id)
     with open_store(path) as store:
         with store.transaction() as con:

@@ -9,6 +9,8 @@ since:
 
     python data/demo/gpu/make_patches.py                  # both sets, from the repository root
     python data/demo/gpu/make_patches.py --round gates    # 3NN only (--round demo: 2NN only)
+    python data/demo/gpu/make_patches.py --round paired   # 4NN only: 401 against HEAD, 402-403
+                                                          # against HEAD with 401 (paired-h200)
 
 Each PR is a set of exact text edits to the CUDA backend (kernels/, engine/cuda/), read from git
 at the pinned commit (the working tree is not involved); an edit that no longer finds its text
@@ -496,10 +498,69 @@ GATES_PATCHES: dict[str, list] = {
 }
 
 
+# --- the paired-session round (issue 28): a planted wait, and PRs that shorten or lengthen it ---
+# The round's main is main plus PLANTED_WAIT: one kernel per decode step that waits on the device
+# (the global timer) PLANTED_WAIT_US microseconds, captured in the step's graph. PR 402 halves it,
+# PR 403 makes it one and a half times: on llama-8b:q4_0 at ctx 128 (a ~1.9 ms step + 100 us),
+# real decode changes of about +2.5% and -2.5%, made by the code, measured like any other.
+DECODE = "engine/cuda/decode.py"
+PLANTED_WAIT = [
+    (
+        DECODE,
+        "ARGMAX_BLOCKS = 64  # blocks scanning one row of logits in the greedy pick\n",
+        "ARGMAX_BLOCKS = 64  # blocks scanning one row of logits in the greedy pick\n"
+        "PLANTED_WAIT_US = 100  # planted: a wait on the device at the end of every decode step\n"
+        "_WAIT = cp.RawKernel(\n"
+        "    'extern \"C\" __global__ void planted_wait(unsigned long long ns) {'\n"
+        '    \' unsigned long long t0, t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));\'\n'
+        '    \' do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns); }\',\n'
+        "    'planted_wait',\n"
+        ")\n",
+    ),
+    (
+        DECODE,
+        '                b["pick_count"],\n            ),\n        )  # fmt: skip\n',
+        '                b["pick_count"],\n            ),\n        )  # fmt: skip\n'
+        "        _WAIT((1,), (1,), (np.uint64(PLANTED_WAIT_US * 1000),))\n",
+    ),
+]
+
+
+def _wait(us: int) -> list:
+    """A PR of the planted round: the wait set to `us` microseconds."""
+    return [
+        (
+            DECODE,
+            "PLANTED_WAIT_US = 100  # planted",
+            f"PLANTED_WAIT_US = {us}  # planted",
+        )
+    ]
+
+
+PAIRED_PATCHES: dict[str, list] = {"401-planted-wait": PLANTED_WAIT}
+PAIRED_PRS: dict[str, list] = {"402-wait-halved": _wait(50), "403-wait-half-again": _wait(150)}
+
+
+def write_paired(base: str = "HEAD") -> None:
+    """401 against `base` (main), and 402-403 against main with 401 applied (the round's main)."""
+    _cpu.write_patches(PAIRED_PATCHES, OUT, None, base)
+    planted = _cpu.apply_edits({}, PLANTED_WAIT, "401-planted-wait", base)
+    for name, edits in PAIRED_PRS.items():
+        after = _cpu.apply_edits(dict(planted), edits, name, base)
+        text = "".join(
+            f"diff --git a/{rel} b/{rel}\n" + _cpu.unified(rel, planted[rel], after[rel])
+            for rel in sorted(after)
+        )
+        (OUT / f"{name}.patch").write_text(text)
+        print((OUT / f"{name}.patch").relative_to(_cpu.ROOT))
+
+
 def main(argv: list[str]) -> None:
     which = argv[argv.index("--round") + 1] if "--round" in argv else "all"
-    if which not in ("all", "demo", "gates"):
-        sys.exit(f"--round {which}: expected demo (2NN), gates (3NN) or all")
+    if which not in ("all", "demo", "gates", "paired"):
+        sys.exit(f"--round {which}: expected demo (2NN), gates (3NN), paired (4NN) or all")
+    if which in ("all", "paired"):
+        write_paired()
     if which in ("all", "demo"):
         _cpu.write_patches(PATCHES, OUT, {"206-conflicts": (RUN, CONFLICT_BASE_COMMIT)}, ROUND_MAIN)
     if which in ("all", "gates"):

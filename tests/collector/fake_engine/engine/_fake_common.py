@@ -45,7 +45,7 @@ def misbehave(command: str, out: str) -> None:
 
 def header(model: str, backend: str) -> dict:
     return {
-        "schema_version": 2,
+        "schema_version": 3,
         "model": model,
         "model_id": "fake",
         "engine_commit": "unknown",
@@ -67,27 +67,60 @@ def _in_burst(command: str) -> float:
     return B.BURST if done < n else 1.0
 
 
-def path_speed(model: str, phase: str) -> float:
-    """The checkout's own speed factor of a phase (its code), without the burst."""
-    return B.SPEED.get(f"{model}/{phase}", 1.0)
+def path_speed(model: str, phase: str, b=None) -> float:  # noqa: ANN001
+    """A checkout's own speed factor of a phase (its code; default the measured one's), without
+    the burst."""
+    return (b or _measured()).SPEED.get(f"{model}/{phase}", 1.0)
 
 
-def speed(model: str, phase: str) -> float:
-    return path_speed(model, phase) * _burst
+def speed(model: str, phase: str, b=None) -> float:  # noqa: ANN001
+    """The burst reaches the measured engine's runs only: main's beside it ran in other turns
+    (the burst of a test is a neighbour's load that fell on the PR's turns)."""
+    mine = b is None or b is _measured()
+    return path_speed(model, phase, b) * (_burst if mine else 1.0)
+
+
+def _measured():  # noqa: ANN202 - the measured checkout's behaviour (bench.py may swap it)
+    import engine
+
+    return engine.fake_behavior
 
 
 def jitter() -> float:
     return 1.0 + random.uniform(-0.004, 0.004)
 
 
-def measured() -> dict:
+def idle(honest: bool = False) -> dict:
+    """What the parent read of an engine between its turns: IDLE_CPU seconds of CPU after each
+    answer (an engine that works while it is not its turn), none when honest."""
+    cpu = 0.0 if honest else getattr(_measured(), "IDLE_CPU", 0.0)
+    return {
+        "between_s": [0.0] * 20,
+        "after_answer_s": [cpu] * 20,
+        "while_stopped_s": [0.0] * 20,
+        "stop_s": [0.0003] * 20,
+    }
+
+
+def canary() -> dict:
+    """The box's own speed before and after (CANARY_MOVED: the box changed by that factor)."""
+    moved = float(os.environ.get("FAKE_CANARY_MOVED", "1.0"))
+    return {"workload": "fake copy", "before_s": 0.001, "after_s": 0.001 * moved}
+
+
+def measured(honest: bool = False) -> dict:
     """What the timing parent adds: region timings (the engine's own clock at FORGE_CLOCK of the
-    parent's) and verification margins (WRONG_WORK: nothing agrees with main's model)."""
-    own = getattr(B, "FORGE_CLOCK", 1.0)
-    margin = 5.0 if getattr(B, "WRONG_WORK", False) else 0.0
+    parent's; main's beside it honest) and verification margins (WRONG_WORK: nothing agrees
+    with main's model), what the engine did between its turns, the canary."""
+    b = _measured()
+    own = 1.0 if honest else getattr(b, "FORGE_CLOCK", 1.0)
+    margin = 5.0 if getattr(b, "WRONG_WORK", False) else 0.0
     return {
         "seed": 7,
         "timing": {"regions": [[0.01, 0.0099 * own]] * 20},
+        "idle": idle(honest),
+        "canary": canary(),
+        "sandbox": "fake",
         "verification": {
             "reference": "main's fake engine",
             "decode_margins": [margin] * 40,

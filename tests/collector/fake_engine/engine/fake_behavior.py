@@ -14,3 +14,4 @@ WRONG_BATCHED: set[str] = set()  # models whose multi-sequence decode is wrong (
 # count is kept in a file beside this one).
 SLOW_RUNS: dict[str, int] = {}
 BURST: float = 1.0
+IDLE_CPU: float = 0.0  # CPU seconds its processes use after each answer (works while not its turn)

@@ -1,7 +1,9 @@
 """A fake `python -m engine.harness.bench` speaking the bench protocol (a collector test fixture).
 
 Like the real one it is the timing parent: it runs from main's checkout and measures the engine
-of `--engine-checkout` (the PR's), whose engine/fake_behavior.py says how that engine behaves.
+of `--engine-checkout` (the PR's), whose engine/fake_behavior.py says how that engine behaves,
+with main's engine (its own checkout's fake_behavior.py) beside it when given
+`--baseline-checkout`: each repetition a pair, as the real parent times them turn by turn.
 """
 
 import argparse
@@ -10,6 +12,8 @@ import json
 import os
 import sys
 
+from engine import fake_behavior as MAIN  # this checkout's (main's) behaviour, imported first
+
 
 def _engine_behaviour() -> None:
     """Make `engine.fake_behavior` the measured checkout's, as the real harness's child would see."""
@@ -17,12 +21,12 @@ def _engine_behaviour() -> None:
         return
     checkout = sys.argv[sys.argv.index("--engine-checkout") + 1]
     spec = importlib.util.spec_from_file_location(
-        "engine.fake_behavior", f"{checkout}/engine/fake_behavior.py"
+        "engine.fake_behavior_pr", f"{checkout}/engine/fake_behavior.py"
     )
     module = importlib.util.module_from_spec(spec)
     parent_cache = os.environ.get("CUPY_CACHE_DIR")
-    if os.environ.get("SPARKBOARD_ENGINE_KERNEL_CACHE"):  # the child's own cache (timing.py)
-        os.environ["CUPY_CACHE_DIR"] = os.environ["SPARKBOARD_ENGINE_KERNEL_CACHE"]
+    if "--engine-cache" in sys.argv:  # the child's own cache, as the real engine child has it
+        os.environ["CUPY_CACHE_DIR"] = sys.argv[sys.argv.index("--engine-cache") + 1]
     spec.loader.exec_module(module)
     if parent_cache is not None:
         os.environ["CUPY_CACHE_DIR"] = parent_cache
@@ -34,45 +38,56 @@ def _engine_behaviour() -> None:
 
 _engine_behaviour()
 
+from engine import _fake_common as C  # noqa: E402
 from engine import fake_behavior as B  # noqa: E402
-from engine._fake_common import header, jitter, measured, misbehave, path_speed, speed  # noqa: E402
+from engine._fake_common import header, measured, misbehave  # noqa: E402
 
 
-def memory(model: str) -> int:
-    """Bytes resident in the engine process: FAKE_ENGINE_MEMORY (unset: none read), plus what
-    the measured checkout keeps for `model` (fake_behavior.MEMORY)."""
+def memory(model: str, b=B) -> int:  # noqa: ANN001
+    """Bytes resident in an engine process: FAKE_ENGINE_MEMORY (unset: none read), plus what
+    its checkout keeps for `model` (fake_behavior.MEMORY)."""
     base = int(os.environ.get("FAKE_ENGINE_MEMORY", "0"))
     if not base:
         return 0
-    return int(base * jitter()) + getattr(B, "MEMORY", {}).get(model, 0)
+    return int(base * C.jitter()) + getattr(b, "MEMORY", {}).get(model, 0)
 
 
 def wrong_batched(model: str) -> bool:
     return model in getattr(B, "WRONG_BATCHED", set())
 
 
-def batched(doc: dict, model: str, widths: list[int], tokens: int, runs: int, prompt_len: int):
-    """A sweep's `widths` (a guard's batched decode, after its contexts): runs of `widths`
-    sequences decoded together, `tokens` each, their outputs' margins added to the sweep's
-    verification (wrong when fake_behavior.WRONG_BATCHED names the model)."""
-    wrong = wrong_batched(model)
-    v = doc["measured"]["verification"]
-    ws = []
-    for w in widths:
-        rs = []
-        for _ in range(runs):
-            tok_s = 800.0 * w**0.5 * speed(model, "concurrent") * jitter()
-            rs.append(
-                {
-                    "tokens_expected": w * tokens,
-                    "tokens_decoded": w * tokens,
-                    "seconds": w * tokens / tok_s,
-                    "tok_s": tok_s,
-                }
-            )
-        ws.append({"width": w, "prompt_len": prompt_len, "runs": rs})
-        v["decode_margins"] += [5.0 if wrong else 0.0] * (w * tokens * runs)
-    return ws
+def width_runs(b, model: str, width: int, tokens: int, runs: int) -> list[dict]:  # noqa: ANN001
+    out = []
+    for _ in range(runs):
+        tok_s = 800.0 * width**0.5 * C.speed(model, "concurrent", b) * C.jitter()
+        exp = width * tokens
+        lost = 1 if b.FAIL.get("concurrent") == "lossy" else 0
+        out.append(
+            {
+                "tokens_expected": exp,
+                "tokens_decoded": exp - lost,
+                "seconds": exp / tok_s,
+                "tok_s": tok_s,
+            }
+        )
+    return out
+
+
+def contexts(b, model: str, ctxs: list[int], tokens: int, reps: int) -> list[dict]:  # noqa: ANN001
+    return [
+        {
+            "ctx": c,
+            "decode_tokens": tokens,
+            "decode_tok_s": [
+                1000.0 / (1 + c / 512) * C.speed(model, "decode", b) * C.jitter()
+                for _ in range(reps)
+            ],
+            "prefill_tok_s": [
+                5000.0 * C.speed(model, "prefill", b) * C.jitter() for _ in range(reps)
+            ],
+        }
+        for c in ctxs
+    ]
 
 
 def main() -> None:
@@ -88,52 +103,52 @@ def main() -> None:
     ap.add_argument("--backend", default="auto")
     ap.add_argument("--out", required=True)
     ap.add_argument("--engine-checkout", default=None)
+    ap.add_argument("--baseline-checkout", default=None)
+    ap.add_argument("--sandbox", default="none")
+    ap.add_argument("--scratch", default=None)
+    ap.add_argument("--engine-cache", default=None)
+    ap.add_argument("--baseline-cache", default=None)
+    ap.add_argument("--min-time", type=float, default=0.1)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--prefill-tokens", type=int, default=0)
     ap.add_argument("--memory-budget", type=int, default=1)
     ap.add_argument("--width-tokens", type=int, default=None)  # sweep --widths: a guard's batch
     ap.add_argument("--width-runs", type=int, default=2)
+    a, _ = ap.parse_known_args()
+    if a.baseline_checkout and getattr(MAIN, "FAIL", {}).get(a.command):  # it loads first here
+        print("error: main's engine process exited with code 1", file=sys.stderr)
+        sys.exit(3)  # main's engine beside the PR's failed: engine.cli_common.EXIT_BASELINE
     misbehave(sys.argv[1], sys.argv[sys.argv.index("--out") + 1])
     a = ap.parse_args()
     doc = header(a.model, a.backend)
+    sides = [B] + ([MAIN] if a.baseline_checkout else [])
+    parts = []
+    for b in sides:
+        part: dict = {}
+        if a.command == "sweep":
+            part["contexts"] = contexts(
+                b, a.model, [int(c) for c in a.ctx.split(",")], a.tokens, a.reps
+            )
+            if a.width_tokens:
+                ws = [int(w) for w in a.widths.split(",")]
+                part["widths"] = [
+                    {"width": w, "prompt_len": a.prompt_len,
+                     "runs": width_runs(b, a.model, w, a.width_tokens, a.width_runs)}
+                    for w in ws
+                ]  # fmt: skip
+        elif a.command == "concurrent":
+            part["widths"] = [
+                {"width": w, "prompt_len": a.prompt_len,
+                 "runs": width_runs(b, a.model, w, a.tokens, a.runs)}
+                for w in (int(w) for w in a.widths.split(","))
+            ]  # fmt: skip
+        parts.append(part)
     if a.command == "sweep":
-        ctxs = [int(c) for c in a.ctx.split(",")]
-        doc.update(
-            kind="sweep",
-            tokens=a.tokens,
-            reps=a.reps,
-            contexts=[
-                {
-                    "ctx": c,
-                    "decode_tokens": a.tokens,
-                    "decode_tok_s": [
-                        1000.0 / (1 + c / 512) * speed(a.model, "decode") * jitter()
-                        for _ in range(a.reps)
-                    ],
-                    "prefill_tok_s": [
-                        5000.0 * speed(a.model, "prefill") * jitter() for _ in range(a.reps)
-                    ],
-                }
-                for c in ctxs
-            ],
-        )
+        doc.update(kind="sweep", tokens=a.tokens, reps=a.reps, contexts=parts[0]["contexts"])
+        if a.width_tokens:
+            doc.update(widths=parts[0]["widths"], width_tokens=a.width_tokens)
     elif a.command == "concurrent":
-        widths = [int(w) for w in a.widths.split(",")]
-        ws = []
-        for w in widths:
-            runs = []
-            for _ in range(a.runs):
-                tok_s = 800.0 * w**0.5 * speed(a.model, "concurrent") * jitter()
-                exp = w * a.tokens
-                lost = 1 if B.FAIL.get("concurrent") == "lossy" else 0
-                runs.append(
-                    {
-                        "tokens_expected": exp,
-                        "tokens_decoded": exp - lost,
-                        "seconds": exp / tok_s,
-                        "tok_s": tok_s,
-                    }
-                )
-            ws.append({"width": w, "prompt_len": a.prompt_len, "runs": runs})
-        doc.update(kind="concurrent", tokens=a.tokens, widths=ws)
+        doc.update(kind="concurrent", tokens=a.tokens, widths=parts[0]["widths"])
     elif a.command == "longctx":  # the long-context memory check: it completes
         doc.update(
             kind="longctx",
@@ -142,26 +157,41 @@ def main() -> None:
             budget_bytes=a.memory_budget,
             completed=True,
             prefill_tok_s=5000.0
-            * speed(a.model, "prefill")
-            * path_speed(a.model, "longctx")
-            * jitter(),
-            decode_tok_s=1000.0 * speed(a.model, "decode") * jitter(),
+            * C.speed(a.model, "prefill")
+            * C.path_speed(a.model, "longctx")
+            * C.jitter(),
+            decode_tok_s=1000.0 * C.speed(a.model, "decode") * C.jitter(),
         )
     else:
         raise SystemExit(f"error: unknown command {a.command}")
     doc["measured"] = measured()
+    v = doc["measured"]["verification"]
     if a.command == "sweep" and a.width_tokens:  # --widths after the contexts, same process
-        widths = [int(w) for w in a.widths.split(",")]
-        args = (a.model, widths, a.width_tokens, a.width_runs, a.prompt_len)
-        doc.update(widths=batched(doc, *args), width_tokens=a.width_tokens)
+        for w in doc["widths"]:
+            wrong = wrong_batched(a.model)
+            v["decode_margins"] += [5.0 if wrong else 0.0] * (
+                w["width"] * a.width_tokens * a.width_runs
+            )
     elif a.command == "concurrent" and wrong_batched(a.model):  # every output is batched
-        v = doc["measured"]["verification"]
         v["decode_margins"] = [5.0] * len(v["decode_margins"])
-    resident = memory(a.model)
-    if a.command == "sweep" and resident:  # read from outside the engine process, like main's
-        for c in doc["contexts"]:
-            c["host_peak"] = resident
-        doc["measured"]["memory"] = {"host_after_load": resident, "host_peak": resident}
+    for b, part in zip(sides, parts, strict=True):
+        resident = memory(a.model, b)
+        if a.command == "sweep" and resident:  # read from outside the engine process
+            for c in part["contexts"]:
+                c["host_peak"] = resident
+            part["memory"] = {"host_after_load": resident, "host_peak": resident}
+    if sides[0] is B and "memory" in parts[0]:
+        doc["measured"]["memory"] = parts[0].pop("memory")
+    if len(parts) > 1:
+        base = parts[1]
+        doc["baseline"] = {
+            "commit": "main",
+            **base,
+            "timing": measured(honest=True)["timing"],
+            "idle": C.idle(honest=True),
+        }
+        if a.command == "concurrent":
+            doc["baseline"].pop("contexts", None)
     with open(a.out, "w") as f:
         json.dump(doc, f)
 

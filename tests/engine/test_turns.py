@@ -1,0 +1,172 @@
+"""Turn by turn (engine/harness/turns.py): the timing parent stops an engine's every process when
+its turn ends and reads from outside what they used meanwhile.
+
+Real engine processes (`engine.harness.serve` on the `tiny` model, started by `EngineProcess`
+as the timing parent starts them) from patched checkouts: one whose background thread, or a
+child process it started, keeps a core busy, beside an honest one in the same session. The
+parent pauses inside each turn, between two requests and after the last answer (as it does
+its own work there), so an engine that works outside its requests has the time to show it.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from engine_helpers import REPO, checkout_with
+
+from engine.harness.measure import idle_report
+from engine.harness.sandbox import Sandbox, SandboxError, probe
+from engine.harness.timing import EngineProcess, EngineSpec
+from engine.harness.turns import IDLE_WINDOW_S, STOPPED_STATES
+
+TURNS = 3
+PAUSE_S = 0.1  # the parent's own work inside a turn, twice a turn
+
+# code appended to a checkout's engine/__init__.py: it runs in the engine process at import
+BUSY_THREAD = """
+import threading as _threading
+
+
+def _spin() -> None:
+    while True:
+        pass
+
+
+_threading.Thread(target=_spin, name="busy", daemon=True).start()
+"""
+BUSY_CHILD = """
+import subprocess as _subprocess
+import sys as _sys
+
+# a helper process that spins until its engine process is gone
+_subprocess.Popen(
+    [_sys.executable, "-c", "import os\\np = os.getppid()\\nwhile os.getppid() == p:\\n    pass"]
+)
+"""
+
+
+@pytest.fixture(params=["none", "bwrap"])
+def sandbox(request: pytest.FixtureRequest, tmp_path: Path) -> Sandbox:
+    box = Sandbox(request.param)
+    if box.sealed:
+        try:
+            probe(box, tmp_path / "probe")
+        except SandboxError as e:
+            pytest.skip(f"this box cannot make a sandbox: {e}")
+    return box
+
+
+def start(checkout: Path, box: Sandbox, home: Path) -> EngineProcess:
+    engine = EngineProcess(EngineSpec(checkout, box, home), "tiny", "numpy", raise_on_death=True)
+    engine.connect()  # loaded, then stopped until its first turn
+    return engine
+
+
+def thread_states(engine: EngineProcess) -> list[str]:
+    """The state letter of every thread of every process of the engine (its sandbox's)."""
+    states = []
+    for pid in engine.turns.tree.pids():
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            stat = (task / "stat").read_text()
+            states.append(stat.rsplit(")", 1)[1].split()[0])
+    return states
+
+
+def take_turns(engines: list[EngineProcess]) -> None:
+    """TURNS turns each, in order; each a reset, a prefill and a decode, with the parent's
+    pauses; after each turn, the engine is checked stopped: every thread, and no CPU used."""
+    prompt = np.arange(16) % engines[0].vocab
+    for _ in range(TURNS):
+        for e in engines:
+            with e.turn():
+                e.reset(1, 64)
+                e.prefill([0], [prompt])
+                time.sleep(PAUSE_S)  # between an answer and the next request
+                e.decode([0], np.array([1]), 4)
+                time.sleep(PAUSE_S)  # after the turn's last answer, before the stop
+            states = thread_states(e)
+            assert states and set(states) <= STOPPED_STATES, states
+            assert "T" in states or "t" in states
+            cpu = e.turns.tree.cpu_s()
+            time.sleep(PAUSE_S / 4)
+            assert e.turns.tree.cpu_s() - cpu < 1e-3  # really stopped: no CPU while it waits
+
+
+@pytest.mark.parametrize("misbehaviour", [BUSY_THREAD, BUSY_CHILD], ids=["thread", "child"])
+def test_an_engine_that_works_outside_its_requests_shows_in_its_ledger(
+    tmp_path: Path, sandbox: Sandbox, misbehaviour: str
+) -> None:
+    busy_checkout = checkout_with(tmp_path, append=misbehaviour, name="busy")
+    honest = start(REPO, sandbox, tmp_path / "honest-home")
+    busy = start(busy_checkout, sandbox, tmp_path / "busy-home")
+    try:
+        if misbehaviour == BUSY_CHILD:
+            assert len(busy.turns.tree.pids()) > len(honest.turns.tree.pids())
+        take_turns([honest, busy])
+        ledgers = {"honest": honest.ledger, "busy": busy.ledger}
+        reports = {k: idle_report(e) for k, e in (("honest", honest), ("busy", busy))}
+    finally:
+        busy.close()
+        honest.close()
+    for led in ledgers.values():
+        # one reading per turn (the first: the stop after loading), every process stopped
+        assert len(led.after_answer_s) == len(led.between_s) == len(led.stop_s) == TURNS + 1
+        assert len(led.window_s) == TURNS + 1 and min(led.window_s) >= IDLE_WINDOW_S
+        assert len(led.while_stopped_s) == TURNS  # each turn after the first began stopped
+        assert max(led.while_stopped_s) < 1e-3  # stopped, the busy one too: nothing ran
+        assert led.device_busy_s == []  # no GPU probe on the CPU
+    h, b = ledgers["honest"], ledgers["busy"]
+    windows = TURNS * PAUSE_S  # the parent's pauses, of each kind
+    # the busy engine used a good part of each pause (a core of a busy box, shared); the honest
+    # one, blocked on its pipe, next to nothing
+    for kind in ("between_s", "after_answer_s"):
+        busy_cpu, honest_cpu = sum(getattr(b, kind)[1:]), sum(getattr(h, kind)[1:])
+        assert busy_cpu > 0.2 * windows, (kind, busy_cpu)
+        assert busy_cpu > 20 * honest_cpu + 0.05 * windows, (kind, busy_cpu, honest_cpu)
+    # what the document carries is the ledger, rounded
+    assert reports["busy"].after_answer_s == [round(x, 6) for x in b.after_answer_s]
+    assert reports["honest"].while_stopped_s == [round(x, 6) for x in h.while_stopped_s]
+
+
+def test_an_engine_is_stopped_between_turns_and_quits_when_asked(
+    tmp_path: Path, sandbox: Sandbox
+) -> None:
+    """Out of its turn an engine is stopped from the moment it has loaded; it answers in its
+    turn, and quits (continued first) when closed: no process of its sandbox is left."""
+    engine = start(REPO, sandbox, tmp_path / "home")
+    try:
+        assert set(thread_states(engine)) <= STOPPED_STATES
+        pids = engine.turns.tree.pids()
+        assert engine.pid in pids and (len(pids) == 1) != sandbox.sealed  # bwrap's two, sealed
+        with engine.turn():
+            assert not set(thread_states(engine)) & {"T", "t"}
+            engine.reset(1, 32)
+            samples, seconds = engine.prefill([0], [np.arange(8)])
+            assert seconds > 0 and 0 <= samples[0].argmax < engine.vocab
+        assert set(thread_states(engine)) <= STOPPED_STATES
+        # an operation outside a turn gets a turn of its own, and ends stopped
+        assert engine.vram(kv_tokens=16) is None
+        assert set(thread_states(engine)) <= STOPPED_STATES
+        assert len(engine.ledger.after_answer_s) == 3
+    finally:
+        engine.close()
+    assert engine.proc.returncode == 0
+    assert [p for p in pids if alive(p)] == []
+
+
+def alive(pid: int, within_s: float = 10.0) -> bool:
+    """Whether the process is still running after up to `within_s` (a sealed engine's bwrap
+    init is killed when bwrap exits, and reaped by whoever inherits it a moment later)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return False
+        if state in ("Z", "X"):
+            return False
+        time.sleep(0.02)
+    return True

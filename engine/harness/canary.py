@@ -3,8 +3,12 @@ parent times with no engine running (no engine process exists yet, or none is le
 
 A session whose canary moved more than the profile allows was measured on a box that changed
 under it (a neighbour's load that lasted, a clock someone set, heat): the collector measures it
-again and never judges it. The numbers are only the canary's own: the fastest of REPEATS runs
-(load only ever slows a run), of a workload shaped like the engine's (memory-bound).
+again and never judges it. The numbers are only the canary's own: the fastest of its runs (load
+only ever slows a run). On the GPU a memory-bound device copy, shaped like a decode step; on the
+CPU a small matrix product that stays in the core's own caches, so it follows the core's clock
+and the load on it: a copy through memory was no canary on a 2-core VM (2026-12-03: an 8 MiB
+copy moved -61%..+197% within one process, the 128 x 128 product -13%..+15%, beside the test
+neighbour too; its placement in the host's shared cache is the host's).
 """
 
 from __future__ import annotations
@@ -15,22 +19,21 @@ import numpy as np
 
 from engine.harness.protocol import CanaryReport
 
-REPEATS = 15
-CPU_BYTES = 8 * 2**20  # a NumPy copy larger than the caches of a small box
+GPU_REPEATS = 15
 GPU_BYTES = 256 * 2**20  # a device copy long enough for events, short beside a session
-
-
-def _cpu_run(src: np.ndarray, dst: np.ndarray) -> float:
-    t0 = time.perf_counter()
-    np.copyto(dst, src)
-    return time.perf_counter() - t0
+CPU_REPEATS = 50
+CPU_N = 128  # float64 128 x 128: 384 KiB for both operands and the result, ~0.1 ms a product
 
 
 def _cpu() -> tuple[str, float]:
-    src = np.arange(CPU_BYTES // 8, dtype=np.float64)
-    dst = np.empty_like(src)
-    best = min(_cpu_run(src, dst) for _ in range(REPEATS))
-    return f"numpy copy of {CPU_BYTES // 2**20} MiB", best
+    a = np.random.default_rng(0).standard_normal((CPU_N, CPU_N))
+    out = np.empty_like(a)
+    best = float("inf")
+    for _ in range(CPU_REPEATS):
+        t0 = time.perf_counter()
+        np.matmul(a, a, out=out)
+        best = min(best, time.perf_counter() - t0)
+    return f"numpy {CPU_N} x {CPU_N} matrix product", best
 
 
 def _gpu() -> tuple[str, float]:
@@ -40,7 +43,7 @@ def _gpu() -> tuple[str, float]:
     dst = cupy.empty_like(src)
     start, end = cupy.cuda.Event(), cupy.cuda.Event()
     times = []
-    for _ in range(REPEATS):
+    for _ in range(GPU_REPEATS):
         start.record()
         cupy.copyto(dst, src)
         end.record()

@@ -129,7 +129,7 @@ class CanaryReport(Strict):
     """A fixed workload the timing parent timed with no engine running, right before the
     session's engines started and right after they ended: the box's own speed then."""
 
-    workload: str = Field(max_length=200)  # what was timed, e.g. "numpy copy of 8 MiB"
+    workload: str = Field(max_length=200)  # what was timed, e.g. "device copy of 256 MiB"
     before_s: PosFloat
     after_s: PosFloat
 

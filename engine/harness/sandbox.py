@@ -19,10 +19,11 @@ later processes trust. `wrap` puts a command into a world where none of that exi
 * a **filesystem of its own**, read-only but for its own scratch and kernel-cache folders: only
   the system folders, the Python installation and its library paths, the checkout and the model
   files are there (so no socket or FIFO of a server is: /tmp, /run, /var and the home folders are
-  not), a private /tmp and /dev/shm, a fresh /proc of its own PID namespace mounted read-only
-  (the kernel's sysctls check a file's owner: root's files there would be writable through a
-  user namespace mapped to root), /sys read-only, a minimal /dev, and on a GPU box the NVIDIA
-  device nodes;
+  not), a private /tmp and /dev/shm, a fresh /proc of its own PID namespace with /proc/sys
+  read-only (the kernel's sysctls check a file's owner: root's files there would be writable
+  through a user namespace mapped to root; the rest stays writable for its own processes, since
+  the CUDA driver writes to /proc/self), /sys read-only, a minimal /dev, and on a GPU box the
+  NVIDIA device nodes;
 * an **environment** of named variables only (`ENV_KEEP`): a token in the collector's
   environment is not the PR's to print into its log.
 
@@ -129,7 +130,8 @@ class Sandbox:
     ) -> tuple[list[str], dict[str, str] | None]:
         """(argv, environment) that run `argv` in `checkout` inside the sandbox, able to write
         only `writable` (made first), importing from `python_path` (the checkout first, then the
-        library folders). The first writable folder is its HOME. Sealed, the environment is None
+        library folders: the only folders beside the checkout it can read, with the system's and
+        `readable`). The first writable folder is its HOME. Sealed, the environment is None
         (bwrap inherits the caller's and gives the command only ENV_KEEP's, `--setenv`)."""
         for w in writable:
             Path(w).mkdir(parents=True, exist_ok=True)
@@ -155,7 +157,7 @@ class Sandbox:
                 cmd += ["--dev-bind", dev, dev]
         cmd += ["--remount-ro", "/dev"]  # its device nodes still work; /dev/shm stays its own
         seen = set()
-        for p in [*library_paths(exclude=[checkout]), *map(Path, self.readable), Path(checkout)]:
+        for p in [*python_path, *map(Path, self.readable), Path(checkout)]:
             r = str(Path(p).resolve())
             if r not in seen:
                 seen.add(r)

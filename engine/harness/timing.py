@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.errors import BaselineError, EngineOutputError
-from engine.harness.sandbox import Sandbox, exit_status
+from engine.harness.sandbox import Sandbox, exit_status, library_paths
 from engine.harness.turns import DeviceProbe, ProcessTree, TurnTaker
 from engine.harness.wire import WireError, pack_ids, recv, send, unpack_ids
 
@@ -96,14 +96,6 @@ class Timeline:
     regions: list[Region] = field(default_factory=list)
 
 
-def library_paths() -> list[str]:
-    """This process's PYTHONPATH without its own checkout: an engine process imports the
-    measured checkout's engine, never this one's, but finds the same libraries."""
-    own = Path(__file__).resolve().parents[2]
-    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    return [p for p in paths if Path(p).resolve() != own]
-
-
 def _limit_data(limit: int):  # noqa: ANN202 (a preexec_fn)
     def apply() -> None:
         import resource
@@ -118,6 +110,10 @@ def _in_s(reply: dict) -> float:
     if not isinstance(v, int | float) or not np.isfinite(v) or v < 0:
         raise EngineOutputError("the engine process sent no usable in-process time")
     return float(v)
+
+
+# The checkout this timing parent runs from (main's): engine/harness/timing.py -> its root
+PARENT_CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 class EngineDied(Exception):
@@ -147,7 +143,8 @@ class EngineSpec:
             checkout=self.checkout,
             writable=writable,
             env=env,
-            python_path=[Path(p) for p in library_paths()],
+            # not the timing parent's own checkout: an engine reads its checkout and no other
+            python_path=library_paths(exclude=[PARENT_CHECKOUT]),
         )
 
 

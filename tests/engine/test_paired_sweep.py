@@ -71,7 +71,7 @@ def test_a_paired_sweep_carries_mains_engine_beside_the_prs(tmp_path: Path, sand
         assert len(idle.between_s) == len(idle.stop_s) == len(idle.window_s) == turns
         assert len(idle.while_stopped_s) == turns - 1  # every turn but the first began stopped
         assert idle.device_busy_s == []
-    assert measured.canary is not None and measured.canary.workload.startswith("numpy copy")
+    assert measured.canary is not None and measured.canary.workload.startswith("numpy 128 x 128")
     assert measured.canary.before_s > 0 and measured.canary.after_s > 0
     if sandbox == "bwrap":
         assert measured.sandbox is not None and measured.sandbox.startswith("bubblewrap ")

@@ -311,11 +311,13 @@ def _checkout_with(tmp_path: Path, *edits: tuple[str, str]) -> Path:
     return checkout_with(tmp_path, *edits)
 
 
-def _sweep(tmp_path: Path, checkout: Path, ctx: str = "32") -> dict:
+def _sweep(tmp_path: Path, checkout: Path, ctx: str = "32", baseline: bool = False) -> dict:
     out = tmp_path / "sweep.json"
     argv = [sys.executable, "-m", "engine.harness.bench", "sweep", "--model", "tiny"]
     argv += ["--ctx", ctx, "--tokens", "4", "--reps", "2", "--min-time", "0.02", "--backend"]
     argv += ["numpy", "--engine-checkout", str(checkout), "--out", str(out)]
+    if baseline:  # main's engine beside it, as in a round
+        argv += ["--baseline-checkout", str(REPO)]
     env = {"PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
     res = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
@@ -325,6 +327,7 @@ def _sweep(tmp_path: Path, checkout: Path, ctx: str = "32") -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.timed
 def test_a_patched_clock_does_not_change_the_parents_numbers(tmp_path: Path) -> None:
     slow_clock = (
         "from engine.weights import ModelWeights\n",
@@ -339,6 +342,7 @@ def test_a_patched_clock_does_not_change_the_parents_numbers(tmp_path: Path) -> 
 
 
 @pytest.mark.slow
+@pytest.mark.timed
 def test_a_clock_patched_around_one_context_only_is_seen_in_its_group(tmp_path: Path) -> None:
     """The red team's #201: the engine process's clock runs at half speed only while it decodes
     one sequence from a cache of 32 tokens, a minority of the sweep's regions."""
@@ -375,19 +379,19 @@ def test_a_clock_patched_around_one_context_only_is_seen_in_its_group(tmp_path: 
 
 
 @pytest.mark.slow
+@pytest.mark.timed
 def test_a_shortcut_taken_while_timed_is_seen_by_verification(tmp_path: Path) -> None:
     skip_last_layer = (
         "        for li, L in enumerate(self.layers):\n",
         "        for li, L in enumerate(self.layers[:-1]):\n",
     )
-    doc = _sweep(tmp_path, _checkout_with(tmp_path, skip_last_layer))
+    doc = _sweep(tmp_path, _checkout_with(tmp_path, skip_last_layer), baseline=True)
     margins = doc["measured"]["verification"]["decode_margins"]
     assert sum(m <= 1e-3 for m in margins) < 0.5 * len(margins)
-    timing = doc["measured"]["timing"]
-    regions = [tuple(r) for r in timing["regions"]]
-    # an honest clock, by the collector's own rule (a fixed ratio bound failed on a busy
-    # 2-core machine, where 0.6 ms regions carry ~0.15 ms of the pipe's overhead)
-    assert timing_problem(regions, ForgeryRules(), timing["groups"]) is None
+    # an honest clock, by the collector's own rule: its gap beyond main's engine's beside it (an
+    # absolute bound failed on 2-core VMs, where 1.7 ms regions carried 0.3 ms of pipe hops)
+    parsed = parse_document(json.dumps(doc).encode(), "sweep")
+    assert clock_problem(parsed, resolve(load_policy(), "cpu").forgery) is None
 
 
 def _phases_in_order(doc: dict) -> list[float]:

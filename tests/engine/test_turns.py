@@ -96,6 +96,7 @@ def take_turns(engines: list[EngineProcess]) -> None:
 
 
 @pytest.mark.parametrize("misbehaviour", [BUSY_THREAD, BUSY_CHILD], ids=["thread", "child"])
+@pytest.mark.timed
 def test_an_engine_that_works_outside_its_requests_shows_in_its_ledger(
     tmp_path: Path, sandbox: Sandbox, misbehaviour: str
 ) -> None:

@@ -60,7 +60,7 @@ class ForgeryRules(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     # the engine's own time may be this much shorter than the parent's in the median region ...
-    timing_rel_gap: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.15
+    timing_rel_gap: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.25
     # ... and this many seconds (pipe hops and a loaded box: measured 0.06 ms median, 0.1 ms p90)
     timing_abs_gap_s: Annotated[float, Field(ge=0.0)] = 0.0002
     # an engine figure longer than the parent's by this much in the median region: a fast clock

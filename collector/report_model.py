@@ -247,9 +247,15 @@ def footer(ev: Evaluation, pol: ResolvedPolicy) -> str:
     """The verdict's reason, then the round's rules in words."""
     rules = pol.verdict
     tiers = ", ".join(f"{name} +{gate * 100:g}%" for name, gate in rules.tiers.items())
+    if ev.round.sandbox is None:
+        how = "against a same-box main from the same round, sessions interleaved. "
+    else:
+        how = "with main's engine beside the PR's in each session, turn by turn. "
+    if ev.round.unsandboxed:
+        how += "Unsandboxed round: the PR's code ran with the collector's own rights. "
     return (
         f"{ev.reason}\n\nMeasured on {ev.round.device_name or 'this round’s box'} "
-        f"(profile {ev.round.profile}) against a same-box main from the same round, sessions interleaved. "
+        f"(profile {ev.round.profile}) {how}"
         f"Any axis below {rules.floor * 100:.0f}% of main (beyond the round's noise) is a REJECT; otherwise the "
         f"label is the best significant delta (tiers {tiers}). "
         f"`none` only means no speedup was measured. The round's best passing speedup is merge-first "

@@ -160,12 +160,14 @@ CREATE TABLE IF NOT EXISTS comparisons (
     model       VARCHAR NOT NULL,
     role        VARCHAR NOT NULL,        -- 'target' | 'guard'
     axis        VARCHAR NOT NULL,
-    main_value  DOUBLE NOT NULL,         -- median tok/s
+    main_value  DOUBLE NOT NULL,         -- median tok/s (main's engine beside the PR's, v5)
     pr_value    DOUBLE NOT NULL,
-    delta       DOUBLE NOT NULL,         -- (PR - main) / main
-    ci_low      DOUBLE NOT NULL,         -- bootstrap 95% interval of delta
+    delta       DOUBLE NOT NULL,         -- median of the paired ratios PR / main - 1 (v5)
+    ci_low      DOUBLE NOT NULL,         -- bootstrap 95% interval of delta (within sessions)
     ci_high     DOUBLE NOT NULL,
-    noise       DOUBLE NOT NULL,         -- the round's main-vs-main spread on this axis
+    noise       DOUBLE NOT NULL,         -- v5: spread between the PR's sessions (largest session
+                                         -- median ratio / smallest - 1), never under the floor;
+                                         -- before: main-vs-main spread of the round
     tier        VARCHAR NOT NULL,        -- 'none' | 'XS' | ... | 'XL'
     significant BOOLEAN NOT NULL,        -- clears both the tier gate and the noise
     below_floor BOOLEAN NOT NULL,        -- under the regression floor (98% of main)

@@ -122,21 +122,23 @@ def test_the_gap_counts_beyond_mains_on_the_same_box() -> None:
     for r, g in zip(main_regions, labels, strict=True):
         main.setdefault(g, []).append(r)
     honest, groups = _loaded_box(seed=2)
-    why = timing_problem(honest, RULES, groups)
-    assert why and "clock was changed" in why  # alone, the box's hops look like a slowed clock
+    # alone, the box's hops look like a slowed clock to a tighter tolerance than the policy's
+    why = timing_problem(honest, RULES.model_copy(update={"timing_rel_gap": 0.12}), groups)
+    assert why and "clock was changed" in why
     assert timing_problem(honest, RULES, groups, main) is None  # main's own gap is the same
-    slowed, groups = _loaded_box(factor=0.8, seed=2)  # a clock patched to run 1.25x slow
+    slowed, groups = _loaded_box(factor=0.7, seed=2)  # a clock patched to run 1.43x slow
     why = timing_problem(slowed, RULES, groups, main)
     assert why and "main's own 8" in why and "clock was changed" in why
-    # a group main never ran is judged by the rule alone
-    assert timing_problem(honest, RULES, groups, {"decode ctx=32 w=1": main["decode ctx=32 w=1"]})
+    # a group main never ran is judged by the rule alone (here: its hops, at a tight tolerance)
+    tight = RULES.model_copy(update={"timing_rel_gap": 0.12})
+    assert timing_problem(honest, tight, groups, {"decode ctx=32 w=1": main["decode ctx=32 w=1"]})
 
 
 def test_a_burst_of_load_over_most_of_a_session_is_not_a_slow_clock() -> None:
     """Load lengthens only the parent's side of a region, in bursts a session can mostly fall
     into (a 2-core round read two honest sessions at 65-73% of the parent's clock in the median
     region of prefill n=128, main at 91%): the quietest quarter still reads the box's own gap,
-    and a clock patched to run 1.25x slow shows there through the same burst."""
+    and a clock patched to run 1.43x slow shows there through the same burst."""
     rng = random.Random(5)
     quiet = [0.002 * rng.uniform(0.95, 1.05) for _ in range(200)]
     main = {"prefill n=128": [(own + 0.0002, own) for own in quiet]}
@@ -148,7 +150,7 @@ def test_a_burst_of_load_over_most_of_a_session_is_not_a_slow_clock() -> None:
     groups = ["prefill n=128"] * len(burst)
     assert statistics.median((p - o) / p for p, o in burst) > 0.25  # the median reads ~70%
     assert timing_problem(burst, RULES, groups, main) is None
-    slowed = [(p, o * 0.8) for p, o in burst]
+    slowed = [(p, o * 0.7) for p, o in burst]
     assert "clock was changed" in (timing_problem(slowed, RULES, groups, main) or "")
 
 

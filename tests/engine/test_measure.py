@@ -327,7 +327,6 @@ def _sweep(tmp_path: Path, checkout: Path, ctx: str = "32", baseline: bool = Fal
 
 
 @pytest.mark.slow
-@pytest.mark.timed
 def test_a_patched_clock_does_not_change_the_parents_numbers(tmp_path: Path) -> None:
     slow_clock = (
         "from engine.weights import ModelWeights\n",
@@ -342,7 +341,6 @@ def test_a_patched_clock_does_not_change_the_parents_numbers(tmp_path: Path) -> 
 
 
 @pytest.mark.slow
-@pytest.mark.timed
 def test_a_clock_patched_around_one_context_only_is_seen_in_its_group(tmp_path: Path) -> None:
     """The red team's #201: the engine process's clock runs at half speed only while it decodes
     one sequence from a cache of 32 tokens, a minority of the sweep's regions."""
@@ -379,7 +377,6 @@ def test_a_clock_patched_around_one_context_only_is_seen_in_its_group(tmp_path: 
 
 
 @pytest.mark.slow
-@pytest.mark.timed
 def test_a_shortcut_taken_while_timed_is_seen_by_verification(tmp_path: Path) -> None:
     skip_last_layer = (
         "        for li, L in enumerate(self.layers):\n",

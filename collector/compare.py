@@ -3,8 +3,9 @@
 Speed axes (`compare_axis`): every repetition of a PR's speed session is a pair, main's engine
 and the PR's timed turn by turn in the same minutes (engine/harness/measure.py). Delta =
 median(PR / main) - 1 over the pairs, with a bootstrap interval; the noise on the axis is the
-spread between the PR's sessions (each a new pair of processes), never less than the profile's
-floor, and the band it implies; each session's own delta (its confirmation sessions also
+spread between the PR's sessions (each a new pair of processes), never less than the round's
+typical spread between two sessions of a PR on that axis nor the profile's floor, and the band
+it implies; each session's own delta (its confirmation sessions also
 apart). Significance and the floor are decided by `gates.rules` (words and decision from one
 function). Memory axes (`compare_memory`): bytes, lower is better, never a tier.
 """
@@ -55,16 +56,22 @@ class Comparison:
 
 
 def compare_axis(
-    policy: ResolvedPolicy, model: str, role: str, ax: str, pairs: Sequence[Pair]
+    policy: ResolvedPolicy,
+    model: str,
+    role: str,
+    ax: str,
+    pairs: Sequence[Pair],
+    typical_spread: float = 0.0,
 ) -> Comparison:
     """One axis, PR against main, from its pairs (slot, main's value, the PR's). A gain (or a
     loss) must also hold in each PR session alone: one pair of processes that drew a slow
-    placement decides nothing."""
+    placement decides nothing. `typical_spread`: how far two sessions of one PR stray on this
+    axis in the round (`stats.typical_spreads`); the noise is never less."""
     v = policy.verdict
     d, lo, hi = bootstrap_ratio_ci(
         pairs, v.bootstrap_resamples, v.confidence, seed_for(v.bootstrap_seed, model, ax)
     )
-    noise = max(session_spread(pairs), policy.profile.noise_floor(ax))
+    noise = max(session_spread(pairs), typical_spread, policy.profile.noise_floor(ax))
     sessions = [(slot, median(q) - 1) for slot, q in session_ratios(pairs)]
     main_vals = [m for _, m, _ in pairs]
     pr_vals = [p for _, _, p in pairs]

@@ -4,7 +4,7 @@ spread between sessions."""
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -65,6 +65,21 @@ def session_spread(pairs: Sequence[Pair]) -> float:
     (placement, memory layout) and the few repetitions behind each median."""
     meds = [median(q) for _, q in session_ratios(pairs)]
     return max(meds) / min(meds) - 1.0 if len(meds) > 1 else 0.0
+
+
+def typical_spreads(pairs: Mapping[tuple, Sequence[Pair]]) -> dict[tuple, float]:
+    """How far two sessions of one PR stray on this box, per axis: keyed like `pairs` (pr,
+    *axis key), the median over the round's PRs of each one's `session_spread` (PRs measured in
+    two sessions or more; an axis two such PRs or more measured). A PR's own two or three
+    sessions can agree by chance where the box moves sessions by 20% (a 2-core VM, 2026-12-03:
+    a no-op's three concurrent sessions read -6..-10% while other PRs' strayed 14-35%); the
+    round's PRs together say how far sessions stray here, and a real change moves the median
+    of many PRs little."""
+    by_axis: dict[tuple, list[float]] = {}
+    for (_pr, *key), ps in pairs.items():
+        if len(session_ratios(ps)) > 1:
+            by_axis.setdefault(tuple(key), []).append(session_spread(ps))
+    return {k: median(v) for k, v in by_axis.items() if len(v) > 1}
 
 
 def is_implausible(main: Sequence[float], pr: Sequence[float], gain: float) -> bool:

@@ -93,12 +93,19 @@ CAUGHT = {
 # is 101. The rule that skips a faster held PR is also tested with fixed speeds (test_round.py).
 MERGE_FIRST = 101
 TIERS = ("XS", "S", "M", "L", "XL")
+# A real gain under +10% (#120: +7-9% at prefill@128 on a quiet VM) is called only where the
+# box's sessions agree that well: on a 2-core VM whose sessions strayed 14-20% from each other
+# (2026-12-03) its band was +22% and it read `none`. It must never read worse.
+SMALL_GAINS = {120}
 
 
-def same_verdict(label: str, expect: str) -> bool:
+def same_verdict(label: str, expect: str, pr: int = 0) -> bool:
     """A real gain must keep a tier, but its size is the CPU's: #101's patch read +15% on one
-    2-core VM and +50% on another (2026-12-03, AMD EPYC), so a tier stands for any tier."""
-    return label == expect or (label in TIERS and expect in TIERS)
+    2-core VM and +50% on another (2026-12-03, AMD EPYC), so a tier stands for any tier; a
+    small one (SMALL_GAINS) may read `none` on a noisy box."""
+    if label == expect or (label in TIERS and expect in TIERS):
+        return True
+    return pr in SMALL_GAINS and expect in TIERS and label == "none"
 
 
 def check_demo_round(out: list[dict], merge_first: int | None = MERGE_FIRST) -> list[str]:
@@ -107,7 +114,7 @@ def check_demo_round(out: list[dict], merge_first: int | None = MERGE_FIRST) -> 
     wrong = []
     for d in out:
         n, label, expect = d["pr"], d["label"], d["expect"]
-        if not same_verdict(label, expect):
+        if not same_verdict(label, expect, n):
             wrong.append(f"#{n}: {label} (expected {expect}): {d['reason']}")
         gates = {g["gate"]: g["status"] for g in d["gates"]}
         if n in FAILING_GATE and gates.get(FAILING_GATE[n]) != "fail":
@@ -195,6 +202,10 @@ def test_a_real_gain_may_read_another_tier_on_another_cpu() -> None:
     bigger = _round(label_101="XL")
     bigger[0]["merge_first"] = True
     assert check_demo_round(bigger) == []
+    small = [*_round(), _pr(120, "none", "M")]
+    assert check_demo_round(small) == []  # a small gain on a noisy box
+    small[-1]["label"] = "REJECT"
+    assert [w[:4] for w in check_demo_round(small)] == ["#120"]
 
 
 def test_check_demo_round_does_not_time_the_held_pr_against_merge_first() -> None:

@@ -11,7 +11,7 @@ import pytest
 from collector.gates.rules import loss_shortfall
 from collector.policy import load_policy, resolve
 from collector.schedule import CONFIRM_SLOTS
-from collector.stats import Pair, bootstrap_ratio_ci, session_spread
+from collector.stats import Pair, bootstrap_ratio_ci, session_spread, typical_spreads
 from collector.verdict import Comparison, Verdict, choose_merge_first, compare_axis
 
 CPU_POLICY = resolve(load_policy(), "cpu")
@@ -212,6 +212,28 @@ def test_session_spread() -> None:
     assert session_spread(by_session(100.0, [[101.0], [103.0], [99.0]])) == pytest.approx(
         103 / 99 - 1
     )
+
+
+def test_the_rounds_typical_spread_is_the_least_noise() -> None:
+    """A no-op whose three sessions agree at -9%, where the round's other PRs' sessions strayed
+    14-35% from each other (measured on a 2-core VM, concurrent@2): not a loss. Alone, at the
+    floor, its sessions' agreement would have made it one."""
+    noop = by_session(100.0, [[90.0] * 3, [91.0] * 3, [94.0] * 3])
+    others = [
+        by_session(100.0, [[104.0] * 3, [88.0] * 3, [99.0] * 3]),
+        by_session(100.0, [[108.0] * 3, [97.0] * 3, [91.0] * 3]),
+        by_session(100.0, [[107.0] * 3, [98.0] * 3, [79.0] * 3]),
+    ]
+    key = ("tiny", "concurrent@2", "full")
+    spreads = typical_spreads({(n, *key): p for n, p in enumerate([noop, *others])})
+    middle = (session_spread(others[0]) + session_spread(others[1])) / 2  # the median of four
+    assert spreads[key] == pytest.approx(middle)
+    alone = compare_axis(CPU_POLICY, "tiny", "target", "concurrent@2", noop)
+    assert alone.below_floor
+    typical = compare_axis(CPU_POLICY, "tiny", "target", "concurrent@2", noop, spreads[key])
+    assert not typical.below_floor and typical.noise == pytest.approx(spreads[key])
+    # an axis only one PR measured in two sessions or more has no typical spread
+    assert typical_spreads({(1, *key): noop, (2, *key): by_session(100.0, [[95.0] * 3])}) == {}
 
 
 def test_load_that_reaches_both_engines_cancels() -> None:

@@ -267,8 +267,38 @@ def top_k(row: np.ndarray, k: int) -> list[int]:
 
 
 def top_k_rows(rows: np.ndarray, k: int) -> np.ndarray:
-    """top_k of each row of a block [n, vocab], at once: [n, k] ids."""
-    k = min(k, rows.shape[1])
+    """top_k of each row of a block [n, vocab], at once: [n, k] ids.
+
+    Only the entries at or above each row's k-th largest block maximum are sorted: k blocks
+    hold an entry at least that large, so the k-th largest entry is too, and no entry of the
+    top k (nor one tied with it) is left out. One pass over the block finds the candidates
+    (a few dozen per row), where a partition of every row cost ~0.5 us per 1k entries, most
+    of a CPU score session's time (measured 2026-12-03: 1.0 s of 3.5 s)."""
+    n, vocab = rows.shape
+    k = min(k, vocab)
+    blocks = -(-vocab // TOPK_BLOCK)
+    if n == 0 or blocks < 4 * k:
+        return _top_k_rows_by_partition(rows, k)
+    full = vocab // TOPK_BLOCK * TOPK_BLOCK
+    maxima = np.empty((n, blocks), dtype=rows.dtype)
+    maxima[:, : full // TOPK_BLOCK] = rows[:, :full].reshape(n, -1, TOPK_BLOCK).max(axis=2)
+    if full < vocab:
+        maxima[:, -1] = rows[:, full:].max(axis=1)
+    floor = np.partition(maxima, blocks - k, axis=1)[:, blocks - k]
+    r, c = np.nonzero(rows >= floor[:, None])
+    counts = np.bincount(r, minlength=n)
+    if counts.min() < k:  # a NaN among the maxima compares false: the rows as they are
+        return _top_k_rows_by_partition(rows, k)
+    order = np.lexsort((c, -rows[r, c], r))  # by row, then largest first, ties by smaller id
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    return c[order][starts[:, None] + np.arange(k)]
+
+
+TOPK_BLOCK = 64
+
+
+def _top_k_rows_by_partition(rows: np.ndarray, k: int) -> np.ndarray:
+    """top_k_rows by a partition of every row (short rows, and rows with NaN or inf)."""
     cand = np.argpartition(-rows, k - 1, axis=1)[:, :k]
     vals = np.take_along_axis(rows, cand, axis=1)
     # argpartition picks any of the entries tied with the k-th largest: where it left one out,

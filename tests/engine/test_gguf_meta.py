@@ -129,10 +129,11 @@ def _reference(row: np.ndarray, k: int) -> list[int]:
 @pytest.mark.parametrize("values", ["continuous", "few-distinct"])
 def test_top_k_rows_is_top_k_row_by_row(values: str) -> None:
     """On random blocks, with ties everywhere (few distinct values: many straddle the k-th
-    place) or almost nowhere, every row's ids are the full sort's, ties to the smaller id."""
+    place) or almost nowhere, every row's ids are the full sort's, ties to the smaller id. Rows
+    long enough for the block maxima (64 entries to a block, at least 4k blocks) and shorter."""
     rng = np.random.default_rng(11)
     for _ in range(200):
-        n, vocab = int(rng.integers(1, 6)), int(rng.integers(1, 300))
+        n, vocab = int(rng.integers(1, 6)), int(rng.integers(1, 300 if _ % 2 else 5000))
         if values == "continuous":
             rows = (rng.standard_normal((n, vocab)) * 5).astype(np.float32)
         else:
@@ -148,3 +149,19 @@ def test_top_k_rows_of_a_tie_straddling_the_kth_place() -> None:
     row = np.array([0.0, 5.0, 1.0, 1.0, 1.0, 1.0, 9.0, 1.0], dtype=np.float32)
     assert top_k_rows(np.stack([row, row[::-1]]), 4).tolist() == [[6, 1, 2, 3], [1, 6, 0, 2]]
     assert top_k_rows(np.zeros((2, 50), dtype=np.float32), 3).tolist() == [[0, 1, 2]] * 2
+    assert top_k_rows(np.zeros((2, 5000), dtype=np.float32), 3).tolist() == [[0, 1, 2]] * 2
+
+
+def test_top_k_rows_of_rows_with_nan_and_inf() -> None:
+    """Long rows with NaN or infinities (score refuses non-finite logits, but a digest may be
+    asked of anything): infinities rank as numbers, a NaN never ranks, an all-NaN row still
+    gives k ids."""
+    rows = np.random.default_rng(3).standard_normal((3, 5000)).astype(np.float32)
+    rows[0, 7], rows[1, :] = np.nan, np.nan
+    rows[2, 9], rows[2, 11] = np.inf, -np.inf
+    got = top_k_rows(rows, 5)
+    finite = rows[0].copy()
+    finite[7] = -np.inf
+    assert got[0].tolist() == _reference(finite, 5)
+    assert got[2].tolist() == _reference(rows[2], 5) and got[2, 0] == 9
+    assert got.shape == (3, 5)

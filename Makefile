@@ -1,7 +1,7 @@
 # Two commands on a fresh machine:
 #   make demo   a real round on this machine (CPU profile), then the site, into out/
 #               needs Python >= 3.11 and make; no root, no browser
-#   make test   lint and the test suite (what CI runs, 15.5-17 minutes on 2 cores); adds the dev
+#   make test   lint and the test suite (what CI runs, ~10.5 minutes on 2 cores); adds the dev
 #               tools and Ray, and installs
 #               Chromium for the browser tests where it can (root and apt-get), else says so
 PY ?= python3
@@ -54,11 +54,10 @@ lint: $(TEST_STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 
-# The tests that time real work on this box run last and alone: beside other tests, their
-# timings would read the suite's load; everything else runs on both cores (pytest-xdist)
+# The tests that time real work on this box run on a core of their own, the rest beside them on
+# the other cores (pytest-xdist): tests/run_suite.py says why
 test: lint
-	$(BIN)/pytest -q -n 2 -m "not timed"
-	$(BIN)/pytest -q -m timed
+	$(BIN)/python tests/run_suite.py
 
 clean:
 	rm -rf out .scratch

@@ -41,6 +41,7 @@ from collector.policy import TIER_NAMES, Policy, ResolvedPolicy, resolve
 from collector.schedule import CONFIRM_SLOTS, guards_of
 from collector.stats import Pair, typical_spreads
 from collector.store import Store
+from collector.stored_policy import stored_policy
 from engine.harness.protocol import LongContextResult
 
 
@@ -73,7 +74,10 @@ class RoundData:
         self.round = rows[0]
         self.shard = shard
         scope = OF_SHARD + (f" AND x.slot < {CONFIRM_SLOTS}" if planned else "")
-        self.policy = ResolvedPolicy.model_validate_json(self.round["policy_json"])
+        policy = stored_policy(self.round["policy_json"], self.round.get("profile") or "")
+        if policy is None:
+            raise LookupError(f"round {round_id!r}: its stored policy cannot be read")
+        self.policy = policy  # read back as every page reads it (collector/stored_policy.py)
         self.prs = store.query_dicts("SELECT * FROM prs WHERE round_id = ? ORDER BY pr", [round_id])
         self.candidates = {
             c["pr"]: c

@@ -130,3 +130,31 @@ def test_version_3_is_migrated_with_shard_zero(tmp_path: Path) -> None:
             (0, None, None, None)
         ]
         assert s.query("SELECT value FROM schema_meta") == [(str(SCHEMA_VERSION),)]
+
+
+def test_a_round_stored_by_an_older_collector_is_judged_as_its_pages_read_it(
+    tmp_path: Path,
+) -> None:
+    """A stored policy that lacks fields an older collector did not write (the harness, the
+    timeouts) is read back once, the same way for `sparkboard verdict` as for every page: the
+    default policy fills those alone, and the round is judged as before."""
+    import json
+
+    from synthetic_round import generate
+
+    from collector.readout import stored_policy
+    from collector.verdict import decide_round
+    from collector.writer import set_round_policy
+
+    db = generate(tmp_path / "old.duckdb", prs=6, rounds=1)
+    with open_store(db) as s:
+        (round_id, raw, profile), *_ = s.query(
+            "SELECT round_id, policy_json, profile FROM rounds ORDER BY created_at"
+        )
+        before = [(v.pr, v.label) for v in decide_round(s, round_id)]
+        old = json.loads(raw)
+        del old["harness"]
+        old["profile"].pop("timeouts")
+        set_round_policy(s, round_id, json.dumps(old))
+        assert stored_policy(json.dumps(old), profile) is not None
+        assert [(v.pr, v.label) for v in decide_round(s, round_id)] == before

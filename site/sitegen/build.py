@@ -27,6 +27,7 @@ from typing import Any
 import duckdb
 from markupsafe import Markup
 
+from collector.readout import export_tables
 from sitegen import charts, pages, queries, tiers
 from sitegen.escape import block, script_json
 
@@ -144,47 +145,18 @@ def mkdocs_config(docs: Path, out: Path, site: pages.Site) -> dict[str, Any]:
 
 
 def export_rounds(db: Path, docs: Path, site: pages.Site) -> dict[str, dict[str, list[str]]]:
-    """Each round's rows of every table as Parquet, CSV and JSON, under docs/data/<round>/."""
+    """Each round's rows of every table as Parquet, CSV and JSON, under docs/data/<round>/
+    (collector/export.py, the one export): {round: {table: [links]}}."""
     con = queries.connect(db)
     try:
-        present = {
-            r[0]
-            for r in con.execute(
-                "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main'"
-            ).fetchall()
-        }
-        with_round = {
-            r[0]
-            for r in con.execute(
-                "SELECT table_name FROM duckdb_columns() WHERE column_name = 'round_id'"
-            ).fetchall()
-        }
-        con.execute("SET preserve_insertion_order = true")
-        con.execute("SET threads = 1")  # one writer order: identical bytes build after build
         out: dict[str, dict[str, list[str]]] = {}
         for rnd in site.rounds:
-            rid = rnd.round_id
-            slug = site.round_slug[rid]
-            folder = docs / "data" / slug
-            folder.mkdir(parents=True, exist_ok=True)
-            lit = "'" + rid.replace("'", "''") + "'"
-            files: dict[str, list[str]] = {}
-            for table in pages.EXPORT_TABLES:
-                if table not in present or table not in with_round:
-                    continue
-                query = f"SELECT * FROM {table} WHERE round_id = {lit} ORDER BY ALL"
-                names = []
-                for fmt_ in pages.EXPORT_FORMATS:
-                    target = folder / f"{table}.{fmt_}"
-                    opts = {
-                        "parquet": "FORMAT parquet, COMPRESSION zstd",
-                        "csv": "FORMAT csv, HEADER true",
-                        "json": "FORMAT json, ARRAY true",
-                    }[fmt_]
-                    con.execute(f"COPY ({query}) TO '{target.as_posix()}' ({opts})")
-                    names.append(Markup(f"data/{slug}/{table}.{fmt_}"))  # slug-safe
-                files[table] = names
-            out[rid] = files
+            slug = site.round_slug[rnd.round_id]
+            written = export_tables(con, rnd.round_id, docs / "data" / slug, pages.EXPORT_FORMATS)
+            out[rnd.round_id] = {
+                table: [Markup(f"data/{slug}/{p.name}") for p in paths]  # slug-safe
+                for table, paths in written.items()
+            }
         return out
     finally:
         con.close()

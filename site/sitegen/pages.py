@@ -24,20 +24,6 @@ from sitegen.pr_pages import PRPages
 from sitegen.queries import SiteData
 from sitegen.round_pages import RoundPages
 
-EXPORT_TABLES = [
-    "rounds",
-    "prs",
-    "candidates",
-    "verdicts",
-    "comparisons",
-    "gates",
-    "accuracy",
-    "prefill_checks",
-    "sessions",
-    "samples",
-    "score_dumps",
-    "strikes",
-]
 EXPORT_FORMATS = ["parquet", "csv", "json"]
 
 

@@ -52,6 +52,7 @@ class Request:
     backend: str = "auto"
     env: tuple[tuple[str, str], ...] = ()  # extra environment (the profile's)
     timed: bool = False  # a speed command: run from main's checkout, timing the PR's engine
+    one_core: bool = False  # all of its processes on one core (Profile.one_core)
 
 
 def free_disk_mb(path: Path) -> float:
@@ -131,7 +132,7 @@ def run_request(
     t0 = time.monotonic()
     try:
         argv, env, cwd = _command(req, checkout, place, out_file, side, pr)
-        code = _run(argv, env, cwd, err_file, req.timeout_s)
+        code = _run(argv, env, cwd, err_file, req.timeout_s, last_core() if req.one_core else None)
         if not req.timed:  # its own sandbox: a death by signal as the command's own
             code = exit_status(Sandbox(place.sandbox), code)
     except OSError as e:
@@ -191,11 +192,22 @@ def _read(out_file: Path, kind: str, max_document_mb: int) -> tuple[object | Non
         return None, f"invalid {kind} document: {str(e)[:300]}"
 
 
+def last_core() -> int:
+    """The last core this process may run on (a test run pins its timed tests there too)."""
+    return max(os.sched_getaffinity(0))
+
+
 def _run(
-    argv: list[str], env: dict[str, str] | None, cwd: Path, err_file: Path, timeout_s: float
+    argv: list[str],
+    env: dict[str, str] | None,
+    cwd: Path,
+    err_file: Path,
+    timeout_s: float,
+    core: int | None = None,
 ) -> int | None:
-    """The subprocess, bounded by `timeout_s` (its whole process group killed then); its exit
-    code, or None when it was killed on timeout."""
+    """The subprocess, bounded by `timeout_s` (its whole process group killed then), on `core`
+    alone when given (every process it starts inherits that); its exit code, or None when it was
+    killed on timeout."""
     with open(err_file, "wb") as err:
         proc = subprocess.Popen(
             argv,
@@ -205,6 +217,7 @@ def _run(
             stdout=subprocess.DEVNULL,
             stderr=err,
             start_new_session=True,  # its own process group: a timeout kills all of it
+            preexec_fn=None if core is None else (lambda: os.sched_setaffinity(0, {core})),
         )
         try:
             return proc.wait(timeout=timeout_s)

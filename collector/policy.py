@@ -142,6 +142,10 @@ class Profile(_Strict):
     confirm_sessions: Annotated[int, Field(ge=0)] = 1
     score_text: str = "data/corpus.txt"
     env: dict[str, str] = {}  # extra environment for the harness subprocesses
+    # Every session's processes (the timing parent and both engines beside it) on one core, the
+    # last this collector may use: the two engines take turns on the same core's caches, and
+    # nothing moves them between cores mid-turn (policy.toml's cpu profile has the measurement)
+    one_core: bool = False
     # The least noise an axis is credited with, whatever the spread between a PR's few sessions
     # happens to be: what a pair of processes of identical code shows on this class of box,
     # calibrated from A/A rounds (policy.toml says which).

@@ -35,6 +35,7 @@ def _common(task: Task, policy: ResolvedPolicy) -> dict:
         "timeout_s": prof.timeouts[task.kind],
         "backend": prof.backend,
         "env": tuple(sorted(prof.env.items())),
+        "one_core": prof.one_core,
     }
 
 

@@ -4,6 +4,7 @@ each way it can end."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -41,7 +42,9 @@ POLICY = POLICY.model_copy(
 TASK = Task("r/pr/1/1/score/tiny", "pr", 1, 1, "score", "tiny")
 
 
-def run(tmp_path: Path, body: str, timeout: float = 20, backend: str = "numpy", env=()) -> object:  # type: ignore[no-untyped-def]
+def run(
+    tmp_path: Path, body: str, timeout: float = 20, backend: str = "numpy", env=(), one_core=False
+) -> object:  # type: ignore[no-untyped-def]
     """`body` as an untimed harness command in the sandbox, judged as a PR's session."""
     script = tmp_path / "h.py"
     script.write_text(
@@ -57,6 +60,7 @@ def run(tmp_path: Path, body: str, timeout: float = 20, backend: str = "numpy", 
         reps=1,
         backend=backend,
         env=env,
+        one_core=one_core,
     )
     place = Place(tmp_path / "main", tmp_path / "work", "bwrap")
     r = run_request(req, tmp_path, place, 1, 1)
@@ -73,6 +77,22 @@ def test_ok_and_the_profile_environment(tmp_path: Path) -> None:
         env=(("OPENBLAS_NUM_THREADS", "1"),),
     )
     assert o.status == "ok" and o.document is not None, o.detail  # type: ignore[attr-defined]
+
+
+def test_a_one_core_profile_runs_every_process_of_a_session_on_one_core(tmp_path: Path) -> None:
+    """Profile.one_core: the command and whatever it starts, on the collector's last core."""
+    last = max(os.sched_getaffinity(0))
+    check = (
+        "import subprocess\n"
+        f"assert os.sched_getaffinity(0) == {{{last}}}, os.sched_getaffinity(0)\n"
+        "child = [sys.executable, '-c', 'import os; print(sorted(os.sched_getaffinity(0)))']\n"
+        f"assert subprocess.run(child, capture_output=True, text=True).stdout.strip() == '[{last}]'\n"
+    )
+    o = run(tmp_path, check + WRITE, one_core=True)
+    assert o.status == "ok", o.detail  # type: ignore[attr-defined]
+    if len(os.sched_getaffinity(0)) > 1:  # and a profile without it leaves them free
+        o = run(tmp_path, "assert len(os.sched_getaffinity(0)) > 1\n" + WRITE)
+        assert o.status == "ok", o.detail  # type: ignore[attr-defined]
 
 
 def test_pythonpath_starts_with_the_checkout_and_the_rest_is_sealed(tmp_path: Path) -> None:

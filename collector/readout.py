@@ -10,10 +10,11 @@ read rounds through this module. Each table is fetched once, ordered (the same d
 the same structures), and grouped in Python: a thousand PRs are a handful of queries. It only
 reads; columns the collector adds later are ignored, columns it has not written read as None.
 Its types (`Round`, `Evaluation`) live in readout_model.py, the stored policy's reading in
-stored_policy.py, a round's rows as files in export.py; all are importable from here. Beside the rounds it reads the pairs of the A/A
-rounds' PR sessions (`aa_pairs`: main's engine timed beside the PR's, the calibration's measured
-spread) and every round's canary (`canaries`); a database whose schema predates a column
-(`rounds.sandbox`, `sessions.canary_*`) reads it as None.
+stored_policy.py, a round's rows as files in export.py; all are importable from here. Beside
+the rounds it reads the pairs of the A/A rounds' PR sessions (`aa_pairs`: main's engine timed
+beside the PR's, the calibration's measured spread) and every round's canary (`canaries`); a
+database whose schema predates a column (`rounds.sandbox`, `sessions.canary_*`) reads it as
+None.
 
 Rules are never re-derived here: a round's policy is the validated `ResolvedPolicy` it was
 judged under (noise floors, bars, tiers come from it), significance and tiers are the stored
@@ -32,6 +33,7 @@ import duckdb
 
 from collector.axes import axis_sort_key, is_axis
 from collector.cost import SESSIONS_SQL, RoundCost, round_cost
+from collector.export import FORMATS as EXPORT_FORMATS
 from collector.export import export_tables
 from collector.gates import GATE_ORDER
 from collector.manifest import round_kind
@@ -42,6 +44,7 @@ from collector.stored_policy import prefill_bars, stored_policy
 __all__ = [
     "STATUS_ICONS",
     "UNKNOWN_ICON",
+    "EXPORT_FORMATS",
     "Evaluation",
     "Pair",
     "Readout",

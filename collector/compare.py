@@ -3,9 +3,10 @@
 Speed axes (`compare_axis`): every repetition of a PR's speed session is a pair, main's engine
 and the PR's timed turn by turn in the same minutes (engine/harness/measure.py). Delta =
 median(PR / main) - 1 over the pairs, with a bootstrap interval; the noise on the axis is the
-spread between the PR's sessions (each a new pair of processes), never less than the round's
-typical spread between two sessions of a PR on that axis nor the profile's floor, and the band
-it implies; each session's own delta (its confirmation sessions also
+spread between the PR's sessions (each a new pair of processes), never less than the noise
+whose band spans `sessions_z` standard errors of the PR's mean session (a session's standard
+deviation on the axis estimated from the whole round) nor the profile's floor, and the band it
+implies; each session's own delta (its confirmation sessions also
 apart). Significance and the floor are decided by `gates.rules` (words and decision from one
 function). Memory axes (`compare_memory`): bytes, lower is better, never a tier.
 """
@@ -61,18 +62,23 @@ def compare_axis(
     role: str,
     ax: str,
     pairs: Sequence[Pair],
-    typical_spread: float = 0.0,
+    session_sd: float = 0.0,
 ) -> Comparison:
     """One axis, PR against main, from its pairs (slot, main's value, the PR's). A gain (or a
     loss) must also hold in each PR session alone: one pair of processes that drew a slow
-    placement decides nothing. `typical_spread`: how far two sessions of one PR stray on this
-    axis in the round (`stats.typical_spreads`); the noise is never less."""
+    placement decides nothing. `session_sd`: how far one session strays on this axis in the
+    round (`stats.session_sds`, a log ratio); the noise is never less than
+    `VerdictRules.round_noise` of it over the PR's sessions."""
     v = policy.verdict
     d, lo, hi = bootstrap_ratio_ci(
         pairs, v.bootstrap_resamples, v.confidence, seed_for(v.bootstrap_seed, model, ax)
     )
-    noise = max(session_spread(pairs), typical_spread, policy.profile.noise_floor(ax))
     sessions = [(slot, median(q) - 1) for slot, q in session_ratios(pairs)]
+    noise = max(
+        session_spread(pairs),
+        v.round_noise(session_sd, len(sessions)),
+        policy.profile.noise_floor(ax),
+    )
     main_vals = [m for _, m, _ in pairs]
     pr_vals = [p for _, _, p in pairs]
     c = Comparison(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -32,6 +33,9 @@ class VerdictRules(_Strict):
     bootstrap_resamples: Annotated[int, Field(ge=100)] = 2000
     bootstrap_seed: int = 0
     noise_multiplier: Annotated[float, Field(ge=0.0)] = 1.0
+    # How many standard errors of a PR's mean session the band spans, a session's standard
+    # deviation being the round's estimate on the axis (stats.session_sds)
+    sessions_z: Annotated[float, Field(ge=0.0)] = 4.0
     blocking_labels: list[str] = []
     strikes_to_reject: Annotated[int, Field(ge=1)] = 2
 
@@ -61,6 +65,15 @@ class VerdictRules(_Strict):
         the axis's noise is `noise`: (1 + noise) ** noise_multiplier, a ratio, since timing
         noise is multiplicative; a neutral PR then almost never leaves it by chance."""
         return (1 + noise) ** self.noise_multiplier
+
+    def round_noise(self, session_sd: float, sessions: int) -> float:
+        """The noise whose band spans `sessions_z` standard errors of the mean of `sessions`
+        sessions that each stray `session_sd` (log ratio): exp(z * sd / sqrt(n)) is the band,
+        so a PR of main's speed leaves it by chance about as rarely as a normal variable leaves
+        z standard deviations. 0 when the band is off (noise_multiplier 0) or nothing is known."""
+        if self.noise_multiplier <= 0 or session_sd <= 0 or sessions < 1:
+            return 0.0
+        return math.exp(self.sessions_z * session_sd / (self.noise_multiplier * sessions**0.5)) - 1
 
 
 class AccuracyBars(_Strict):

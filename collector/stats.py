@@ -1,5 +1,5 @@
 """Statistics of a comparison of paired runs: medians, the bootstrap interval of a delta, the
-spread between sessions."""
+spread between a PR's sessions and how far one session strays on the box."""
 
 from __future__ import annotations
 
@@ -67,19 +67,30 @@ def session_spread(pairs: Sequence[Pair]) -> float:
     return max(meds) / min(meds) - 1.0 if len(meds) > 1 else 0.0
 
 
-def typical_spreads(pairs: Mapping[tuple, Sequence[Pair]]) -> dict[tuple, float]:
-    """How far two sessions of one PR stray on this box, per axis: keyed like `pairs` (pr,
-    *axis key), the median over the round's PRs of each one's `session_spread` (PRs measured in
-    two sessions or more; an axis two such PRs or more measured). A PR's own two or three
+def _chi2_median_over_dof(dof: int) -> float:
+    """The median of a chi-square variable over its degrees of freedom (Wilson-Hilferty, within
+    3% at one degree of freedom): a sample variance of `dof` degrees over this is a
+    median-unbiased estimate of the variance."""
+    return (1.0 - 2.0 / (9.0 * dof)) ** 3
+
+
+def session_sds(pairs: Mapping[tuple, Sequence[Pair]]) -> dict[tuple, float]:
+    """How far one session strays on this box, per axis: keyed like `pairs` (pr, *axis key), the
+    standard deviation of a session's log median ratio around its PR's own, from the round's PRs
+    measured in two sessions or more (an axis two such PRs or more measured).
+
+    Each such PR's sessions give a sample variance; each is scaled to estimate the variance
+    unbiased in the median, and the estimate is their median over PRs: a PR's own two or three
     sessions can agree by chance where the box moves sessions by 20% (a 2-core VM, 2026-12-03:
-    a no-op's three concurrent sessions read -6..-10% while other PRs' strayed 14-35%); the
-    round's PRs together say how far sessions stray here, and a real change moves the median
-    of many PRs little."""
+    a no-op's three concurrent sessions read -6..-10% while other PRs' strayed 14-35%), and one
+    PR cannot widen everyone's band by making its own sessions erratic (a median, not a mean)."""
     by_axis: dict[tuple, list[float]] = {}
     for (_pr, *key), ps in pairs.items():
-        if len(session_ratios(ps)) > 1:
-            by_axis.setdefault(tuple(key), []).append(session_spread(ps))
-    return {k: median(v) for k, v in by_axis.items() if len(v) > 1}
+        logs = [float(np.log(median(q))) for _, q in session_ratios(ps)]
+        if len(logs) > 1:
+            var = float(np.var(logs, ddof=1)) / _chi2_median_over_dof(len(logs) - 1)
+            by_axis.setdefault(tuple(key), []).append(var)
+    return {k: float(np.sqrt(median(v))) for k, v in by_axis.items() if len(v) > 1}
 
 
 def is_implausible(main: Sequence[float], pr: Sequence[float], gain: float) -> bool:

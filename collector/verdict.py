@@ -39,7 +39,7 @@ from collector.gates.long_context import KIND as LONG_CONTEXT
 from collector.merge import DUMPS_LEFT_OUT
 from collector.policy import TIER_NAMES, Policy, ResolvedPolicy, resolve
 from collector.schedule import CONFIRM_SLOTS, guards_of
-from collector.stats import Pair, typical_spreads
+from collector.stats import Pair, session_sds
 from collector.store import Store
 from collector.stored_policy import stored_policy
 from engine.harness.protocol import LongContextResult
@@ -107,8 +107,8 @@ class RoundData:
             if "main" in sides and "pr" in sides:
                 pr, model, ax, shape, slot = where[key]
                 self.pairs[(pr, model, ax, shape)].append((slot, sides["main"], sides["pr"]))
-        # (model, axis, shape) -> how far two sessions of one PR stray there in this view
-        self.typical_spread = typical_spreads(self.pairs)
+        # (model, axis, shape) -> how far one session strays there in this view (a log ratio)
+        self.session_sd = session_sds(self.pairs)
         self.dumps: dict[tuple, list[str]] = defaultdict(list)
         for side, pr, model, doc in store.query(
             "SELECT d.side, d.pr, d.model, d.document FROM score_dumps d JOIN sessions x "
@@ -163,8 +163,8 @@ def compare_pr(data: RoundData, pr: int, targets: list[str], guards: list[str]) 
             speed = {a for a in measured if not is_memory_axis(a)}
         for ax in sorted(speed, key=axis_sort_key):
             pairs = data.pairs[(pr, model, ax, shape)]
-            typical = data.typical_spread.get((model, ax, shape), 0.0)
-            comps.append(compare_axis(data.policy, model, role, ax, pairs, typical))
+            sd = data.session_sd.get((model, ax, shape), 0.0)
+            comps.append(compare_axis(data.policy, model, role, ax, pairs, sd))
         for ax in sorted((a for a in measured if is_memory_axis(a)), key=axis_sort_key):
             pairs = data.pairs[(pr, model, ax, shape)]
             comps.append(

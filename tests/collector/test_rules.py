@@ -11,7 +11,7 @@ import pytest
 from collector.gates.rules import loss_shortfall
 from collector.policy import load_policy, resolve
 from collector.schedule import CONFIRM_SLOTS
-from collector.stats import Pair, bootstrap_ratio_ci, session_spread, typical_spreads
+from collector.stats import Pair, bootstrap_ratio_ci, session_sds, session_spread
 from collector.verdict import Comparison, Verdict, choose_merge_first, compare_axis
 
 CPU_POLICY = resolve(load_policy(), "cpu")
@@ -214,7 +214,7 @@ def test_session_spread() -> None:
     )
 
 
-def test_the_rounds_typical_spread_is_the_least_noise() -> None:
+def test_the_rounds_session_sd_sets_the_least_noise() -> None:
     """A no-op whose three sessions agree at -9%, where the round's other PRs' sessions strayed
     14-35% from each other (measured on a 2-core VM, concurrent@2): not a loss. Alone, at the
     floor, its sessions' agreement would have made it one."""
@@ -225,15 +225,69 @@ def test_the_rounds_typical_spread_is_the_least_noise() -> None:
         by_session(100.0, [[107.0] * 3, [98.0] * 3, [79.0] * 3]),
     ]
     key = ("tiny", "concurrent@2", "full")
-    spreads = typical_spreads({(n, *key): p for n, p in enumerate([noop, *others])})
-    middle = (session_spread(others[0]) + session_spread(others[1])) / 2  # the median of four
-    assert spreads[key] == pytest.approx(middle)
+    sds = session_sds({(n, *key): p for n, p in enumerate([noop, *others])})
+    # each PR's sample variance of its log session ratios over the median of chi-square(2) / 2
+    scaled = sorted(
+        float(np.var(np.log([p[3 * k][2] / 100.0 for k in range(3)]), ddof=1)) / (1 - 2 / 18) ** 3
+        for p in [noop, *others]
+    )
+    assert sds[key] == pytest.approx(np.sqrt((scaled[1] + scaled[2]) / 2))  # the median of four
     alone = compare_axis(CPU_POLICY, "tiny", "target", "concurrent@2", noop)
     assert alone.below_floor
-    typical = compare_axis(CPU_POLICY, "tiny", "target", "concurrent@2", noop, spreads[key])
-    assert not typical.below_floor and typical.noise == pytest.approx(spreads[key])
-    # an axis only one PR measured in two sessions or more has no typical spread
-    assert typical_spreads({(1, *key): noop, (2, *key): by_session(100.0, [[95.0] * 3])}) == {}
+    judged = compare_axis(CPU_POLICY, "tiny", "target", "concurrent@2", noop, sds[key])
+    assert not judged.below_floor
+    assert judged.noise == pytest.approx(CPU_POLICY.verdict.round_noise(sds[key], 3))
+    # an axis only one PR measured in two sessions or more has no session sd
+    assert session_sds({(1, *key): noop, (2, *key): by_session(100.0, [[95.0] * 3])}) == {}
+
+
+def test_one_erratic_pr_cannot_widen_everyones_band() -> None:
+    """The session sd is a median over PRs: a PR whose own sessions swing 3x leaves it where
+    the three calm PRs put it."""
+    key = ("tiny", "decode@128", "full")
+    calm = [by_session(100.0, [[100.0], [110.0]]) for _ in range(3)]
+    erratic = by_session(100.0, [[50.0], [150.0]])
+    alone = session_sds({(n, *key): p for n, p in enumerate(calm)})[key]
+    assert session_sds({(n, *key): p for n, p in enumerate([*calm, erratic])})[key] == alone
+    assert alone == pytest.approx(np.sqrt(np.var(np.log([1.0, 1.1]), ddof=1) / (7 / 9) ** 3))
+
+
+def test_the_round_noise_spans_z_standard_errors_of_the_mean_session() -> None:
+    v = CPU_POLICY.verdict
+    assert v.sessions_z == 5.0
+    for sd, n in [(0.05, 2), (0.05, 3), (0.002, 3)]:
+        band = v.band(v.round_noise(sd, n))
+        assert np.log(band) == pytest.approx(v.sessions_z * sd / np.sqrt(n))
+    assert v.round_noise(0.0, 3) == 0.0
+    off = v.model_copy(update={"noise_multiplier": 0.0})
+    assert off.round_noise(0.05, 3) == 0.0 and off.band(0.0) == 1.0
+
+
+def test_neutral_prs_of_a_noisy_box_get_no_tier_and_no_floor() -> None:
+    """Simulated rounds of PRs of main's speed: each session offset by its own pair of
+    processes' luck (8% log sd, the concurrent axes of a 2-core VM), each pair by 3% more. Judged
+    with the round's session sd, none of 2,900 axes is a tier or a loss; a real +80% keeps a
+    tier in nearly every round (its own three sessions can spread past it)."""
+    rng = np.random.default_rng(20261203)
+    key = ("tiny", "concurrent@2", "full")
+    called, gains = 0, 0
+    for _ in range(100):
+        round_pairs = {}
+        for n in range(30):
+            true = 1.8 if n == 0 else 1.0
+            sessions = [
+                true * np.exp(rng.normal(0, 0.08) + rng.normal(0, 0.03, 5)) for _ in range(3)
+            ]
+            round_pairs[(n, *key)] = by_session(100.0, [list(100.0 * s) for s in sessions])
+        sd = session_sds(round_pairs)[key]
+        for (n, *_), p in round_pairs.items():
+            c = compare_axis(CPU_POLICY, "tiny", "target", "concurrent@2", p, sd)
+            if n == 0:
+                gains += c.tier != "none"
+            else:
+                called += c.significant or c.below_floor
+    assert called == 0
+    assert gains >= 95
 
 
 def test_load_that_reaches_both_engines_cancels() -> None:

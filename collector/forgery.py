@@ -27,7 +27,7 @@ what they must be:
   even the upper end of a one-sided confidence interval (z = `z`) of the agreement is under the
   model's accuracy bar `top1_min`, or the prefill digests' mean KL to main is over `kl_max`: a run
   that took a shortcut while timed, replayed a cached answer or returned another prompt's result.
-The rules and their numbers live here and in policy.toml's `[forgery]`; the gate that reports
+The rules live here, their numbers in policy.py's `ForgeryRules` and policy.toml's `[forgery]`; the gate that reports
 them is the run gate (a `forged` or `diverged` session is the PR's fault, a REJECT at once).
 """
 
@@ -36,10 +36,8 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from collector.policy import MIN_REGIONS, ForgeryRules, ResolvedPolicy
 from collector.samples import samples_of
 from engine.harness.protocol import (
     ConcurrentResult,
@@ -48,38 +46,8 @@ from engine.harness.protocol import (
     TimingReport,
 )
 
-if TYPE_CHECKING:
-    from collector.policy import ResolvedPolicy
-
-MIN_REGIONS = 2
 # The slow-clock rule reads this quantile of the regions' gaps: the quietest quarter.
 QUIET = 0.25
-
-
-class ForgeryRules(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    # the engine's own time may be this much shorter than the parent's in the median region ...
-    timing_rel_gap: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.25
-    # ... and this many seconds (pipe hops and a loaded box: measured 0.06 ms median, 0.1 ms p90)
-    timing_abs_gap_s: Annotated[float, Field(ge=0.0)] = 0.0002
-    # an engine figure longer than the parent's by this much in the median region: a fast clock
-    timing_rel_over: Annotated[float, Field(ge=0.0)] = 0.05
-    # a group of timed regions (one operation at one shape) this large is judged on its own too;
-    # smaller ones only within the whole document
-    timing_min_group: Annotated[int, Field(ge=MIN_REGIONS)] = 5
-    # a generated token within this many nats of main's best counts as main's pick (ties)
-    tie_nats: Annotated[float, Field(ge=0.0)] = 1e-3
-    # one-sided z of the agreement's confidence bound (2.33: 99%): small samples decide nothing
-    z: Annotated[float, Field(gt=0.0)] = 2.33
-    # Turns (engine/harness/turns.py): CPU seconds an engine's processes may use between and
-    # after its answers (or the GPU stay busy after its turns), beyond main's engine beside it,
-    # in a whole session, at least ...
-    idle_cpu_s: Annotated[float, Field(gt=0.0)] = 0.01
-    # ... and at most this share of the time it was watched idle (a core kept busy: ~1)
-    idle_share: Annotated[float, Field(gt=0.0, le=1.0)] = 0.5
-    # one stop of every process this long or longer: something kept starting processes
-    idle_stop_s: Annotated[float, Field(gt=0.0)] = 1.5
 
 
 Regions = Sequence[tuple[float, float]]  # (the parent's seconds, the engine's own) per region

@@ -29,11 +29,26 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from collector.outcome import Run
-from engine.harness.protocol import parse_document
+from engine.harness.protocol import BenchDocument, parse_document
 from engine.harness.sandbox import Sandbox, exit_status, library_paths
 
 LOG_TAIL_BYTES = 4000
+
+
+@dataclass
+class Run:
+    """One harness subprocess as it ended, and what was found around it: nothing judged yet."""
+
+    started_at: datetime
+    wall_s: float = 0.0
+    exit_code: int | None = None  # None: killed at its timeout (or never started: `refused`)
+    log_tail: str = ""
+    document: BenchDocument | None = None
+    unreadable: str | None = None  # why its output is no document of the request's kind
+    refused: str | None = None  # the box could not run it at all (disk, the harness not starting)
+    attempts: int = 1
+    box: str | None = None  # what the session changed outside its own folders
+    stop_round: str | None = None  # a change the box cannot recover from: the round stops
 
 
 @dataclass(frozen=True)

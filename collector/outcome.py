@@ -39,6 +39,7 @@ from collector.forgery import (
     idle_problem,
     implausible_claim,
 )
+from collector.harness import Request, Run
 from engine.cli_common import EXIT_BASELINE, EXIT_HARNESS, EXIT_USER_ERROR
 from engine.harness.protocol import (
     BenchDocument,
@@ -49,7 +50,6 @@ from engine.harness.protocol import (
 )
 
 if TYPE_CHECKING:
-    from collector.harness import Request
     from collector.policy import ResolvedPolicy
     from collector.schedule import Task
 
@@ -66,22 +66,6 @@ FINISHED = (
     "diverged",
     "skipped",
 )
-
-
-@dataclass
-class Run:
-    """One harness subprocess as it ended, and what was found around it: nothing judged yet."""
-
-    started_at: datetime
-    wall_s: float = 0.0
-    exit_code: int | None = None  # None: killed at its timeout (or never started: `refused`)
-    log_tail: str = ""
-    document: BenchDocument | None = None
-    unreadable: str | None = None  # why its output is no document of the request's kind
-    refused: str | None = None  # the box could not run it at all (disk, the harness not starting)
-    attempts: int = 1
-    box: str | None = None  # what the session changed outside its own folders
-    stop_round: str | None = None  # a change the box cannot recover from: the round stops
 
 
 @dataclass

@@ -11,7 +11,6 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from collector.axes import is_axis, is_known_model
-from collector.forgery import ForgeryRules
 
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
 PosInt = Annotated[int, Field(gt=0)]
@@ -112,6 +111,37 @@ class FailureRules(_Strict):
     # is a REJECT at once whatever they would show, and their device time is saved. Empty (the
     # default, and every round stored before the key): every session runs.
     stop_after: list[Literal["crash", "malformed", "implausible", "forged", "diverged"]] = []
+
+
+MIN_REGIONS = 2  # timed regions the clock rules need to judge a document or a group
+
+
+class ForgeryRules(BaseModel):
+    """The numbers of collector/forgery.py's checks (its docstring says what each rule does)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # the engine's own time may be this much shorter than the parent's in the median region ...
+    timing_rel_gap: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.25
+    # ... and this many seconds (pipe hops and a loaded box: measured 0.06 ms median, 0.1 ms p90)
+    timing_abs_gap_s: Annotated[float, Field(ge=0.0)] = 0.0002
+    # an engine figure longer than the parent's by this much in the median region: a fast clock
+    timing_rel_over: Annotated[float, Field(ge=0.0)] = 0.05
+    # a group of timed regions (one operation at one shape) this large is judged on its own too;
+    # smaller ones only within the whole document
+    timing_min_group: Annotated[int, Field(ge=MIN_REGIONS)] = 5
+    # a generated token within this many nats of main's best counts as main's pick (ties)
+    tie_nats: Annotated[float, Field(ge=0.0)] = 1e-3
+    # one-sided z of the agreement's confidence bound (2.33: 99%): small samples decide nothing
+    z: Annotated[float, Field(gt=0.0)] = 2.33
+    # Turns (engine/harness/turns.py): CPU seconds an engine's processes may use between and
+    # after its answers (or the GPU stay busy after its turns), beyond main's engine beside it,
+    # in a whole session, at least ...
+    idle_cpu_s: Annotated[float, Field(gt=0.0)] = 0.01
+    # ... and at most this share of the time it was watched idle (a core kept busy: ~1)
+    idle_share: Annotated[float, Field(gt=0.0, le=1.0)] = 0.5
+    # one stop of every process this long or longer: something kept starting processes
+    idle_stop_s: Annotated[float, Field(gt=0.0)] = 1.5
 
 
 class HarnessRules(_Strict):
@@ -239,7 +269,7 @@ class Policy(_Strict):
     prefill_path: PrefillPathRules
     failures: FailureRules
     harness: HarnessRules
-    forgery: ForgeryRules = ForgeryRules()  # collector/forgery.py
+    forgery: ForgeryRules = ForgeryRules()  # collector/forgery.py's rules
     profiles: dict[str, Profile]
 
 
@@ -252,7 +282,7 @@ class ResolvedPolicy(_Strict):
     prefill_path: PrefillPathRules
     failures: FailureRules
     harness: HarnessRules
-    forgery: ForgeryRules = ForgeryRules()  # collector/forgery.py
+    forgery: ForgeryRules = ForgeryRules()  # collector/forgery.py's rules
     profile: Profile
 
 

@@ -17,14 +17,13 @@ from collector.cli import main
 from collector.collect import collect
 from collector.errors import RoundError
 from collector.forgery import (
-    ForgeryRules,
     clock_problem,
     output_problem,
     regions_by_group,
     timing_problem,
     upper_bound,
 )
-from collector.policy import load_policy
+from collector.policy import ForgeryRules, load_policy
 from collector.store import open_store
 from engine.harness.protocol import SweepResult, TimingReport
 

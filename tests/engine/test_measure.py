@@ -16,8 +16,8 @@ import pytest
 from engine_helpers import checkout_with
 from test_harness_units import VOCAB, FakeRunner, corpus
 
-from collector.forgery import ForgeryRules, clock_problem, timing_problem
-from collector.policy import load_policy, resolve
+from collector.forgery import clock_problem, timing_problem
+from collector.policy import ForgeryRules, load_policy, resolve
 from engine.errors import EngineOutputError
 from engine.harness.common import log_softmax_rows, top_k
 from engine.harness.measure import Bench, Side, measure_context, measure_widths, warm_up

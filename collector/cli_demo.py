@@ -173,8 +173,9 @@ def demo(out: Path, manifest_path: Path, published: Path, unsandboxed: bool) -> 
             run_collect(manifest_path, db, unsandboxed=unsandboxed)
     except (*USER_ERRORS, RoundError) as e:
         raise fail(e) from None
-    from collector.cli import main  # noqa: PLC0415 - cli imports this module
-
-    build = main.get_command(click.get_current_context(), "build")
-    assert build is not None
-    click.get_current_context().invoke(build, db=db, out=out / "site")
+    ctx = click.get_current_context()
+    group = ctx.parent.command if ctx.parent else None  # the sparkboard group: it owns `build`
+    build = group.get_command(ctx.parent, "build") if isinstance(group, click.Group) else None
+    if build is None:
+        raise click.ClickException("the site generator's `build` command is not available")
+    ctx.invoke(build, db=db, out=out / "site")

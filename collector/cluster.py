@@ -4,7 +4,7 @@
 shards (collector/schedule.py `plan_shards`: each shard a set of PRs interleaved with its own
 main sessions). Each shard is a Ray actor asking for one GPU (`num_gpus=1`; Ray sets its
 CUDA_VISIBLE_DEVICES): it checks its device, then runs the shard's sessions one call at a time
-(`collect.measure`: the subprocess, the box's checks) and hands each Run back. The driver
+(`session.measure_session`: the subprocess, the box's checks) and hands each Run back. The driver
 judges what needs the database and writes each session as it arrives (`collect.record`), so:
 
 * a worker killed mid-session loses nothing finished (the driver wrote it) and duplicates
@@ -21,8 +21,6 @@ neighbour shard's files; run one shard per host (or container) where that matter
 from __future__ import annotations
 
 import contextlib
-import os
-import socket
 import subprocess
 import sys
 from collections import deque
@@ -31,11 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from collector.collect import Bench, measure, stop_if_box_changed
 from collector.errors import RoundError
-from collector.outcome import Outcome, Run
+from collector.harness import Run
+from collector.outcome import Outcome
 from collector.sandbox import BoxGuard
 from collector.schedule import Task
+from collector.session import SessionKit, here, measure_session, stop_if_box_changed
 from collector.writer import Placement
 
 RESTARTS = 2  # a killed worker is restarted (and its session retried) this often per shard
@@ -44,38 +43,6 @@ DEVICE_CHECKS = {  # what a shard's worker runs before its first session, per ba
     "cupy": "import cupy; assert cupy.cuda.runtime.getDeviceCount() > 0; cupy.ones(4).sum().item()",
     "numpy": "import numpy; assert numpy.ones(4).sum() == 4",
 }
-
-
-def _nvidia_uuids() -> dict[int, str]:
-    """GPU index -> UUID from nvidia-smi; empty where there is none (a CPU box)."""
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    rows = [ln.split(",") for ln in out.splitlines() if "," in ln]
-    return {int(i): u.strip() for i, u in rows if i.strip().isdigit()}
-
-
-def here() -> Placement:
-    """This process's GPU: the first of CUDA_VISIBLE_DEVICES (an index or a UUID), or device 0
-    where nvidia-smi lists GPUs and nothing narrows them; the host."""
-    uuids = _nvidia_uuids()
-    first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
-    index: int | None = None
-    if first.isdigit():
-        index = int(first)
-    elif first.startswith("GPU-"):
-        index = next((i for i, u in uuids.items() if u == first), None)
-    elif not first and uuids:
-        index = min(uuids)
-    uuid = uuids.get(index) if index is not None else (first or None)
-    return Placement(socket.gethostname(), index, uuid, os.getpid())
 
 
 def device_problem(backend: str) -> str | None:
@@ -107,19 +74,19 @@ class Handed:
 class ShardWorker:
     """One GPU's worker (a Ray actor): its device checked once, then one session per call."""
 
-    def __init__(self, bench: Bench) -> None:
-        self.bench = bench
+    def __init__(self, kit: SessionKit) -> None:
+        self.kit = kit
         self.placement = here()
-        self.problem = device_problem(bench.policy.profile.backend)
+        self.problem = device_problem(kit.policy.profile.backend)
         self.notes: list[str] = []
         self.guard = (
-            None if self.problem else BoxGuard(bench.place, self.notes.append, bench.pr_checkouts)
+            None if self.problem else BoxGuard(kit.place, self.notes.append, kit.pr_checkouts)
         )
 
     def run(self, task: Task, checkout: Path | None) -> Handed:
         if self.guard is None:
             return Handed(None, self.placement, self.problem)
-        o = measure(self.bench, self.guard, task, checkout)
+        o = measure_session(self.kit, self.guard, task, checkout)
         notes, self.notes[:] = list(self.notes), []
         return Handed(o, self.placement, None, notes)
 
@@ -172,7 +139,7 @@ class _Shard:
 def run_shards(
     conn: Connection,
     shards: list[list[Task]],
-    bench: Callable[[int], Bench],
+    kit_of: Callable[[int], SessionKit],
     checkout: Callable[[Task], Path | None],
     done: Callable[[Task, Run | Outcome, Placement | None], int],
     skip: Callable[[Task], Outcome | None],
@@ -204,7 +171,7 @@ def run_shards(
                 s.actor = None
             return
         if s.actor is None:
-            s.actor = worker.remote(bench(s.index))
+            s.actor = worker.remote(kit_of(s.index))
         pending[s.actor.run.remote(s.todo[0], checkout(s.todo[0]))] = s
 
     for s in live:

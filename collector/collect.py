@@ -11,9 +11,7 @@ import contextlib
 import functools
 import json
 import sys
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -26,18 +24,17 @@ from collector.candidates import (
     GitError,
     Workspace,
     build_candidate,
-    harness_drift,
-    pin_harness,
     preflight,
 )
 from collector.errors import RoundError
-from collector.harness import Place, run_request
+from collector.harness import Place, Run
 from collector.manifest import LoadedManifest, ManifestError, load_manifest
-from collector.outcome import FINISHED, Outcome, Run, judge, skipped
+from collector.outcome import FINISHED, Outcome, judge, skipped
 from collector.policy import ResolvedPolicy, load_policy, resolve
 from collector.requests import build_request
 from collector.sandbox import BoxGuard, describe, seal
 from collector.schedule import Slot, Task, plan_confirmation, plan_shards
+from collector.session import SessionKit, here, measure_session, stop_if_box_changed
 from collector.store import Store, open_store
 from collector.writer import Placement
 
@@ -63,28 +60,6 @@ def _check_round(store: Store, loaded: LoadedManifest, main_commit: str) -> bool
             f"round {m.round} exists with a different manifest; give a changed manifest a new round id"
         )
     return False
-
-
-def run_task(
-    task: Task, checkout: Path, place: Place, policy: ResolvedPolicy, disk_paths: list[Path]
-) -> Run:
-    """Run a task; a session whose outcome is the box's (outcome.judge: fault 'infra', any
-    failure of main among them) is run again, up to `infra_retries` times. Speed tasks are timed
-    from main's checkout (main's pinned harness), measuring the engine of `checkout` beside
-    main's."""
-    f = policy.failures
-    req = build_request(task, policy)
-    attempts = 0
-    while True:
-        attempts += 1
-        run = run_request(
-            req, checkout, place, f.min_free_disk_mb, f.max_document_mb, disk_paths,
-            task.side, task.pr,
-        )  # fmt: skip
-        run.attempts = attempts
-        if judge(task, req, run, policy).fault != "infra" or attempts > f.infra_retries:
-            return run
-        time.sleep(f.retry_wait_s)
 
 
 def collect(
@@ -183,7 +158,7 @@ def _collect(
         log(f"resuming: {len(tasks) - n_todo} of {len(tasks)} sessions already finished")
 
     @functools.cache
-    def bench(shard: int) -> Bench:
+    def kit_of(shard: int) -> SessionKit:
         """A shard's own main checkout and scratch: shards on one host run side by side. Its
         box guard watches the checkouts of its own PRs (in one process: every shard's)."""
         main = main_checkout if shard == 0 else ws.add_worktree(f"main-s{shard}", main_commit)
@@ -191,7 +166,7 @@ def _collect(
         mine = [t.pr for plan in (plans if conn is None else plans[shard : shard + 1])
                 for s in plan for t in s.tasks if t.side == "pr"]  # fmt: skip
         checkouts = tuple(sorted({p for n in mine if (p := by_pr[n].checkout) is not None}))
-        return Bench(
+        return SessionKit(
             ws.repo, main_commit, policy, Place(main, work, sandbox, work / "kernel-cache"),
             (db_path.parent,), checkouts,
         )  # fmt: skip
@@ -223,12 +198,12 @@ def _collect(
 
             if conn is None:
                 return _run_here(
-                    bench(0), [t for shard in todo for t in shard], by_pr, done, skip, log
+                    kit_of(0), [t for shard in todo for t in shard], by_pr, done, skip, log
                 )
             from collector import cluster as ray_cluster  # noqa: PLC0415 - Ray only when asked
 
             return ray_cluster.run_shards(
-                conn, todo, bench, _pr_checkout(by_pr), done, skip, log, hook
+                conn, todo, kit_of, _pr_checkout(by_pr), done, skip, log, hook
             )
 
     infra_left = run(todo, "measuring")
@@ -312,8 +287,7 @@ def _shard_count(store: Store, round_id: str, gpus: int, n_prs: int) -> int:
         return int(row[0][0])
     started = store.query("SELECT 1 FROM sessions WHERE round_id = ? LIMIT 1", [round_id])
     n = 1 if started else max(1, min(gpus, n_prs))
-    with store.transaction() as con:
-        con.execute("UPDATE rounds SET shards = ? WHERE round_id = ?", [n, round_id])
+    writer.set_round_shards(store, round_id, n)
     return n
 
 
@@ -331,7 +305,7 @@ def _pr_checkout(by_pr: dict[int, Candidate]) -> Callable[[Task], Path | None]:
 
 
 def _run_here(
-    bench: Bench,
+    kit: SessionKit,
     todo: list[Task],
     by_pr: dict[int, Candidate],
     done: Callable[[Task, Run | Outcome, Placement | None], int],
@@ -339,25 +313,15 @@ def _run_here(
     log: Callable[[str], None],
 ) -> int:
     """Every session in this process, one after another (a sharded round's shards in turn)."""
-    from collector.cluster import here  # noqa: PLC0415 - nvidia-smi's answer, no Ray
-
-    guard = BoxGuard(bench.place, log, bench.pr_checkouts)
+    guard = BoxGuard(kit.place, log, kit.pr_checkouts)
     placement = here()
     checkout = _pr_checkout(by_pr)
     infra = 0
     for t in todo:
-        o = skip(t) or measure(bench, guard, t, checkout(t))
+        o = skip(t) or measure_session(kit, guard, t, checkout(t))
         infra += done(t, o, placement)
         stop_if_box_changed(o)
     return infra
-
-
-def stop_if_box_changed(o: Run | Outcome) -> None:
-    """A session that changed files every later process trusts stops the round (it is
-    recorded, `forged`, first: the round resumes after it once the box is restored)."""
-    run = o.run if isinstance(o, Outcome) else o
-    if run.stop_round:
-        raise RoundError(run.stop_round)
 
 
 def skipped_outcome(
@@ -380,36 +344,6 @@ def skipped_outcome(
         "later sessions of the round are skipped"
     )
     return skipped(now(), detail)
-
-
-@dataclass(frozen=True)
-class Bench:
-    """What one GPU's sessions need; picklable, so a shard's worker gets its own."""
-
-    repo: Path
-    main_commit: str
-    policy: ResolvedPolicy
-    place: Place  # main's checkout, the work folder, the sandbox, the kernel caches
-    disk_paths: tuple[Path, ...]
-    pr_checkouts: tuple[Path, ...] = ()  # what its PR sessions must leave alone but their own
-
-
-def measure(bench: Bench, guard: BoxGuard, task: Task, checkout: Path | None) -> Run:
-    """One session where its GPU is, and what only that box can find: what the session changed
-    outside its own folders. `checkout` None: main. Judged by `record` (outcome.judge)."""
-    checkout = checkout or bench.place.main_checkout
-    if task.side == "pr":  # its own earlier process may have rewritten them on disk
-        pin_harness(checkout, bench.repo, bench.main_commit, bench.policy.harness.paths)
-    guard.before_session()
-    run = run_task(task, checkout, bench.place, bench.policy, list(bench.disk_paths))
-    run.box = guard.after_session(task, checkout)
-    if task.side == "pr" and not run.box:
-        paths = bench.policy.harness.paths
-        drift = harness_drift(checkout, bench.repo, bench.main_commit, paths)
-        if drift:  # put back before its next session by pin_harness
-            run.box = "rewrote the pinned harness in its checkout: " + ", ".join(drift[:5])
-    run.stop_round, guard.stop_round = guard.stop_round, None
-    return run
 
 
 def record(

@@ -30,8 +30,8 @@ if TYPE_CHECKING:
     from collector.manifest import LoadedManifest
     from collector.outcome import Outcome
     from collector.policy import ResolvedPolicy
+    from collector.results import Comparison, Verdict
     from collector.schedule import Task
-    from collector.verdict import Comparison, Verdict
 
 Connection = duckdb.DuckDBPyConnection
 DERIVED_TABLES = ("comparisons", "gates", "verdicts", "accuracy")
@@ -41,6 +41,12 @@ def set_round_policy(store: Store, round_id: str, policy_json: str) -> None:
     """The resolved policy a round is judged under from now on."""
     with store.transaction() as con:
         con.execute("UPDATE rounds SET policy_json = ? WHERE round_id = ?", [policy_json, round_id])
+
+
+def set_round_shards(store: Store, round_id: str, shards: int) -> None:
+    """The shards a round is cut into, fixed once its first session is planned."""
+    with store.transaction() as con:
+        con.execute("UPDATE rounds SET shards = ? WHERE round_id = ?", [shards, round_id])
 
 
 def write_verdicts(

@@ -7,18 +7,17 @@ spread between the PR's sessions (each a new pair of processes), never less than
 whose band spans `sessions_z` standard errors of the PR's mean session (a session's standard
 deviation on the axis estimated from the whole round) nor the profile's floor, and the band it
 implies; each session's own delta (its confirmation sessions also
-apart). Significance and the floor are decided by `gates.rules` (words and decision from one
+apart). Significance and the floor are decided by `rules.py` (words and decision from one
 function). Memory axes (`compare_memory`): bytes, lower is better, never a tier.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from collector.gates.base import EPS
-from collector.gates.rules import gain_shortfall, loss_shortfall
 from collector.policy import ResolvedPolicy
+from collector.results import Comparison
+from collector.rules import EPS, gain_shortfall, loss_shortfall
 from collector.schedule import is_confirmation
 from collector.stats import (
     Pair,
@@ -30,30 +29,6 @@ from collector.stats import (
     session_ratios,
     session_spread,
 )
-
-
-@dataclass
-class Comparison:
-    model: str
-    role: str  # target | guard
-    axis: str
-    main_value: float
-    pr_value: float
-    delta: float
-    ci_low: float
-    ci_high: float
-    noise: float
-    tier: str
-    significant: bool
-    below_floor: bool
-    implausible: bool
-    n_main: int
-    n_pr: int
-    # not stored: what the gates' words read
-    band: float = 1.0  # VerdictRules.band(noise)
-    per_session: tuple[float, ...] = ()  # each PR session's delta, its pairs alone
-    confirmed: tuple[float, ...] = ()  # the same, of its confirmation sessions alone
-    least_gain: float = 0.0  # the PR's slowest sample over main's fastest
 
 
 def compare_axis(

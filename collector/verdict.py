@@ -3,34 +3,29 @@
 Reads a round's stored evidence and judges it with the policy stored in the round, so
 `sparkboard verdict` gives the same answer as the end of `collect`. The rules are written in
 collector/README.md ("Verdict rules") and their numbers in policy.toml; the per-axis tests are
-gates/rules.py, each gate a module of gates/, and every row is written by writer.py.
+rules.py, each gate a module of gates/, and every row is written by writer.py.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from collector import writer
 from collector.accuracy import AccuracyError, compare_dumps
 from collector.axes import axis, axis_sort_key, is_memory_axis
-from collector.compare import Comparison, compare_axis, compare_memory  # noqa: F401 (re-exported)
+from collector.compare import compare_axis, compare_memory
+from collector.evidence import RoundData
 from collector.gates import (
     NOT_MERGED,
-    Gate,
     GateContext,
     GateResult,
     accuracy_gate,
     floor_gate,
-    gain_shortfall,
     guard_gate,
     implausible_gate,
     long_context_gate,
     memory_gate,
     merge_gate,
-    pct,
-    pct_of,
     prefill_path_gate,
     reference_gate,
     run_gate,
@@ -38,114 +33,10 @@ from collector.gates import (
 from collector.gates.long_context import KIND as LONG_CONTEXT
 from collector.merge import DUMPS_LEFT_OUT
 from collector.policy import TIER_NAMES, Policy, ResolvedPolicy, resolve
+from collector.results import Comparison, Gate, Verdict
+from collector.rules import gain_shortfall, pct, pct_of
 from collector.schedule import CONFIRM_SLOTS, guards_of
-from collector.stats import Pair, session_sds
 from collector.store import Store
-from collector.stored_policy import stored_policy
-from engine.harness.protocol import LongContextResult
-
-
-@dataclass
-class Verdict:
-    pr: int
-    commit: str | None
-    label: str
-    reason: str
-    merge_first: bool = False
-    best: Comparison | None = None
-    comparisons: list[Comparison] = field(default_factory=list)
-    gates: list[Gate] = field(default_factory=list)
-    accuracy: list[tuple] = field(default_factory=list)
-    strikes: list[tuple] = field(default_factory=list)
-
-
-OF_SHARD = "(x.side <> 'main' OR x.shard = ?)"
-
-
-class RoundData:
-    """Everything a round's verdict needs, read once; in a sharded round, one shard's view.
-    `planned`: the planned sessions only, without the confirmation sessions (what decides which
-    PRs are confirmed, and how an unconfirmed PR is judged)."""
-
-    def __init__(self, store: Store, round_id: str, shard: int = 0, planned: bool = False) -> None:
-        rows = store.query_dicts("SELECT * FROM rounds WHERE round_id = ?", [round_id])
-        if not rows:
-            raise LookupError(f"no round {round_id!r} in {store.path}")
-        self.round = rows[0]
-        self.shard = shard
-        scope = OF_SHARD + (f" AND x.slot < {CONFIRM_SLOTS}" if planned else "")
-        policy = stored_policy(self.round["policy_json"], self.round.get("profile") or "")
-        if policy is None:
-            raise LookupError(f"round {round_id!r}: its stored policy cannot be read")
-        self.policy = policy  # read back as every page reads it (collector/stored_policy.py)
-        self.prs = store.query_dicts("SELECT * FROM prs WHERE round_id = ? ORDER BY pr", [round_id])
-        self.candidates = {
-            c["pr"]: c
-            for c in store.query_dicts("SELECT * FROM candidates WHERE round_id = ?", [round_id])
-        }
-        self.sessions = store.query_dicts(
-            "SELECT session_id, side, pr, slot, kind, model, status, fault, detail, exit_code "
-            f"FROM sessions x WHERE round_id = ? AND {scope} ORDER BY slot, session_id",
-            [round_id, shard],
-        )
-        # each repetition of a PR's speed session is a pair, main's engine and the PR's timed
-        # turn by turn; keyed by the shape of the run too: a guard sweep (one context in a fresh
-        # process) and a full sweep reach the same context in different process states
-        by_rep: dict[tuple, dict[str, float]] = defaultdict(dict)
-        where: dict[tuple, tuple] = {}
-        for sid, pr, slot, model, ax, kind, side, rep, val in store.query(
-            "SELECT s.session_id, x.pr, x.slot, s.model, s.axis, x.kind, s.side, s.rep, s.value "
-            "FROM samples s JOIN sessions x USING (session_id) WHERE s.round_id = ? "
-            f"AND x.side = 'pr' AND {scope} AND x.status IN ('ok', 'implausible', 'incomplete') "
-            "ORDER BY x.slot, s.session_id, s.axis, s.rep",
-            [round_id, shard],
-        ):
-            by_rep[(sid, ax, rep)][side] = val
-            where[(sid, ax, rep)] = (pr, model, ax, "guard" if kind == "guard" else "full", slot)
-        self.pairs: dict[tuple, list[Pair]] = defaultdict(list)
-        for key, sides in by_rep.items():
-            if "main" in sides and "pr" in sides:
-                pr, model, ax, shape, slot = where[key]
-                self.pairs[(pr, model, ax, shape)].append((slot, sides["main"], sides["pr"]))
-        # (model, axis, shape) -> how far one session strays there in this view (a log ratio)
-        self.session_sd = session_sds(self.pairs)
-        self.dumps: dict[tuple, list[str]] = defaultdict(list)
-        for side, pr, model, doc in store.query(
-            "SELECT d.side, d.pr, d.model, d.document FROM score_dumps d JOIN sessions x "
-            f"USING (session_id) WHERE d.round_id = ? AND {scope} ORDER BY x.slot",
-            [round_id, shard],
-        ):
-            self.dumps[(side, pr, model)].append(doc)
-        self.checks: dict[tuple, dict[int, tuple[float, float]]] = defaultdict(dict)
-        for side, pr, model, prefix, top1, kl in store.query(
-            "SELECT c.side, c.pr, c.model, c.prefix, c.top1, c.kl_mean FROM prefill_checks c "
-            f"JOIN sessions x USING (session_id) WHERE c.round_id = ? AND {scope} "
-            "ORDER BY x.slot DESC",
-            [round_id, shard],
-        ):
-            self.checks[(side, pr, model)][prefix] = (top1, kl)  # the earliest session wins
-        # the long-context memory checks' documents, in schedule order
-        self.longctx: dict[tuple, list[LongContextResult]] = defaultdict(list)
-        for side, pr, model, doc in store.query(
-            "SELECT side, pr, model, document FROM sessions x WHERE round_id = ? "
-            f"AND kind = 'longctx' AND status = 'ok' AND document IS NOT NULL AND {scope} "
-            "ORDER BY slot",
-            [round_id, shard],
-        ):
-            self.longctx[(side, pr, model)].append(LongContextResult.model_validate_json(doc))
-        # strikes of earlier rounds: (pr, commit, failure key) -> how many rounds struck it
-        self.prior_strikes: dict[tuple[int, str, str], int] = {
-            (pr, commit, key): int(n)
-            for pr, commit, key, n in store.query(
-                "SELECT pr, commit, failure_key, count(DISTINCT round_id) FROM strikes "
-                "WHERE round_id <> ? GROUP BY pr, commit, failure_key",
-                [round_id],
-            )
-        }
-
-    def axes(self, pr: int, model: str, shape: str = "full") -> set[str]:
-        """The axes the PR's sessions of this shape measured with main's engine beside it."""
-        return {k[2] for k in self.pairs if k[0] == pr and k[1] == model and k[3] == shape}
 
 
 def compare_pr(data: RoundData, pr: int, targets: list[str], guards: list[str]) -> list[Comparison]:

@@ -8,7 +8,7 @@ verdict.PR_GATES. Every gate's text states the rule that decided it with the num
 """
 
 from collector.gates.accuracy import accuracy_gate
-from collector.gates.base import EPS, Gate, GateContext, GateResult, pct, pct_of
+from collector.gates.base import GateContext, GateResult
 from collector.gates.floor import floor_gate
 from collector.gates.guard import guard_gate
 from collector.gates.implausible import implausible_gate
@@ -17,7 +17,6 @@ from collector.gates.memory import memory_gate
 from collector.gates.merge import NOT_MERGED, merge_gate
 from collector.gates.prefill_path import prefill_path_gate
 from collector.gates.reference import reference_gate
-from collector.gates.rules import gain_shortfall, loss_shortfall
 from collector.gates.run import run_gate
 
 # Every gate kind, in the order a report lists them (a stored gate is '<kind>' or
@@ -37,23 +36,17 @@ GATE_ORDER = (
 )
 
 __all__ = [
-    "EPS",
     "GATE_ORDER",
     "NOT_MERGED",
-    "Gate",
     "GateContext",
     "GateResult",
     "accuracy_gate",
     "floor_gate",
-    "gain_shortfall",
     "guard_gate",
     "implausible_gate",
     "long_context_gate",
-    "loss_shortfall",
     "memory_gate",
     "merge_gate",
-    "pct",
-    "pct_of",
     "prefill_path_gate",
     "reference_gate",
     "run_gate",

@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 
 from collector.accuracy import AccuracyError, AccuracyResult, compare_dumps
-from collector.gates.base import EPS, GateContext, GateResult
+from collector.gates.base import GateContext, GateResult
 from collector.policy import AccuracyBars
+from collector.rules import EPS
 
 KIND = "accuracy"
 GUARD_KIND = "guard-accuracy"

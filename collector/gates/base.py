@@ -5,31 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from collector.results import Gate
+
 if TYPE_CHECKING:
+    from collector.evidence import RoundData
     from collector.policy import ResolvedPolicy
-    from collector.verdict import Comparison, RoundData
-
-EPS = 1e-12  # rule boundaries are inclusive: a gain of exactly +2% clears the +2% gate
-
-
-def pct(x: float) -> str:
-    """A delta in words: +12.0%, -7.9%."""
-    return f"{x * 100:+.1f}%"
-
-
-def pct_of(fraction: float) -> str:
-    """A fraction as a plain percentage: 98%, 3.5%."""
-    return f"{fraction * 100:g}%"
-
-
-@dataclass
-class Gate:
-    gate: str  # a kind of GATE_ORDER, ':<model>' for a per-model gate
-    status: str  # pass | fail | warn | skip
-    reason: str  # the rule that decided it, with the numbers it was decided on
-    # a failure that rests on timings alone, which a burst of load on the box can fake: a PR
-    # failing nothing else is measured again (verdict.rests_on_speed)
-    timed: bool = False
+    from collector.results import Comparison
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,13 @@
 """floor — no target axis significantly below the floor (guards have their own gate).
 
-An axis fails when every part of the floor rule holds (gates.rules.loss_shortfall): PR under
+An axis fails when every part of the floor rule holds (rules.loss_shortfall): PR under
 floor x main, its interval wholly below 0, past its noise band, and in each PR session.
 """
 
 from __future__ import annotations
 
-from collector.gates.base import GateContext, GateResult, pct, pct_of
-from collector.gates.rules import below_floor_words, loss_in_words, loss_shortfall
+from collector.gates.base import GateContext, GateResult
+from collector.rules import below_floor_words, loss_in_words, loss_shortfall, pct, pct_of
 
 KIND = "floor"
 

@@ -1,13 +1,13 @@
 """guard:<model> — the PR's other models (its guards) must not fall below the floor either.
 
-The same floor rule as the target axes (gates.rules.loss_shortfall), on the guard context's
+The same floor rule as the target axes (rules.loss_shortfall), on the guard context's
 decode and prefill, each held against main's guard sweeps.
 """
 
 from __future__ import annotations
 
-from collector.gates.base import GateContext, GateResult, pct, pct_of
-from collector.gates.rules import below_floor_words, loss_in_words, loss_shortfall
+from collector.gates.base import GateContext, GateResult
+from collector.rules import below_floor_words, loss_in_words, loss_shortfall, pct, pct_of
 
 KIND = "guard"
 

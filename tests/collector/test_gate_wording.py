@@ -12,22 +12,23 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
+from collector.compare import compare_axis
 from collector.gates import (
     GATE_ORDER,
     GateContext,
     GateResult,
     accuracy_gate,
     floor_gate,
-    gain_shortfall,
     guard_gate,
     implausible_gate,
-    loss_shortfall,
     merge_gate,
     prefill_path_gate,
     run_gate,
 )
 from collector.policy import LABELS, TIER_NAMES, ResolvedPolicy, load_policy, resolve
-from collector.verdict import Comparison, compare_axis, label
+from collector.results import Comparison
+from collector.rules import gain_shortfall, loss_shortfall
+from collector.verdict import label
 
 CPU = resolve(load_policy(), "cpu")
 # Exact numbers: no calibrated noise but a GPU-like 35% floor on prefill@128.

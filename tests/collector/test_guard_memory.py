@@ -15,11 +15,11 @@ from sitegen import pages, queries
 
 from collector.cli import main
 from collector.collect import collect
+from collector.compare import compare_memory
 from collector.gates import GateContext
 from collector.gates.memory import memory_gate
 from collector.policy import load_policy, resolve
 from collector.store import open_store
-from collector.verdict import compare_memory
 
 _CPU = resolve(load_policy(), "cpu")
 CPU = _CPU.model_copy(update={"profile": _CPU.profile.model_copy(update={"memory_growth": 0.25})})

@@ -8,11 +8,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from collector.gates.rules import loss_shortfall
+from collector.compare import compare_axis
 from collector.policy import load_policy, resolve
+from collector.results import Comparison, Verdict
+from collector.rules import loss_shortfall
 from collector.schedule import CONFIRM_SLOTS
 from collector.stats import Pair, bootstrap_ratio_ci, session_sds, session_spread
-from collector.verdict import Comparison, Verdict, choose_merge_first, compare_axis
+from collector.verdict import choose_merge_first
 
 CPU_POLICY = resolve(load_policy(), "cpu")
 # The rules on exact numbers: no calibrated box noise on top of what each test states.

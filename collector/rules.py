@@ -1,6 +1,6 @@
 """The two tests of one axis, PR against main: a significant gain, a loss below the floor.
 
-`verdict.compare_axis` decides with them and the gates say why with them, so a gate's words
+`compare.compare_axis` decides with them and the gates say why with them, so a gate's words
 cannot part from its decision: each returns None when the axis passes every part of its test,
 else the parts it misses, in words. The rules themselves are written in collector/README.md
 ("Verdict rules"); the numbers are the policy's.
@@ -11,8 +11,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from collector.gates.base import EPS, pct, pct_of
 from collector.policy import VerdictRules
+
+EPS = 1e-12  # rule boundaries are inclusive: a gain of exactly +2% clears the +2% gate
+
+
+def pct(x: float) -> str:
+    """A delta in words: +12.0%, -7.9%."""
+    return f"{x * 100:+.1f}%"
+
+
+def pct_of(fraction: float) -> str:
+    """A fraction as a plain percentage: 98%, 3.5%."""
+    return f"{fraction * 100:g}%"
 
 
 class AxisEvidence(Protocol):

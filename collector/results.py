@@ -1,0 +1,54 @@
+"""What judging a round produces, the types the writer stores and the readers return: one
+axis compared (`Comparison`), one gate's finding (`Gate`), one PR's verdict (`Verdict`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Comparison:
+    model: str
+    role: str  # target | guard
+    axis: str
+    main_value: float
+    pr_value: float
+    delta: float
+    ci_low: float
+    ci_high: float
+    noise: float
+    tier: str
+    significant: bool
+    below_floor: bool
+    implausible: bool
+    n_main: int
+    n_pr: int
+    # not stored: what the gates' words read
+    band: float = 1.0  # VerdictRules.band(noise)
+    per_session: tuple[float, ...] = ()  # each PR session's delta, its pairs alone
+    confirmed: tuple[float, ...] = ()  # the same, of its confirmation sessions alone
+    least_gain: float = 0.0  # the PR's slowest sample over main's fastest
+
+
+@dataclass
+class Gate:
+    gate: str  # a kind of GATE_ORDER, ':<model>' for a per-model gate
+    status: str  # pass | fail | warn | skip
+    reason: str  # the rule that decided it, with the numbers it was decided on
+    # a failure that rests on timings alone, which a burst of load on the box can fake: a PR
+    # failing nothing else is measured again (verdict.rests_on_speed)
+    timed: bool = False
+
+
+@dataclass
+class Verdict:
+    pr: int
+    commit: str | None
+    label: str
+    reason: str
+    merge_first: bool = False
+    best: Comparison | None = None
+    comparisons: list[Comparison] = field(default_factory=list)
+    gates: list[Gate] = field(default_factory=list)
+    accuracy: list[tuple] = field(default_factory=list)
+    strikes: list[tuple] = field(default_factory=list)

@@ -137,8 +137,8 @@ def collect(
 def verdict(db: Path, round_id: str | None, policy_path: Path | None) -> None:
     """Recompute the verdicts of a round from its stored samples; print one line per PR."""
     from collector.policy import load_policy
-    from collector.readout import pick_round
     from collector.report import term_safe
+    from collector.store.readout import pick_round
     from collector.verdict import adopt_policy, decide_round
 
     try:
@@ -172,7 +172,7 @@ def verdict(db: Path, round_id: str | None, policy_path: Path | None) -> None:
 )
 def merge(sources: tuple[Path, ...], dst: Path, without_dumps: bool) -> None:
     """Add the rounds of SOURCES (databases written by separate collectors) to one database."""
-    from collector.merge import merge_rounds
+    from collector.store.merge import merge_rounds
 
     try:
         for r in merge_rounds(dst, list(sources), without_dumps=without_dumps):
@@ -193,8 +193,8 @@ def merge(sources: tuple[Path, ...], dst: Path, without_dumps: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="A JSON list, one object per PR.")
 def show(db: Path, round_id: str | None, pr: int | None, as_json: bool) -> None:
     """Show a round's verdicts: tables like the reference comments, or JSON."""
-    from collector.readout import Readout, pick_round
     from collector.report import render_terminal, to_json
+    from collector.store.readout import Readout, pick_round
 
     try:
         with open_store(db, read_only=True) as store:
@@ -225,9 +225,9 @@ def cost(db: Path, round_id: str | None, as_json: bool) -> None:
     shard's main in a sharded round), and where the time goes (by kind of session, main and
     PRs). From sessions.wall_s; inside a speed session (load, warm-up, timed work,
     verification), from the phases its harness recorded."""
-    from collector.cost import load_cost
-    from collector.readout import pick_round
     from collector.report import render_cost
+    from collector.store.cost import load_cost
+    from collector.store.readout import pick_round
 
     try:
         with open_store(db, read_only=True) as store:
@@ -248,8 +248,8 @@ def cost(db: Path, round_id: str | None, as_json: bool) -> None:
 )
 def comment(db: Path, pr: int, round_id: str | None) -> None:
     """A PR's verdict as a GitHub-flavoured Markdown comment."""
-    from collector.readout import Readout, pick_round
     from collector.report import render_markdown
+    from collector.store.readout import Readout, pick_round
 
     try:
         with open_store(db, read_only=True) as store:
@@ -277,8 +277,8 @@ def comment(db: Path, pr: int, round_id: str | None) -> None:
 )
 def export(db: Path, round_id: str | None, fmt: str, out: Path | None) -> None:
     """Export every table's rows of one round, one file per table."""
-    from collector.export import export_round
-    from collector.readout import pick_round
+    from collector.store.export import export_round
+    from collector.store.readout import pick_round
 
     try:
         with open_store(db, read_only=True) as store:

@@ -7,8 +7,8 @@ import click
 from collector.candidates import GitError
 from collector.manifest import ManifestError
 from collector.policy import PolicyError
-from collector.readout import ReadoutError
 from collector.store import StoreError
+from collector.store.readout import ReadoutError
 
 USER_ERRORS = (ManifestError, StoreError, PolicyError, ReadoutError, GitError, LookupError)
 

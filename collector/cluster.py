@@ -35,7 +35,7 @@ from collector.outcome import Outcome
 from collector.sandbox import BoxGuard
 from collector.schedule import Task
 from collector.session import SessionKit, here, measure_session, stop_if_box_changed
-from collector.writer import Placement
+from collector.store.writer import Placement
 
 RESTARTS = 2  # a killed worker is restarted (and its session retried) this often per shard
 CHECK_TIMEOUT_S = 120

@@ -18,7 +18,6 @@ from pathlib import Path
 import click
 
 from collector import verdict as verdict_mod
-from collector import writer
 from collector.candidates import (
     Candidate,
     GitError,
@@ -35,8 +34,8 @@ from collector.requests import build_request
 from collector.sandbox import BoxGuard, describe, seal
 from collector.schedule import Slot, Task, plan_confirmation, plan_shards
 from collector.session import SessionKit, here, measure_session, stop_if_box_changed
-from collector.store import Store, open_store
-from collector.writer import Placement
+from collector.store import Store, open_store, writer
+from collector.store.writer import Placement
 
 
 def now() -> datetime:

@@ -11,8 +11,8 @@ import re
 import unicodedata
 from typing import Any
 
-from collector.readout import Evaluation, ReadoutError
 from collector.report_model import Section, build_sections, emoji, num, pct
+from collector.store.readout import Evaluation, ReadoutError
 
 __all__ = [
     "ReportError",
@@ -179,8 +179,8 @@ _COMPARISON = (
 
 
 def render_cost(cost: Any) -> str:
-    """A round's device time (collector.cost.RoundCost) as terminal tables, in minutes."""
-    from collector.cost import minutes
+    """A round's device time (collector.store.cost.RoundCost) as terminal tables, in minutes."""
+    from collector.store.cost import minutes
 
     per = cost.per_pr_s
     head = (
@@ -220,7 +220,7 @@ def render_cost(cost: Any) -> str:
     )
     sections = [where, per_pr] if cost.prs else [where]
     if cost.steps_by_kind:
-        from collector.cost import STEPS
+        from collector.store.cost import STEPS
 
         sections.append(
             Section(

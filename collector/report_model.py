@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from collector.axes import parse_axis, short_ctx
 from collector.policy import ResolvedPolicy
-from collector.readout import (
+from collector.store.readout import (
     STATUS_ICONS,
     UNKNOWN_ICON,
     Evaluation,

@@ -20,7 +20,7 @@ from collector.policy import ResolvedPolicy
 from collector.requests import build_request
 from collector.sandbox import BoxGuard
 from collector.schedule import Task
-from collector.writer import Placement
+from collector.store.writer import Placement
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from collector import writer
 from collector.accuracy import AccuracyError, compare_dumps
 from collector.axes import axis, axis_sort_key, is_memory_axis
 from collector.compare import compare_axis, compare_memory
-from collector.evidence import RoundData
 from collector.gates import (
     NOT_MERGED,
     GateContext,
@@ -31,12 +29,13 @@ from collector.gates import (
     run_gate,
 )
 from collector.gates.long_context import KIND as LONG_CONTEXT
-from collector.merge import DUMPS_LEFT_OUT
 from collector.policy import TIER_NAMES, Policy, ResolvedPolicy, resolve
 from collector.results import Comparison, Gate, Verdict
 from collector.rules import gain_shortfall, pct, pct_of
 from collector.schedule import CONFIRM_SLOTS, guards_of
-from collector.store import Store
+from collector.store import Store, writer
+from collector.store.evidence import RoundData
+from collector.store.merge import DUMPS_LEFT_OUT
 
 
 def compare_pr(data: RoundData, pr: int, targets: list[str], guards: list[str]) -> list[Comparison]:

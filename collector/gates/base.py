@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 from collector.results import Gate
 
 if TYPE_CHECKING:
-    from collector.evidence import RoundData
     from collector.policy import ResolvedPolicy
     from collector.results import Comparison
+    from collector.store.evidence import RoundData
 
 
 @dataclass(frozen=True)

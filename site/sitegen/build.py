@@ -27,7 +27,7 @@ from typing import Any
 import duckdb
 from markupsafe import Markup
 
-from collector.readout import export_tables
+from collector.store.readout import export_tables, schema_sql
 from sitegen import charts, pages, queries, tiers
 from sitegen.escape import block, script_json
 
@@ -146,7 +146,7 @@ def mkdocs_config(docs: Path, out: Path, site: pages.Site) -> dict[str, Any]:
 
 def export_rounds(db: Path, docs: Path, site: pages.Site) -> dict[str, dict[str, list[str]]]:
     """Each round's rows of every table as Parquet, CSV and JSON, under docs/data/<round>/
-    (collector/export.py, the one export): {round: {table: [links]}}."""
+    (collector/store/export.py, the one export): {round: {table: [links]}}."""
     con = queries.connect(db)
     try:
         out: dict[str, dict[str, list[str]]] = {}
@@ -164,8 +164,8 @@ def export_rounds(db: Path, docs: Path, site: pages.Site) -> dict[str, dict[str,
 
 def _schema_text() -> str | None:
     try:
-        return resources.files("collector").joinpath("schema.sql").read_text()
-    except (ModuleNotFoundError, FileNotFoundError, OSError):
+        return schema_sql()
+    except OSError:
         return None
 
 

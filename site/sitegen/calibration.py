@@ -19,8 +19,8 @@ from markupsafe import Markup
 
 from collector.axes import is_axis, is_memory_axis
 from collector.policy import AccuracyBars, ResolvedPolicy
-from collector.readout import Evaluation, Readout, Round, Row
 from collector.stats import session_spread
+from collector.store.readout import Evaluation, Readout, Round, Row
 from sitegen import fmt
 
 KINDS = ("decode", "prefill", "concurrent")

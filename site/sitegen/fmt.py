@@ -15,7 +15,7 @@ from markupsafe import Markup
 
 from collector.axes import is_axis, parse_axis, short_ctx
 from collector.policy import ResolvedPolicy
-from collector.readout import STATUS_ICONS, UNKNOWN_ICON, axis_key
+from collector.store.readout import STATUS_ICONS, UNKNOWN_ICON, axis_key
 from sitegen.escape import text
 
 __all__ = ["short_ctx"]  # re-exported for the templates

@@ -17,15 +17,15 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from collector.readout import EXPORT_FORMATS as READOUT_EXPORT_FORMATS
-from collector.readout import Evaluation, Round, Row
+from collector.store.readout import EXPORT_FORMATS as READOUT_EXPORT_FORMATS
+from collector.store.readout import Evaluation, Round, Row
 from sitegen import calibration, fmt, tiers
 from sitegen.escape import finalize, text
 from sitegen.pr_pages import PRPages
 from sitegen.queries import SiteData
 from sitegen.round_pages import RoundPages
 
-EXPORT_FORMATS = list(READOUT_EXPORT_FORMATS)  # the one export's (collector/export.py)
+EXPORT_FORMATS = list(READOUT_EXPORT_FORMATS)  # the one export's (collector/store/export.py)
 
 
 def environment() -> jinja2.Environment:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from markupsafe import Markup
 
-from collector.readout import Evaluation, Row, prefill_bars, real_weights
+from collector.store.readout import Evaluation, Row, prefill_bars, real_weights
 from sitegen import charts, fmt, tiers
 from sitegen.escape import block, script_json, text
 

@@ -1,6 +1,6 @@
-"""The site's extras beside the read model (collector.readout): the schema of the database.
+"""The site's extras beside the read model (collector.store.readout): the schema of the database.
 
-Rounds, PRs and evaluations are read by `collector.readout.Readout`, the one read model the
+Rounds, PRs and evaluations are read by `collector.store.readout.Readout`, the one read model the
 CLI reports share; this module only adds what the data page shows (tables, columns, version).
 """
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import duckdb
 
-from collector.readout import Readout, Row, connect
+from collector.store.readout import Readout, Row, connect
 
 __all__ = ["SiteData", "connect", "load"]
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from markupsafe import Markup
 
-from collector.readout import Evaluation, Round, Row
+from collector.store.readout import Evaluation, Round, Row
 from sitegen import charts, fmt, tiers
 from sitegen.pr_pages import chart
 

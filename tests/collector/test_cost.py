@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from collector.cli import main
-from collector.cost import STEPS, round_cost, session_steps, steps_by_kind
 from collector.store import open_store
+from collector.store.cost import STEPS, round_cost, session_steps, steps_by_kind
 
 # (side, pr, kind, wall_s): main 3 sweeps of 60 s + 1 score of 120 s = 300 s; PR 7 and PR 8
 # measured, PR 9 never ran (needs-rebase).

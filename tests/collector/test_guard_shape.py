@@ -8,9 +8,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-from collector.evidence import RoundData
 from collector.policy import load_policy, resolve
 from collector.store import open_store
+from collector.store.evidence import RoundData
 
 POLICY = resolve(load_policy(), "gpu")
 

@@ -10,9 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from collector.cli import main
-from collector.merge import merge_rounds
 from collector.policy import default_policy_path, load_policy
 from collector.store import StoreError, open_store
+from collector.store.merge import merge_rounds
 from collector.verdict import adopt_policy, decide_round
 
 

@@ -13,9 +13,9 @@ from types import SimpleNamespace
 import pytest
 
 from collector.manifest import load_manifest
-from collector.readout import Readout, connect, pick_round
 from collector.report import render_markdown
 from collector.store import open_store
+from collector.store.readout import Readout, connect, pick_round
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLISHED = ROOT / "data" / "sparkboard.duckdb"

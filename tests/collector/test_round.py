@@ -17,11 +17,11 @@ from fake_repo import FakeRepo, git, pr, test_policy_text
 
 from collector.cli import main
 from collector.collect import collect
-from collector.export import TABLES
 from collector.manifest import ManifestError
 from collector.outcome import TIMED
 from collector.schedule import CONFIRM_SLOTS
 from collector.store import open_store
+from collector.store.export import TABLES
 
 
 def show_json(db: Path, round_id: str | None = None) -> dict[int, dict]:

@@ -14,9 +14,9 @@ import pytest
 import synthetic_round as synthetic
 from sitegen import calibration, fmt, pages, queries
 
-from collector.cost import round_cost
 from collector.policy import load_policy, resolve
-from collector.readout import Round, pick_round
+from collector.store.cost import round_cost
+from collector.store.readout import Round, pick_round
 
 TABLES = ["prs", "candidates", "verdicts", "comparisons", "gates", "accuracy", "sessions"]
 GPU_ROUND = "2026-06-04-gpu"  # the newest synthetic PR round of rounds=2
@@ -400,7 +400,7 @@ def test_published_calibration_states_its_floors() -> None:
 
 
 def test_default_round_is_the_newest_leaderboard_round(tmp_path: Path) -> None:
-    """collector.readout.pick_round on a constructed database whose newest round is an A/A
+    """collector.store.readout.pick_round on a constructed database whose newest round is an A/A
     round: commands default to the newest leaderboard round; --pr N alone to the newest round
     that measured N (a leaderboard round before an A/A one); --round as asked."""
     db = synthetic.generate(tmp_path / "d.duckdb", prs=4, rounds=2, aa_rounds=1)

@@ -18,7 +18,7 @@ import pytest
 import synthetic_round as synthetic
 from sitegen import pages, queries
 
-from collector.readout import Readout
+from collector.store.readout import Readout
 
 BARE = "2026-06-01-gpu"  # the synthetic database's first PR round: collected --unsandboxed
 SEALED = "2026-06-04-gpu"

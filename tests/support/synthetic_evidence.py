@@ -50,7 +50,7 @@ VOCAB = 49152
 
 class Rows:
     """Rows per table as dicts, inserted column-wise at the end (fast for 10^5 rows). The
-    columns, their order and types are the database's own (collector/schema.sql); a column
+    columns, their order and types are the database's own (collector/store/schema.sql); a column
     no row names stays NULL."""
 
     def __init__(self) -> None:

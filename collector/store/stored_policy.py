@@ -1,5 +1,5 @@
 """A stored round's policy read back: the rules it was judged under, and the one rule the
-readers compute beside it (the prefill-path bars). Part of the read model (collector/readout.py).
+readers compute beside it (the prefill-path bars). Part of the read model (collector/store/readout.py).
 """
 
 from __future__ import annotations

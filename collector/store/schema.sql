@@ -1,4 +1,4 @@
--- sparkboard's one store. Schema version 5 (collector/store.py: SCHEMA_VERSION, MIGRATIONS).
+-- sparkboard's one store. Schema version 5 (collector/store/db.py: SCHEMA_VERSION, MIGRATIONS).
 --
 -- History: 1 -> 2 added table score_dumps, sessions.attempts, comparisons.n_main/n_pr, and the
 -- session status 'incomplete' (a concurrent width that lost tokens). 2 -> 3 added sessions.seed

@@ -1,6 +1,6 @@
 """The DuckDB store: open, version check and migration, one writer at a time, transactions.
 
-The schema lives in one file, collector/schema.sql. Its version is SCHEMA_VERSION; an older
+The schema lives in one file, collector/store/schema.sql. Its version is SCHEMA_VERSION; an older
 database is migrated forward on open (MIGRATIONS), a newer or unknown one is refused with a
 message that says what to do. DuckDB itself refuses a second process that opens the same file
 for writing; we turn its lock error into one clear line.
@@ -56,7 +56,7 @@ class StoreError(Exception):
 
 
 def schema_sql() -> str:
-    return resources.files("collector").joinpath("schema.sql").read_text(encoding="utf-8")
+    return resources.files("collector.store").joinpath("schema.sql").read_text(encoding="utf-8")
 
 
 class Store:

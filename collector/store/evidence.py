@@ -9,7 +9,7 @@ from collections import defaultdict
 from collector.schedule import CONFIRM_SLOTS
 from collector.stats import Pair, session_sds
 from collector.store import Store
-from collector.stored_policy import stored_policy
+from collector.store.stored_policy import stored_policy
 from engine.harness.protocol import LongContextResult
 
 OF_SHARD = "(x.side <> 'main' OR x.shard = ?)"
@@ -30,7 +30,7 @@ class RoundData:
         policy = stored_policy(self.round["policy_json"], self.round.get("profile") or "")
         if policy is None:
             raise LookupError(f"round {round_id!r}: its stored policy cannot be read")
-        self.policy = policy  # read back as every page reads it (collector/stored_policy.py)
+        self.policy = policy  # read back as every page reads it (collector/store/stored_policy.py)
         self.prs = store.query_dicts("SELECT * FROM prs WHERE round_id = ? ORDER BY pr", [round_id])
         self.candidates = {
             c["pr"]: c

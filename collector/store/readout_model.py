@@ -1,4 +1,4 @@
-"""The types of the read model (collector/readout.py): a stored round and one PR as seen in it."""
+"""The types of the read model (collector/store/readout.py): a stored round and one PR as seen in it."""
 
 from __future__ import annotations
 

@@ -32,14 +32,15 @@ from typing import Any
 import duckdb
 
 from collector.axes import axis_sort_key, is_axis
-from collector.cost import SESSIONS_SQL, RoundCost, round_cost
-from collector.export import FORMATS as EXPORT_FORMATS
-from collector.export import export_tables
 from collector.gates import GATE_ORDER
 from collector.manifest import round_kind
-from collector.readout_model import Evaluation, ReadoutError, Round, Row
 from collector.stats import Pair
-from collector.stored_policy import prefill_bars, stored_policy
+from collector.store.cost import SESSIONS_SQL, RoundCost, round_cost
+from collector.store.db import schema_sql
+from collector.store.export import FORMATS as EXPORT_FORMATS
+from collector.store.export import export_tables
+from collector.store.readout_model import Evaluation, ReadoutError, Round, Row
+from collector.store.stored_policy import prefill_bars, stored_policy
 
 __all__ = [
     "STATUS_ICONS",
@@ -58,6 +59,7 @@ __all__ = [
     "pick_round",
     "prefill_bars",
     "real_weights",
+    "schema_sql",
     "stored_policy",
 ]
 
@@ -71,7 +73,7 @@ STATUS_ICONS: dict[str, tuple[str, str]] = {
 UNKNOWN_ICON = ("❔", "help-circle")
 
 
-# --- rules of order and weights (the stored policy itself: collector/stored_policy.py) -------
+# --- rules of order and weights (the stored policy itself: collector/store/stored_policy.py) -------
 
 
 def real_weights(model: str) -> bool:
@@ -95,7 +97,7 @@ def gate_key(gate: str) -> int:
     return GATE_ORDER.index(kind) if kind in GATE_ORDER else len(GATE_ORDER)
 
 
-# --- the model (Round and Evaluation: collector/readout_model.py) -----------------------------
+# --- the model (Round and Evaluation: collector/store/readout_model.py) -----------------------------
 
 
 @dataclass

@@ -50,18 +50,12 @@ def _stale_local_round(db: Path, loaded) -> str | None:  # type: ignore[no-untyp
     import duckdb
 
     from collector.candidates import git
+    from collector.store import lookups
 
     if not db.is_file():
         return None
     try:
-        con = duckdb.connect(str(db), read_only=True)
-        try:
-            row = con.execute(
-                "SELECT main_commit, manifest_toml FROM rounds WHERE round_id = ?",
-                [loaded.manifest.round],
-            ).fetchone()
-        finally:
-            con.close()
+        row = lookups.round_manifest_in(db, loaded.manifest.round)
     except duckdb.Error:
         return None  # not ours to judge: the collector says what is wrong with it
     if row is None:
@@ -87,15 +81,13 @@ def _published_copy(published: Path, db: Path, round_id: str) -> bool:
 
     import duckdb
 
+    from collector.store import lookups
+
     with published.open("rb") as f:
         digest = hashlib.file_digest(f, "sha256").hexdigest()
     stamp = db.with_name(db.name + ".published")
     try:
-        con = duckdb.connect(str(published), read_only=True)
-        try:
-            clash = con.execute("SELECT 1 FROM rounds WHERE round_id = ?", [round_id]).fetchall()
-        finally:
-            con.close()
+        clash = lookups.has_round(published, round_id)
     except duckdb.Error as e:
         raise click.ClickException(f"cannot read {published}: {str(e).splitlines()[0]}") from None
     if clash:

@@ -34,7 +34,7 @@ from collector.requests import build_request
 from collector.sandbox import BoxGuard, describe, seal
 from collector.schedule import Slot, Task, plan_confirmation, plan_shards
 from collector.session import SessionKit, here, measure_session, stop_if_box_changed
-from collector.store import Store, open_store, writer
+from collector.store import Store, lookups, open_store, writer
 from collector.store.writer import Placement
 
 
@@ -45,10 +45,10 @@ def now() -> datetime:
 def _check_round(store: Store, loaded: LoadedManifest, main_commit: str) -> bool:
     """Whether the round is new; a stored round must be the same manifest at the same main."""
     m = loaded.manifest
-    row = store.query("SELECT main_commit, manifest_toml FROM rounds WHERE round_id = ?", [m.round])
-    if not row:
+    stored = lookups.round_manifest(store, m.round)
+    if stored is None:
         return True
-    old_commit, old_text = row[0]
+    old_commit, old_text = stored
     if old_commit != main_commit:
         raise RoundError(
             f"round {m.round} was measured at main {old_commit[:12]}, but {m.base_ref} is now "
@@ -138,14 +138,7 @@ def _collect(
     )
 
     def still_to_run(plans: list[list[Slot]]) -> list[list[Task]]:
-        finished = {
-            r[0]
-            for r in store.query(
-                f"SELECT session_id FROM sessions WHERE round_id = ? AND fault <> 'infra' "
-                f"AND status IN ({','.join('?' * len(FINISHED))})",
-                [m.round, *FINISHED],
-            )
-        }
+        finished = lookups.finished_sessions(store, m.round, FINISHED)
         return [
             [t for s in plan for t in s.tasks if t.session_id not in finished] for plan in plans
         ]
@@ -240,12 +233,7 @@ def _candidates(
 def _finish(store: Store, round_id: str, infra_left: int, log: Callable[[str], None]) -> None:
     """A round with nothing left to retry is finished; either way it is judged."""
     if infra_left == 0:
-        dev = store.query(
-            "SELECT device_name, driver FROM sessions WHERE round_id = ? AND side = 'main' "
-            "AND status = 'ok' ORDER BY slot LIMIT 1",
-            [round_id],
-        )
-        writer.finish_round(store, round_id, *(dev[0] if dev else (None, None)))
+        writer.finish_round(store, round_id, *lookups.main_device(store, round_id))
     else:
         log(
             f"{infra_left} sessions failed for infrastructure: run the same command again to retry them"
@@ -281,11 +269,10 @@ def _confirmation_plans(
 def _shard_count(store: Store, round_id: str, gpus: int, n_prs: int) -> int:
     """The shards a round is cut into: fixed when it starts (its session ids depend on them), so
     a resume on more, fewer or no GPUs of a cluster measures the same plan."""
-    row = store.query("SELECT shards FROM rounds WHERE round_id = ?", [round_id])
-    if row and row[0][0] is not None:
-        return int(row[0][0])
-    started = store.query("SELECT 1 FROM sessions WHERE round_id = ? LIMIT 1", [round_id])
-    n = 1 if started else max(1, min(gpus, n_prs))
+    fixed = lookups.stored_shards(store, round_id)
+    if fixed is not None:
+        return fixed
+    n = 1 if lookups.has_sessions(store, round_id) else max(1, min(gpus, n_prs))
     writer.set_round_shards(store, round_id, n)
     return n
 
@@ -330,14 +317,10 @@ def skipped_outcome(
     `stop_after` (say which); None: run it. Main's tasks always run (they serve every PR)."""
     if task.side != "pr" or not stop_after:
         return None
-    rows = store.query(
-        "SELECT kind, model, status FROM sessions WHERE round_id = ? AND side = 'pr' AND pr = ? "
-        "AND list_contains(?, status) ORDER BY slot, started_at LIMIT 1",
-        [slot_round(task), task.pr, list(stop_after)],
-    )
-    if not rows:
+    stop = lookups.first_stop(store, slot_round(task), task.pr, list(stop_after))
+    if stop is None:
         return None
-    kind, model, status = rows[0]
+    kind, model, status = stop
     detail = (
         f"not run: the PR's {kind} session of {model} was {status} (a REJECT at once), so its "
         "later sessions of the round are skipped"
@@ -360,12 +343,8 @@ def record(
     if isinstance(o, Outcome):  # skipped: judged already
         writer.write_session(store, round_id, task, commit, o, placement=placement)
         return 0
-    main_failed = task.side == "pr" and bool(
-        store.query(
-            "SELECT 1 FROM sessions WHERE round_id = ? AND shard = ? AND side = 'main' "
-            "AND kind = ? AND model = ? AND status <> 'ok'",
-            [round_id, task.shard, task.kind, task.model],
-        )
+    main_failed = task.side == "pr" and lookups.main_failed(
+        store, round_id, task.shard, task.kind, task.model
     )
     outcome = judge(task, build_request(task, policy), o, policy, main_failed)
     writer.write_session(store, round_id, task, commit, outcome, placement)
@@ -380,8 +359,4 @@ def slot_round(task: Task) -> str:
 
 
 def round_summary(store: Store, round_id: str) -> str:
-    rows = store.query(
-        "SELECT status, count(*) FROM sessions WHERE round_id = ? GROUP BY status ORDER BY status",
-        [round_id],
-    )
-    return json.dumps(dict(rows))
+    return json.dumps(lookups.status_counts(store, round_id))

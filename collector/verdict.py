@@ -33,7 +33,7 @@ from collector.policy import TIER_NAMES, Policy, ResolvedPolicy, resolve
 from collector.results import Comparison, Gate, Verdict
 from collector.rules import gain_shortfall, pct, pct_of
 from collector.schedule import CONFIRM_SLOTS, guards_of
-from collector.store import Store, writer
+from collector.store import Store, lookups, writer
 from collector.store.evidence import RoundData
 from collector.store.merge import DUMPS_LEFT_OUT
 
@@ -188,7 +188,7 @@ def calibration(data: RoundData) -> list[tuple]:
 
 def _require_dumps(store: Store, round_id: str) -> None:
     """A round published without its score dumps cannot be judged again: say so."""
-    if store.query("SELECT 1 FROM schema_meta WHERE key = ?", [DUMPS_LEFT_OUT + round_id]):
+    if lookups.flagged(store, DUMPS_LEFT_OUT + round_id):
         raise LookupError(
             f"{store.path} was published without score dumps (the teacher-forced logits): the "
             f"verdicts of round {round_id} stand as stored; re-judge it in the database its "
@@ -199,11 +199,11 @@ def _require_dumps(store: Store, round_id: str) -> None:
 def adopt_policy(store: Store, round_id: str, policy: Policy) -> None:
     """Judge a round from now on under `policy` (its profile re-resolved), e.g. once A/A rounds
     have calibrated the gates; the round records the policy it is judged under."""
-    rows = store.query("SELECT profile FROM rounds WHERE round_id = ?", [round_id])
-    if not rows:
+    profile = lookups.round_profile(store, round_id)
+    if profile is None:
         raise LookupError(f"no round {round_id!r} in {store.path}")
     _require_dumps(store, round_id)
-    writer.set_round_policy(store, round_id, resolve(policy, rows[0][0]).model_dump_json())
+    writer.set_round_policy(store, round_id, resolve(policy, profile).model_dump_json())
 
 
 def decide_round(store: Store, round_id: str) -> list[Verdict]:
@@ -212,19 +212,8 @@ def decide_round(store: Store, round_id: str) -> list[Verdict]:
     ones, as when confirmation was chosen (main's confirmation sessions never move it)."""
     _require_dumps(store, round_id)
     # each PR judged in its shard's view (main of its own GPU); a PR not yet measured in shard 0's
-    shard_of = dict(
-        store.query(
-            "SELECT pr, min(shard) FROM sessions WHERE round_id = ? AND side = 'pr' GROUP BY pr",
-            [round_id],
-        )
-    )
-    confirmed = {
-        r[0]
-        for r in store.query(
-            "SELECT DISTINCT pr FROM sessions WHERE round_id = ? AND side = 'pr' AND slot >= ?",
-            [round_id, CONFIRM_SLOTS],
-        )
-    }
+    shard_of = lookups.pr_shards(store, round_id)
+    confirmed = lookups.prs_with_sessions_from(store, round_id, CONFIRM_SLOTS)
     views: dict[tuple[int, bool], RoundData] = {}
 
     def view(shard: int, planned: bool) -> RoundData:

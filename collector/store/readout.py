@@ -35,6 +35,7 @@ from collector.axes import axis_sort_key, is_axis
 from collector.gates import GATE_ORDER
 from collector.manifest import round_kind
 from collector.stats import Pair
+from collector.store.catalog import newest_time, recorded_version, schema_tables
 from collector.store.cost import SESSIONS_SQL, RoundCost, round_cost
 from collector.store.db import schema_sql
 from collector.store.export import FORMATS as EXPORT_FORMATS
@@ -58,7 +59,10 @@ __all__ = [
     "gate_key",
     "pick_round",
     "prefill_bars",
+    "newest_time",
     "real_weights",
+    "recorded_version",
+    "schema_tables",
     "schema_sql",
     "stored_policy",
 ]

@@ -166,7 +166,8 @@ CREATE TABLE IF NOT EXISTS comparisons (
     ci_low      DOUBLE NOT NULL,         -- bootstrap 95% interval of delta (within sessions)
     ci_high     DOUBLE NOT NULL,
     noise       DOUBLE NOT NULL,         -- v5: spread between the PR's sessions (largest session
-                                         -- median ratio / smallest - 1), never under the floor;
+                                         -- median ratio / smallest - 1), never under the floor
+                                         -- nor (since 8c4bc19) the round's noise on the axis;
                                          -- before: main-vs-main spread of the round
     tier        VARCHAR NOT NULL,        -- 'none' | 'XS' | ... | 'XL'
     significant BOOLEAN NOT NULL,        -- clears both the tier gate and the noise

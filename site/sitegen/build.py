@@ -24,10 +24,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import duckdb
 from markupsafe import Markup
 
-from collector.store.readout import export_tables, schema_sql
+from collector.store.readout import export_tables, newest_time, schema_sql
 from sitegen import charts, pages, queries, tiers
 from sitegen.escape import block, script_json
 
@@ -271,14 +270,9 @@ def _source_date(db: Path) -> int:
     """The newest time recorded in the database, as the build's date (sitemap lastmod)."""
     con = queries.connect(db)
     try:
-        row = con.execute(
-            "SELECT max(greatest(created_at, coalesce(finished_at, created_at))) FROM rounds"
-        ).fetchone()
-    except duckdb.Error:
-        row = None
+        when = newest_time(con) or datetime(2026, 1, 1)
     finally:
         con.close()
-    when = row[0] if row and row[0] else datetime(2026, 1, 1)
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return int(when.timestamp())

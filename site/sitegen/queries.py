@@ -9,9 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-import duckdb
-
-from collector.store.readout import Readout, Row, connect
+from collector.store.readout import Readout, Row, connect, recorded_version, schema_tables
 
 __all__ = ["SiteData", "connect", "load"]
 
@@ -27,31 +25,6 @@ def load(path: str | Path) -> SiteData:
     try:
         rd = Readout.from_connection(con)
         base = {f.name: getattr(rd, f.name) for f in fields(Readout) if f.name != "round_by_id"}
-        return SiteData(**base, tables=_tables(con), schema_version=_version(con))
+        return SiteData(**base, tables=schema_tables(con), schema_version=recorded_version(con))
     finally:
         con.close()
-
-
-def _tables(con: duckdb.DuckDBPyConnection) -> list[Row]:
-    cur = con.execute(
-        """
-        SELECT table_name, column_name, data_type, is_nullable
-        FROM duckdb_columns()
-        WHERE NOT internal AND schema_name = 'main' AND database_name = current_database()
-          AND table_name IN (SELECT table_name FROM duckdb_tables() WHERE NOT internal)
-        ORDER BY table_name, column_index
-        """
-    )
-    names = [d[0] for d in cur.description]
-    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
-
-
-def _version(con: duckdb.DuckDBPyConnection) -> str | None:
-    has = con.execute(
-        "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'schema_meta' "
-        "AND schema_name = 'main'"
-    ).fetchone()[0]
-    if not has:
-        return None
-    row = con.execute("SELECT value FROM schema_meta WHERE key = 'version'").fetchone()
-    return row[0] if row else None

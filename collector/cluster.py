@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from collector.errors import RoundError
-from collector.harness import Run
 from collector.outcome import Outcome
+from collector.runner import Run
 from collector.sandbox import BoxGuard
 from collector.schedule import Task
 from collector.session import SessionKit, here, measure_session, stop_if_box_changed

@@ -25,12 +25,12 @@ from collector.candidates import (
     build_candidate,
     preflight,
 )
+from collector.commands import build_request
 from collector.errors import RoundError
-from collector.harness import Place, Run
 from collector.manifest import LoadedManifest, ManifestError, load_manifest
 from collector.outcome import FINISHED, Outcome, judge, skipped
 from collector.policy import ResolvedPolicy, load_policy, resolve
-from collector.requests import build_request
+from collector.runner import Place, Run
 from collector.sandbox import BoxGuard, describe, seal
 from collector.schedule import Slot, Task, plan_confirmation, plan_shards
 from collector.session import SessionKit, here, measure_session, stop_if_box_changed

@@ -1,7 +1,7 @@
 """A session's outcome in one place: its status, and whose fault it is.
 
 A session's evidence comes from three places: the subprocess as it ended (`Run`: its exit, its
-document, the tail of its log; harness.py), the box around it (what the session changed outside
+document, the tail of its log; runner.py), the box around it (what the session changed outside
 its own folders: collector/sandbox.py), and the document's own evidence that the numbers are the
 engine's honest work (the timing parent's cross-checks and the verification against main's model:
 collector/forgery.py). `judge` reads all of it, once, in this order:
@@ -39,7 +39,7 @@ from collector.forgery import (
     idle_problem,
     implausible_claim,
 )
-from collector.harness import Request, Run
+from collector.runner import Request, Run
 from engine.cli_common import EXIT_BASELINE, EXIT_HARNESS, EXIT_USER_ERROR
 from engine.harness.protocol import (
     BenchDocument,

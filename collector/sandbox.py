@@ -44,7 +44,7 @@ from engine.harness.sandbox import Sandbox, SandboxError, probe
 from engine.harness.sandbox import describe as describe_kind
 
 if TYPE_CHECKING:
-    from collector.harness import Place
+    from collector.runner import Place
     from collector.schedule import Task
 
 GIT_TIMEOUT_S = 60

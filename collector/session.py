@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from collector.candidates import harness_drift, pin_harness
+from collector.commands import build_request
 from collector.errors import RoundError
-from collector.harness import Place, Run, run_request
 from collector.outcome import Outcome, judge
 from collector.policy import ResolvedPolicy
-from collector.requests import build_request
+from collector.runner import Place, Run, run_request
 from collector.sandbox import BoxGuard
 from collector.schedule import Task
 from collector.store.writer import Placement

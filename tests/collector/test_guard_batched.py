@@ -1,5 +1,5 @@
 """The guards' batched decode and the long-context decode: what a guard session and a long-context
-check ask the harness (collector/requests.py), and a PR whose multi-sequence decode is wrong only
+check ask the harness (collector/commands.py), and a PR whose multi-sequence decode is wrong only
 for a model it does not target (the red team's "quantized models skip the last layer, only in
 batched decode") REJECTed through its guard session."""
 
@@ -12,9 +12,9 @@ from fake_repo import FakeRepo, pr
 from pydantic import ValidationError
 
 from collector.collect import collect
+from collector.commands import build_request
 from collector.forgery import diverged_evidence, upper_bound
 from collector.policy import Profile, load_policy, resolve
-from collector.requests import build_request
 from collector.schedule import Task
 from collector.store import open_store
 from engine.harness.protocol import SweepResult

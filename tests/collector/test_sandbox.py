@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.harness import Place, Request, _command
+from collector.runner import Place, Request, _command
 from collector.sandbox import BoxGuard
 from collector.schedule import Task
 from engine.harness.sandbox import Sandbox

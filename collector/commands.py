@@ -1,16 +1,16 @@
 """What each kind of session asks the harness: the command line and the shape of the answer.
 
-A task (schedule.py) becomes one `harness.Request`: the profile's numbers turned into the bench
+A task (schedule.py) becomes one `runner.Request`: the profile's numbers turned into the bench
 protocol's options, and what a valid document must answer (contexts, widths, prefixes). Speed
 requests (sweep, guard, concurrent, longctx) are `timed`: the collector runs them from main's
-checkout, measuring the PR's engine beside main's (harness.py adds the engines' checkouts,
+checkout, measuring the PR's engine beside main's (runner.py adds the engines' checkouts,
 sandbox and caches).
 """
 
 from __future__ import annotations
 
-from collector.harness import Request
 from collector.policy import ResolvedPolicy
+from collector.runner import Request
 from collector.schedule import Task
 
 

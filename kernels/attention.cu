@@ -82,6 +82,10 @@ __device__ __forceinline__ void rope_head(const float* src, const float* __restr
     __syncwarp();
 }
 
+// ---------------------------------------------------------------------------------------
+// Decode: one step of flash-decoding (attn_split_<HD>, then attn_combine).
+// ---------------------------------------------------------------------------------------
+
 // One block per (split, kv head, row), ATT_WARPS warps. The chunk is cut into sub-tiles of
 // ATT_SUB positions; warp w takes sub-tiles w, w + ATT_WARPS, ... and streams them through
 // its own ring of ATT_STAGES by cp.async (no block barrier inside the loop), so every warp
@@ -281,6 +285,8 @@ __device__ __forceinline__ void attn_split_body(const float* __restrict__ qkv, i
     qkv, ld, qn_w, kn_w, inv_freq, neox, eps, kc, vc, seq_ids, lens, part_o, part_ml, n_heads,     \
         n_kv, max_len, nsplit, min_chunk, scale
 
+// attn_split_16/32/64/128: one per head dim. Grid (nsplit, n_kv_heads, rows), ATT_WARPS * 32
+// threads, dynamic shared memory Geometry.attn_shared_bytes(HD) (engine/cuda/geometry.py).
 extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_split_16(ATTN_SPLIT_ARGS) {
     attn_split_body<16>(ATTN_SPLIT_PASS);
 }
@@ -294,7 +300,7 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_split_128(ATTN
     attn_split_body<128>(ATTN_SPLIT_PASS);
 }
 
-// Merge the splits of one (head, row): grid (n_heads, rows), hd threads. Also writes the
+// attn_combine: merge the splits of one (head, row): grid (n_heads, rows), hd threads. Also writes the
 // two-level int8 blocks of the output (xq/xs non-null) for a quantized output projection:
 // with hd >= 32 each warp holds exactly one block of 32. The splits' maxima and sums are
 // loaded in parallel into shared memory first, and the partial outputs eight at a time, so
@@ -553,6 +559,8 @@ __device__ __forceinline__ void attn_prefill_body(const float* __restrict__ q, c
         float scale_log2
 #define ATTN_PREFILL_PASS q, kc, vc, out, seq, p0, T, n_heads, n_kv, max_len, scale_log2
 
+// attn_prefill_16/32/64/128: one per head dim. Grid (ceil(T / (16 * PF_WARPS)), n_heads),
+// PF_WARPS * 32 threads, dynamic shared memory Geometry.prefill_shared_bytes(HD).
 extern "C" __global__ void __launch_bounds__(PF_WARPS * 32) attn_prefill_16(ATTN_PREFILL_ARGS) {
     attn_prefill_body<16>(ATTN_PREFILL_PASS);
 }

@@ -1,3 +1,7 @@
+// ---------------------------------------------------------------------------------------
+// Float16 weights: gemv_mma_f16_<mode>[_norm][_n16|_n32] (mode store, add, glu).
+// ---------------------------------------------------------------------------------------
+
 // Float16 weights on tensor cores (mma.sync m16n8k16, float32 accumulate), for any number of
 // activation rows: a block owns 16 output rows (the mma's m) and up to 8 activation rows (its
 // n), so each weight byte is read once for 8 sequences without 8x the arithmetic of the loop
@@ -291,6 +295,9 @@ __device__ __forceinline__ void gemv_mma_body(const __half* __restrict__ w1, con
 }
 
 // One kernel per mode, NT (suffix: none for 8 activation rows per block, _n16, _n32) and norm.
+// Launch (Geometry.launch, engine/cuda/geometry.py): grid (ceil(n_out / (16 * bands)),
+// ceil(rows / (8 * NT))), MMA_WARPS_OF(NT) * 32 threads, dynamic shared memory
+// Geometry.shared_bytes(name): the weight ring or the warps' partial tiles, the larger.
 #define GEMV_MMA_NT(MNAME, MODE, NT, SUFFIX)                                                       \
     extern "C" __global__ void __launch_bounds__(MMA_WARPS_OF(NT) * 32, NT == 1 ? MMA_MINB : MMA_MINB_WIDE) \
         gemv_mma_f16_##MNAME##SUFFIX(GEMV_ARGS) {                                                  \
@@ -315,6 +322,9 @@ GEMV_MMA_ONE(add, MODE_ADD)
 GEMV_MMA_ONE(glu, MODE_GLU)
 
 // ---------------------------------------------------------------------------------------
+// Q4_0 weights: gemv_mma_q4_0_<mode> (mode store, add, glu).
+// ---------------------------------------------------------------------------------------
+//
 // Q4_0 weights on the int8 tensor cores (mma.sync m16n8k32, int32 accumulate) against the
 // two-level int8 activations of the dp4a path, for any number of activation rows, with the
 // block shape, warp split, ring and epilogue of the float16 kernel above. A step is two K
@@ -439,6 +449,8 @@ __device__ __forceinline__ void gemv_mmaq_body(const uint4* __restrict__ q1w, co
                                    ldo, 0.f, out);
 }
 
+// One kernel per mode. Launch: grid (ceil(n_out / (16 * bands)), ceil(rows / 8)), MMA_WARPS * 32
+// threads, dynamic shared memory Geometry.shared_bytes(name).
 #define GEMV_MMAQ_ONE(MNAME, MODE)                                                                 \
     extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32, MMA_MINB)                          \
         gemv_mma_q4_0_##MNAME(GEMV_ARGS) {                                                         \

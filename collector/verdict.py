@@ -1,9 +1,9 @@
 """The verdict of a round: comparisons per axis, the gates, a label per PR, merge-first.
 
-Reads a round's stored evidence and judges it with the policy stored in the round, so
-`sparkboard verdict` gives the same answer as the end of `collect`. The rules are written in
-collector/README.md ("Verdict rules") and their numbers in policy.toml; the per-axis tests are
-rules.py, each gate a module of gates/, and every row is written by writer.py.
+Reads a round's stored evidence (store/evidence.py) and judges it with the policy stored in the
+round, so `sparkboard verdict` gives the same answer as the end of `collect`. The rules are
+written in collector/README.md ("Verdict rules") and their numbers in policy.toml; the per-axis
+tests are rules.py, each gate a module of gates/, and every row is written by store/writer.py.
 """
 
 from __future__ import annotations

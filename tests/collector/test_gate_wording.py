@@ -46,7 +46,7 @@ BELOW = "below the 98% floor, its interval wholly below 0, past its noise band a
 
 @dataclass
 class FakeRound:
-    """What the gates read of verdict.RoundData."""
+    """What the gates read of store.evidence.RoundData."""
 
     policy: ResolvedPolicy = POLICY
     sessions: list[dict] = field(default_factory=list)

@@ -3,10 +3,10 @@
 Speed axes (`compare_axis`): every repetition of a PR's speed session is a pair, main's engine
 and the PR's timed turn by turn in the same minutes (engine/harness/measure.py). Delta =
 median(PR / main) - 1 over the pairs, with a bootstrap interval; the noise on the axis is the
-spread between the PR's sessions (each a new pair of processes), never less than the noise
-whose band spans `sessions_z` standard errors of the PR's mean session (a session's standard
-deviation on the axis estimated from the whole round) nor the profile's floor, and the band it
-implies; each session's own delta (its confirmation sessions also
+one whose band spans `sessions_z` standard errors of the mean of the PR's sessions (each a new
+pair of processes), a session's sd being the PR's own pooled with the round's
+(`stats.moderated_sd`), never less than the profile's floor; each session's own delta (its
+confirmation sessions also
 apart). Significance and the floor are decided by `rules.py` (words and decision from one
 function). Memory axes (`compare_memory`): bytes, lower is better, never a tier.
 """
@@ -25,9 +25,10 @@ from collector.stats import (
     is_implausible,
     least_gain,
     median,
+    moderated_sd,
     seed_for,
+    session_log_ratios,
     session_ratios,
-    session_spread,
 )
 
 
@@ -49,11 +50,9 @@ def compare_axis(
         pairs, v.bootstrap_resamples, v.confidence, seed_for(v.bootstrap_seed, model, ax)
     )
     sessions = [(slot, median(q) - 1) for slot, q in session_ratios(pairs)]
-    noise = max(
-        session_spread(pairs),
-        v.round_noise(session_sd, len(sessions)),
-        policy.profile.noise_floor(ax),
-    )
+    logs = session_log_ratios(pairs)
+    sd = moderated_sd(logs, session_sd, v.sessions_prior_dof)
+    noise = max(v.round_noise(sd, len(logs)), policy.profile.noise_floor(ax))
     main_vals = [m for _, m, _ in pairs]
     pr_vals = [p for _, _, p in pairs]
     c = Comparison(

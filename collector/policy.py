@@ -35,6 +35,9 @@ class VerdictRules(_Strict):
     # How many standard errors of a PR's mean session the band spans, a session's standard
     # deviation being the round's estimate on the axis (stats.session_sds)
     sessions_z: Annotated[float, Field(ge=0.0)] = 4.0
+    # Degrees of freedom the round's session sd counts for beside a PR's own sessions
+    # (stats.moderated_sd)
+    sessions_prior_dof: Annotated[float, Field(ge=0.0)] = 4.0
     blocking_labels: list[str] = []
     strikes_to_reject: Annotated[int, Field(ge=1)] = 2
 

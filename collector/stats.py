@@ -74,23 +74,44 @@ def _chi2_median_over_dof(dof: int) -> float:
     return (1.0 - 2.0 / (9.0 * dof)) ** 3
 
 
-def session_sds(pairs: Mapping[tuple, Sequence[Pair]]) -> dict[tuple, float]:
-    """How far one session strays on this box, per axis: keyed like `pairs` (pr, *axis key), the
-    standard deviation of a session's log median ratio around its PR's own, from the round's PRs
-    measured in two sessions or more (an axis two such PRs or more measured).
+def session_log_ratios(pairs: Sequence[Pair]) -> list[float]:
+    """Each session's log median ratio PR / main, in schedule order."""
+    return [float(np.log(median(q))) for _, q in session_ratios(pairs)]
 
-    Each such PR's sessions give a sample variance; each is scaled to estimate the variance
-    unbiased in the median, and the estimate is their median over PRs: a PR's own two or three
-    sessions can agree by chance where the box moves sessions by 20% (a 2-core VM, 2026-12-03:
-    a no-op's three concurrent sessions read -6..-10% while other PRs' strayed 14-35%), and one
-    PR cannot widen everyone's band by making its own sessions erratic (a median, not a mean)."""
-    by_axis: dict[tuple, list[float]] = {}
-    for (_pr, *key), ps in pairs.items():
-        logs = [float(np.log(median(q))) for _, q in session_ratios(ps)]
+
+def session_sds(pairs: Mapping[tuple, Sequence[Pair]]) -> dict[str, float]:
+    """How far one session strays on this box, per kind of axis (decode, prefill, concurrent):
+    `pairs` keyed (pr, model, axis, shape); the standard deviation of a session's log median
+    ratio around its own group's (one PR, model, axis and shape), from every group measured in
+    two sessions or more (a kind three such groups or more measured).
+
+    Each group's sessions give a sample variance, scaled to estimate the variance unbiased in
+    the median; the estimate is their median over groups. A PR's own two or three sessions can
+    agree by chance where the box moves sessions by 20% (a 2-core VM, 2026-12-03: a no-op's three
+    concurrent sessions read -6..-10% while other PRs' strayed 14-35%); the round's groups
+    together say how far sessions stray here (every axis of a kind: an axis one PR measured, a
+    guard's, borrows from the rest), and one PR cannot widen everyone's band by making its own
+    sessions erratic (a median, not a mean)."""
+    by_kind: dict[str, list[float]] = {}
+    for (_pr, _model, ax, *_), ps in pairs.items():
+        logs = session_log_ratios(ps)
         if len(logs) > 1:
             var = float(np.var(logs, ddof=1)) / _chi2_median_over_dof(len(logs) - 1)
-            by_axis.setdefault(tuple(key), []).append(var)
-    return {k: float(np.sqrt(median(v))) for k, v in by_axis.items() if len(v) > 1}
+            by_kind.setdefault(ax.partition("@")[0], []).append(var)
+    return {k: float(np.sqrt(median(v))) for k, v in by_kind.items() if len(v) > 2}
+
+
+def moderated_sd(logs: Sequence[float], round_sd: float, prior_dof: float) -> float:
+    """A PR's session standard deviation on an axis: its own sessions' sample variance (n - 1
+    degrees of freedom) pooled with the round's (`round_sd`, counted as `prior_dof` degrees):
+    two or three sessions alone say little about their spread (they agree by chance, or one
+    strays), the round's many say how far sessions stray here. The round's alone with one
+    session; the PR's own alone where the round has none."""
+    n = len(logs)
+    own = float(np.var(logs, ddof=1)) if n > 1 else 0.0
+    if round_sd <= 0:
+        return float(np.sqrt(own))
+    return float(np.sqrt(((n - 1) * own + prior_dof * round_sd**2) / (n - 1 + prior_dof)))
 
 
 def is_implausible(main: Sequence[float], pr: Sequence[float], gain: float) -> bool:

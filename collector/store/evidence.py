@@ -60,7 +60,7 @@ class RoundData:
             if "main" in sides and "pr" in sides:
                 pr, model, ax, shape, slot = where[key]
                 self.pairs[(pr, model, ax, shape)].append((slot, sides["main"], sides["pr"]))
-        # (model, axis, shape) -> how far one session strays there in this view (a log ratio)
+        # kind of axis -> how far one session strays there in this view (a log ratio)
         self.session_sd = session_sds(self.pairs)
         self.dumps: dict[tuple, list[str]] = defaultdict(list)
         for side, pr, model, doc in store.query(

@@ -165,10 +165,10 @@ CREATE TABLE IF NOT EXISTS comparisons (
     delta       DOUBLE NOT NULL,         -- median of the paired ratios PR / main - 1 (v5)
     ci_low      DOUBLE NOT NULL,         -- bootstrap 95% interval of delta (within sessions)
     ci_high     DOUBLE NOT NULL,
-    noise       DOUBLE NOT NULL,         -- v5: spread between the PR's sessions (largest session
-                                         -- median ratio / smallest - 1), never under the floor
-                                         -- nor (since 8c4bc19) the round's noise on the axis;
-                                         -- before: main-vs-main spread of the round
+    noise       DOUBLE NOT NULL,         -- the noise whose band spans sessions_z standard errors of
+                                         -- the PR's mean session (collector/README.md, "Verdict
+                                         -- rules"); earlier collectors: the spread between the
+                                         -- PR's sessions, or main-vs-main spread of the round
     tier        VARCHAR NOT NULL,        -- 'none' | 'XS' | ... | 'XL'
     significant BOOLEAN NOT NULL,        -- clears both the tier gate and the noise
     below_floor BOOLEAN NOT NULL,        -- under the regression floor (98% of main)

@@ -93,7 +93,7 @@ def test_floor_pass_names_every_part_of_the_rule_the_worst_axis_misses() -> None
     c = compare_axis(POLICY, "llama-1b:f16", "target", "prefill@128", pairs)
     assert said(floor_gate(ctx([c]))) == [
         "floor pass: no target axis significantly below the 98% floor (1 compared): worst -7.9% "
-        "(prefill@128 on llama-1b:f16), inside its -36.2% noise band and one PR session at "
+        "(prefill@128 on llama-1b:f16), inside its -49.3% noise band and one PR session at "
         "+5.0% is not below the 98% floor"
     ]
     assert said(floor_gate(ctx([comp(98.5)])))[0].endswith(
@@ -101,7 +101,7 @@ def test_floor_pass_names_every_part_of_the_rule_the_worst_axis_misses() -> None
     )
     one_session = floor_gate(ctx([comp(0.0, sessions=[89.0, 89.0, 99.0])]))
     assert said(one_session)[0].endswith(
-        "worst -11.0% (decode@128 on tiny), inside its -14.8% noise band and one PR session at "
+        "worst -11.0% (decode@128 on tiny), inside its -16.3% noise band and one PR session at "
         "-1.0% is not below the 98% floor"
     )
     wide = [(1, 100.0, v) for v in (90.0, 99.0, 95.0)] + [
@@ -109,7 +109,7 @@ def test_floor_pass_names_every_part_of_the_rule_the_worst_axis_misses() -> None
     ]
     c = compare_axis(POLICY, "tiny", "target", "decode@32", wide)
     assert said(floor_gate(ctx([c])))[0].endswith(
-        "worst -3.5% (decode@32 on tiny), inside its -4.6% noise band and one PR session at "
+        "worst -3.5% (decode@32 on tiny), inside its -7.5% noise band and one PR session at "
         "-2.0% is not below the 98% floor"
     )
     spanning = [(1, 100.0, v) for v in (90.0, 104.0, 95.0, 101.0, 92.0, 96.0)]  # one session
@@ -358,7 +358,7 @@ def test_reason_of_a_tier_states_every_part_of_the_gain_rule() -> None:
             0.0,
             0.0,
             [112.0, 112.0, 101.0],
-            "+12.0%, inside its +16.8% noise band and one PR session at +1.0% is under the +2% gate",
+            "+12.0%, inside its +18.8% noise band and one PR session at +1.0% is under the +2% gate",
         ),
     ],
 )

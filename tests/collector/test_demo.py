@@ -90,31 +90,32 @@ CAUGHT = {
     119: "it works while it is not its turn",
 }
 # 109 (XL, the faster) carries the blocking label `hold`, 115 (as fast as 101) `wip`: merge-first
-# is 101. The rule that skips a faster held PR is also tested with fixed speeds (test_round.py).
+# is 101 whenever 101 has a tier. The rule that skips a faster held PR is also tested with fixed
+# speeds (test_round.py).
 MERGE_FIRST = 101
+HELD = {109, 115}
 TIERS = ("XS", "S", "M", "L", "XL")
-# A real gain under +10% (#120: +7-9% at prefill@128 on a quiet VM) is called only where the
-# box's sessions agree that well: on a 2-core VM whose sessions strayed 14-20% from each other
-# (2026-12-03) its band was +22% and it read `none`. It must never read worse.
-SMALL_GAINS = {120}
 
 
-def same_verdict(label: str, expect: str, pr: int = 0) -> bool:
+def same_verdict(label: str, expect: str, reason: str = "") -> bool:
     """A real gain must keep a tier, but its size is the CPU's: #101's patch read +15% on one
-    2-core VM and +50% on another (2026-12-03, AMD EPYC), so a tier stands for any tier; a
-    small one (SMALL_GAINS) may read `none` on a noisy box."""
+    2-core VM and +50% on another (2026-12-03, AMD EPYC), so a tier stands for any tier. It may
+    read `none` only where the box could not resolve it: its reason says the best axis stayed
+    inside its noise band (a 2-core VM whose sessions strayed 8-14% on decode put the band at
+    +40..70% with two or three sessions, 2026-12-03: #101's +48% and #115's +47% read `none`)."""
     if label == expect or (label in TIERS and expect in TIERS):
         return True
-    return pr in SMALL_GAINS and expect in TIERS and label == "none"
+    return expect in TIERS and label == "none" and "noise band" in reason
 
 
 def check_demo_round(out: list[dict], merge_first: int | None = MERGE_FIRST) -> list[str]:
     """What the demo round got wrong: every PR's label against its `expect`, the gate behind
-    each REJECT, and merge-first (None: not checked, in a round of some of the PRs)."""
+    each REJECT, and merge-first (None: not checked, in a round of some of the PRs): `merge_first`
+    when it has a tier, else no held PR and none without a tier."""
     wrong = []
     for d in out:
         n, label, expect = d["pr"], d["label"], d["expect"]
-        if not same_verdict(label, expect, n):
+        if not same_verdict(label, expect, d["reason"]):
             wrong.append(f"#{n}: {label} (expected {expect}): {d['reason']}")
         gates = {g["gate"]: g["status"] for g in d["gates"]}
         if n in FAILING_GATE and gates.get(FAILING_GATE[n]) != "fail":
@@ -126,8 +127,12 @@ def check_demo_round(out: list[dict], merge_first: int | None = MERGE_FIRST) -> 
         if n in CAUGHT and CAUGHT[n] not in d["reason"]:
             wrong.append(f"#{n}: the reason does not say {CAUGHT[n]!r}: {d['reason']}")
     mf = [d["pr"] for d in out if d["merge_first"]]
-    if merge_first is not None and mf != [merge_first]:
-        wrong.append(f"merge-first went to {mf}, expected [{merge_first}]")
+    labels = {d["pr"]: d["label"] for d in out}
+    if merge_first is not None:
+        if labels.get(merge_first) in TIERS and mf != [merge_first]:
+            wrong.append(f"merge-first went to {mf}, expected [{merge_first}]")
+        elif len(mf) > 1 or any(n in HELD or labels[n] not in TIERS for n in mf):
+            wrong.append(f"merge-first went to {mf}: a held PR or one without a tier")
     return wrong
 
 
@@ -187,8 +192,8 @@ def test_check_demo_round_accepts_the_expected_round() -> None:
 
 
 def test_check_demo_round_flags_a_wrong_label_gate_or_merge_first() -> None:
-    missed = check_demo_round(_round(label_101="none"))
-    assert any(w.startswith("#101") for w in missed) and any("merge-first" in w for w in missed)
+    missed = check_demo_round(_round(label_101="none"))  # its reason names no noise band
+    assert [w[:4] for w in missed] == ["#101"]
     assert [w[:4] for w in check_demo_round(_round(gate_103="floor"))] == ["#103"]
     neutral = _round()
     neutral[3]["label"] = "S"  # the neutral refactor must stay `none`
@@ -196,6 +201,9 @@ def test_check_demo_round_flags_a_wrong_label_gate_or_merge_first() -> None:
     lost = _round()
     lost[4]["label"] = "pending"  # a real gain must keep a tier
     assert [w[:4] for w in check_demo_round(lost)] == ["#109"]
+    held = _round()
+    held[0]["merge_first"], held[4]["merge_first"] = False, True  # #109 carries `hold`
+    assert any("merge-first" in w for w in check_demo_round(held))
 
 
 def test_a_real_gain_may_read_another_tier_on_another_cpu() -> None:
@@ -203,9 +211,21 @@ def test_a_real_gain_may_read_another_tier_on_another_cpu() -> None:
     bigger[0]["merge_first"] = True
     assert check_demo_round(bigger) == []
     small = [*_round(), _pr(120, "none", "M")]
+    small[-1]["reason"] = (
+        "No target axis is a significant gain: best +8.3%, inside its +16% noise band"
+    )
     assert check_demo_round(small) == []  # a small gain on a noisy box
     small[-1]["label"] = "REJECT"
     assert [w[:4] for w in check_demo_round(small)] == ["#120"]
+
+
+def test_a_real_gain_inside_the_boxs_noise_band_may_read_none() -> None:
+    """Then merge-first is nobody's (the held #109 never takes it)."""
+    unresolved = _round(label_101="none")
+    unresolved[0]["reason"] = "best decode@128 on tiny +48.2%, inside its +55.3% noise band"
+    assert check_demo_round(unresolved) == []
+    unresolved[0]["reason"] = "best decode@128 on tiny +1.0%, under the +2% gate"
+    assert [w[:4] for w in check_demo_round(unresolved)] == ["#101"]
 
 
 def test_check_demo_round_does_not_time_the_held_pr_against_merge_first() -> None:

@@ -6,9 +6,9 @@ median(PR / main) - 1 over the pairs, with a bootstrap interval; the noise on th
 one whose band spans `sessions_z` standard errors of the mean of the PR's sessions (each a new
 pair of processes), a session's sd being the PR's own pooled with the round's
 (`stats.moderated_sd`), never less than the profile's floor; each session's own delta (its
-confirmation sessions also
-apart). Significance and the floor are decided by `rules.py` (words and decision from one
-function). Memory axes (`compare_memory`): bytes, lower is better, never a tier.
+confirmation sessions also apart). Significance and the floor are decided by `rules.py` (words
+and decision from one function). Memory axes (`compare_memory`): bytes, lower is better, never
+a tier.
 """
 
 from __future__ import annotations
@@ -42,9 +42,10 @@ def compare_axis(
 ) -> Comparison:
     """One axis, PR against main, from its pairs (slot, main's value, the PR's). A gain (or a
     loss) must also hold in each PR session alone: one pair of processes that drew a slow
-    placement decides nothing. `session_sd`: how far one session strays on this axis in the
-    round (`stats.session_sds`, a log ratio); the noise is never less than
-    `VerdictRules.round_noise` of it over the PR's sessions."""
+    placement decides nothing. `session_sd`: how far one session strays on this kind of axis in
+    the round (`stats.session_sds`, a log ratio), pooled with the PR's own sessions
+    (`stats.moderated_sd`); the noise is `VerdictRules.round_noise` of that over the PR's
+    sessions, never under the profile's floor."""
     v = policy.verdict
     d, lo, hi = bootstrap_ratio_ci(
         pairs, v.bootstrap_resamples, v.confidence, seed_for(v.bootstrap_seed, model, ax)

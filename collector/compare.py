@@ -13,6 +13,7 @@ a tier.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from collector.policy import ResolvedPolicy
@@ -27,7 +28,6 @@ from collector.stats import (
     median,
     moderated_sd,
     seed_for,
-    session_log_ratios,
     session_ratios,
 )
 
@@ -51,7 +51,7 @@ def compare_axis(
         pairs, v.bootstrap_resamples, v.confidence, seed_for(v.bootstrap_seed, model, ax)
     )
     sessions = [(slot, median(q) - 1) for slot, q in session_ratios(pairs)]
-    logs = session_log_ratios(pairs)
+    logs = [math.log1p(d) for _, d in sessions]  # each session's log median ratio
     sd = moderated_sd(logs, session_sd, v.sessions_prior_dof)
     noise = max(v.round_noise(sd, len(logs)), policy.profile.noise_floor(ax))
     main_vals = [m for _, m, _ in pairs]

@@ -8,6 +8,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from collector.axes import is_memory_axis, parse_axis
+
 
 def median(values: Sequence[float]) -> float:
     return float(np.median(np.asarray(values, dtype=np.float64)))
@@ -95,9 +97,9 @@ def session_sds(pairs: Mapping[tuple, Sequence[Pair]]) -> dict[str, float]:
     by_kind: dict[str, list[float]] = {}
     for (_pr, _model, ax, *_), ps in pairs.items():
         logs = session_log_ratios(ps)
-        if len(logs) > 1:
+        if len(logs) > 1 and not is_memory_axis(ax):
             var = float(np.var(logs, ddof=1)) / _chi2_median_over_dof(len(logs) - 1)
-            by_kind.setdefault(ax.partition("@")[0], []).append(var)
+            by_kind.setdefault(parse_axis(ax)[0], []).append(var)
     return {k: float(np.sqrt(median(v))) for k, v in by_kind.items() if len(v) > 2}
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from collector.accuracy import AccuracyError, compare_dumps
-from collector.axes import axis, axis_sort_key, is_memory_axis
+from collector.axes import axis, axis_sort_key, is_memory_axis, parse_axis
 from collector.compare import compare_axis, compare_memory
 from collector.gates import (
     NOT_MERGED,
@@ -53,7 +53,7 @@ def compare_pr(data: RoundData, pr: int, targets: list[str], guards: list[str]) 
             speed = {a for a in measured if not is_memory_axis(a)}
         for ax in sorted(speed, key=axis_sort_key):
             pairs = data.pairs[(pr, model, ax, shape)]
-            sd = data.session_sd.get(ax.partition("@")[0], 0.0)  # by kind of axis
+            sd = data.session_sd.get(parse_axis(ax)[0], 0.0)  # by kind of axis
             comps.append(compare_axis(data.policy, model, role, ax, pairs, sd))
         for ax in sorted((a for a in measured if is_memory_axis(a)), key=axis_sort_key):
             pairs = data.pairs[(pr, model, ax, shape)]

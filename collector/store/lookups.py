@@ -4,6 +4,8 @@ Small questions with one query each; the writer records the answers' other side.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
@@ -13,23 +15,31 @@ from collector.store.db import Store
 
 def round_manifest(store: Store, round_id: str) -> tuple[str, str] | None:
     """(main's commit, the manifest's text) the round was started with; None: no such round."""
-    rows = store.query(
-        "SELECT main_commit, manifest_toml FROM rounds WHERE round_id = ?", [round_id]
-    )
-    return (rows[0][0], rows[0][1]) if rows else None
+    return _round_manifest(store.con, round_id)
 
 
 def round_manifest_in(path: Path, round_id: str) -> tuple[str, str] | None:
     """The same, of a file opened read-only at whatever schema version it has (a published or
     an earlier local copy the demo may measure into); duckdb.Error when it is no database."""
+    with _read_only(path) as con:
+        return _round_manifest(con, round_id)
+
+
+def _round_manifest(con: duckdb.DuckDBPyConnection, round_id: str) -> tuple[str, str] | None:
+    row = con.execute(
+        "SELECT main_commit, manifest_toml FROM rounds WHERE round_id = ?", [round_id]
+    ).fetchone()
+    return (row[0], row[1]) if row else None
+
+
+@contextmanager
+def _read_only(path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A file opened read-only as it is, without the store's version check or migration."""
     con = duckdb.connect(str(path), read_only=True)
     try:
-        row = con.execute(
-            "SELECT main_commit, manifest_toml FROM rounds WHERE round_id = ?", [round_id]
-        ).fetchone()
+        yield con
     finally:
         con.close()
-    return (row[0], row[1]) if row else None
 
 
 def finished_sessions(store: Store, round_id: str, statuses: tuple[str, ...]) -> set[str]:
@@ -101,11 +111,8 @@ def round_profile(store: Store, round_id: str) -> str | None:
 def has_round(path: Path, round_id: str) -> bool:
     """Whether the file (opened read-only, any schema version) holds the round; duckdb.Error
     when it is no database."""
-    con = duckdb.connect(str(path), read_only=True)
-    try:
+    with _read_only(path) as con:
         return bool(con.execute("SELECT 1 FROM rounds WHERE round_id = ?", [round_id]).fetchall())
-    finally:
-        con.close()
 
 
 def pr_shards(store: Store, round_id: str) -> dict[int, int]:

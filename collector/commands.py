@@ -51,13 +51,20 @@ def _timing(policy: ResolvedPolicy) -> list[str]:
     )
 
 
+def _legs(policy: ResolvedPolicy) -> list[str]:
+    """Pairs of engine processes a speed session starts one after another (only when more than
+    one: a harness from before the option still takes the rest)."""
+    legs = policy.profile.legs
+    return ["--legs", str(legs)] if legs > 1 else []
+
+
 def _sweep(task: Task, policy: ResolvedPolicy) -> Request:
     prof = policy.profile
     guard = task.kind == "guard"
     ctxs = (prof.guard_ctx_for(task.model),) if guard else prof.contexts_for(task.model)
     argv = [*policy.harness.bench, "sweep", *_args(task, policy)]
     argv += ["--ctx", ",".join(map(str, ctxs)), "--tokens", str(prof.tokens)]
-    argv += ["--reps", str(prof.reps), *_timing(policy)]
+    argv += ["--reps", str(prof.reps), *_timing(policy), *_legs(policy)]
     argv += ["--prefill-tokens", str(prof.prefill_tokens)] if prof.prefill_tokens else []
     widths = tuple(prof.guard_widths) if guard else ()
     if widths:  # then a batched decode in the same process, verified like a concurrent session
@@ -82,7 +89,7 @@ def _concurrent(task: Task, policy: ResolvedPolicy) -> Request:
     argv = [*policy.harness.bench, "concurrent", *_args(task, policy)]
     argv += ["--widths", ",".join(map(str, prof.widths)), "--tokens", str(prof.concurrent_tokens)]
     argv += ["--runs", str(prof.concurrent_runs), "--prompt-len", str(prof.prompt_len)]
-    argv += ["--min-time", str(prof.min_time)]
+    argv += ["--min-time", str(prof.min_time), *_legs(policy)]
     return Request(
         "concurrent",
         argv=argv,

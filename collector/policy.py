@@ -182,6 +182,10 @@ class Profile(_Strict):
     # paired sessions per PR (main's engine timed beside the PR's in each): a verdict on speed
     # must hold in each, and the spread between them is the axis's noise
     pr_sessions: PosInt = 2
+    # Pairs of engine processes per speed session, one after another (the harness's --legs), the
+    # repetitions (reps, concurrent_runs, guard_width_runs) dealt over them: a process settles at
+    # a speed of its own that more repetitions in it never average out (policy.toml's gpu profile)
+    legs: PosInt = 1
     # Timed sessions more for each PR whose verdict rests on speed alone (a tier, or a REJECT for
     # a loss), run after the planned ones: a burst of load that hit a PR's planned sessions does
     # not decide its verdict (collector/README.md, "Verdict rules"). 0: no confirmation.
@@ -245,6 +249,11 @@ class Profile(_Strict):
         if unbudgeted:
             raise ValueError(
                 f"long_context and memory_budget_mib must name the same models: {unbudgeted}"
+            )
+        if self.legs > min(self.reps, self.concurrent_runs):
+            raise ValueError(
+                f"legs {self.legs} exceeds reps {self.reps} or concurrent_runs "
+                f"{self.concurrent_runs}: every pair of processes times each shape once at least"
             )
         need = {"sweep", "concurrent", "score", "prefill-check", "guard"}
         missing = (need | ({"longctx"} if self.long_context else set())) - set(self.timeouts)

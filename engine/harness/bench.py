@@ -33,7 +33,7 @@ import sys
 import tempfile
 import traceback
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -78,8 +78,11 @@ from engine.harness.measure import (
 from engine.harness.protocol import (
     Baseline,
     ConcurrentResult,
+    ContextSample,
     Measured,
+    MemoryReport,
     SweepResult,
+    WidthSample,
 )
 from engine.harness.reaper import become_subreaper, kill_leftovers
 from engine.harness.sandbox import KINDS, SANDBOX_ENV, Sandbox
@@ -174,6 +177,25 @@ class Engines:
         )
 
 
+legs_option = click.option(
+    "--legs",
+    default=1,
+    show_default=True,
+    help="Pairs of engine processes, one after another: the engines are started anew this many "
+    "times and the repetitions (runs) dealt over them, so a session's numbers average over the "
+    "speed each new process happens to settle at.",
+)
+
+
+def deal(n: int, legs: int, what: str) -> list[int]:
+    """`n` repetitions dealt over `legs` pairs of engine processes (the first legs take the
+    remainder); every leg gets one at least."""
+    require_positive(legs, "--legs")
+    if legs > n:
+        raise EngineError(f"--legs {legs} exceeds {what} {n}: every leg times each shape once")
+    return [n // legs + (i < n % legs) for i in range(legs)]
+
+
 verify_option = click.option(
     "--verify/--no-verify",
     default=True,
@@ -254,6 +276,7 @@ def bench() -> None:
     show_default=True,
     help="--widths: prompt tokens of the first sequence; sequence i gets prompt-len + i.",
 )
+@legs_option
 @session_options
 @verify_option
 @out_option
@@ -270,6 +293,7 @@ def sweep(
     width_tokens: int,
     width_runs: int,
     prompt_len: int,
+    legs: int,
     verify: bool,
     out: str,
     backend: str,
@@ -295,34 +319,38 @@ def sweep(
     if widths:
         options = ("--width-tokens", "--width-runs")
         check_widths(model, widths, prompt_len, width_tokens, width_runs, max_ctx, options)
+    reps_of = deal(reps, legs, "--reps")
+    # a guard's few batched runs: the legs that get none skip them
+    runs_of = [width_runs // legs + (i < width_runs % legs) for i in range(legs)]
 
-    def body(b: Bench) -> list[dict]:
+    def body(b: Bench, leg: int) -> list[dict]:
         per_side: list[dict] = [{"contexts": [], "widths": []} for _ in b.sides]
         for ctx in ctxs:
             for got, sample in zip(
-                per_side, measure_context(b, ctx, tokens, reps, warmup), strict=True
+                per_side, measure_context(b, ctx, tokens, reps_of[leg], warmup), strict=True
             ):
                 got["contexts"].append(sample)
             last = per_side[-1]["contexts"][-1]
             progress(
                 f"sweep {model} ctx {ctx}: decode {np.median(last.decode_tok_s):.1f} tok/s, "
-                f"prefill {np.median(last.prefill_tok_s):.1f} tok/s (median of {reps})"
+                f"prefill {np.median(last.prefill_tok_s):.1f} tok/s (median of {reps_of[leg]})"
                 + _beside(per_side, lambda d: np.median(d["contexts"][-1].decode_tok_s))
             )
         # after the contexts, whose memory peaks are marked already: same process, same model
-        batched = measure_widths(b, widths, prompt_len, width_tokens, width_runs, warmup)
-        for got, samples in zip(per_side, batched, strict=True):
-            got["widths"] = samples
+        if runs_of[leg]:
+            batched = measure_widths(b, widths, prompt_len, width_tokens, runs_of[leg], warmup)
+            for got, samples in zip(per_side, batched, strict=True):
+                got["widths"] = samples
         for s in per_side[-1]["widths"]:
             progress(
                 f"sweep {model} width {s.width}: "
-                f"{np.median([r.tok_s for r in s.runs]):.1f} tok/s (median of {width_runs})"
+                f"{np.median([r.tok_s for r in s.runs]):.1f} tok/s (median of {len(s.runs)})"
             )
         return per_side
 
     b = Bench([], Challenges(), np.zeros(1, dtype=np.int64), min_time, prefill_tokens)
     (mine, baseline), measured, fields = run_session(
-        model, backend, Engines.of(session), verify, b, body, clock
+        model, backend, Engines.of(session), verify, b, body, clock, legs
     )
     extra = {"widths": mine["widths"], "width_tokens": width_tokens} if widths else {}
     doc = SweepResult(
@@ -363,6 +391,7 @@ def _beside(per_side: list[dict], value: Callable[[dict], float]) -> str:
     show_default=True,
     help="Prompt tokens of the first sequence; sequence i gets prompt-len + i (GPU: use 128).",
 )
+@legs_option
 @session_options
 @verify_option
 @out_option
@@ -375,6 +404,7 @@ def concurrent(
     warmup: int,
     min_time: float,
     prompt_len: int,
+    legs: int,
     verify: bool,
     out: str,
     backend: str,
@@ -388,14 +418,17 @@ def concurrent(
     require_non_negative(warmup, "--warmup")
     check_min_time(min_time)
 
-    def body(b: Bench) -> list[dict]:
+    runs_of = deal(runs, legs, "--runs")
+
+    def body(b: Bench, leg: int) -> list[dict]:
         per_side = [
-            {"widths": ws} for ws in measure_widths(b, widths, prompt_len, tokens, runs, warmup)
+            {"widths": ws}
+            for ws in measure_widths(b, widths, prompt_len, tokens, runs_of[leg], warmup)
         ]
         for i, s in enumerate(per_side[-1]["widths"]):
             progress(
                 f"concurrent {model} width {s.width}: "
-                f"{np.median([r.tok_s for r in s.runs]):.1f} tok/s (median of {runs})"
+                f"{np.median([r.tok_s for r in s.runs]):.1f} tok/s (median of {runs_of[leg]})"
                 + _beside(
                     per_side, lambda d, i=i: np.median([r.tok_s for r in d["widths"][i].runs])
                 )
@@ -404,7 +437,7 @@ def concurrent(
 
     b = Bench([], Challenges(), np.zeros(1, dtype=np.int64), min_time)
     (mine, baseline), measured, fields = run_session(
-        model, backend, Engines.of(session), verify, b, body, clock
+        model, backend, Engines.of(session), verify, b, body, clock, legs
     )
     doc = ConcurrentResult(
         **fields, tokens=tokens, widths=mine["widths"], measured=measured, baseline=baseline
@@ -510,88 +543,190 @@ def corpus_ids(scratch: Path) -> Callable[[str, int], list[int]]:
     return ids
 
 
+class Steps:
+    """Where a session's seconds go, legs summed: each step's time from the end of the step
+    before it, written to the clock as phases (Measured.phases: seconds from the start at which
+    each step would have ended had every leg's steps run back to back)."""
+
+    ORDER = ("engine_loaded", "warmed", "measured", "engine_stopped", "verified")
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock, self.spent, self._last = clock, dict.fromkeys(self.ORDER, 0.0), 0.0
+
+    def done(self, step: str) -> None:
+        now = self.clock.wall_s()
+        self.spent[step] += now - self._last
+        self._last = now
+        total = 0.0
+        for name in self.ORDER[: self.ORDER.index(step) + 1]:
+            total += self.spent[name]
+            self.clock.phases[name] = round(total, 3)
+
+
+@dataclass
+class Role:
+    """One engine's part of a session (main's, or the one measured) over every leg: what its
+    processes were timed at and did, and the outputs kept to verify."""
+
+    engines: list[EngineProcess]
+    memory: list[MemoryReport]
+    checks: list = field(default_factory=list)  # groups of Samples (the measured engine's)
+
+
+def _joined_memory(reports: list[MemoryReport]) -> MemoryReport | None:
+    """The most any leg's process held at each reading."""
+    if not reports:
+        return None
+
+    def most(values: list[int | None]) -> int | None:
+        known = [v for v in values if v is not None]
+        return max(known) if known else None
+
+    return MemoryReport(
+        host_after_load=max(r.host_after_load for r in reports),
+        host_peak=max(r.host_peak for r in reports),
+        gpu_after_load=most([r.gpu_after_load for r in reports]),
+        gpu_peak=most([r.gpu_peak for r in reports]),
+    )
+
+
+def _joined_contexts(parts: list[ContextSample]) -> ContextSample:
+    first = parts[0]
+    peaks = [
+        [getattr(c, k) for c in parts if getattr(c, k) is not None]
+        for k in ("host_peak", "gpu_peak")
+    ]
+    return ContextSample(
+        ctx=first.ctx,
+        decode_tokens=first.decode_tokens,
+        decode_tok_s=[v for c in parts for v in c.decode_tok_s],
+        prefill_tok_s=[v for c in parts for v in c.prefill_tok_s],
+        vram=first.vram,
+        host_peak=max(peaks[0]) if peaks[0] else None,
+        gpu_peak=max(peaks[1]) if peaks[1] else None,
+    )
+
+
+def joined_legs(parts: list[dict]) -> dict:
+    """One engine's results of every leg as one session's: each context's and each width's
+    repetitions in leg order (a width some legs left out, a guard's, from the legs that ran it)."""
+    out: dict = {}
+    if "contexts" in parts[0]:
+        out["contexts"] = [
+            _joined_contexts([p["contexts"][i] for p in parts])
+            for i in range(len(parts[0]["contexts"]))
+        ]
+    if "widths" in parts[0]:
+        by_width: dict[int, list[WidthSample]] = {}
+        for p in parts:
+            for w in p["widths"]:
+                by_width.setdefault(w.width, []).append(w)
+        out["widths"] = [
+            WidthSample(width=w, prompt_len=ws[0].prompt_len, runs=[r for x in ws for r in x.runs])
+            for w, ws in by_width.items()
+        ]
+    return out
+
+
 def run_session(
     model: str,
     backend: str,
     engines: Engines,
     do_verify: bool,
     b: Bench,
-    body: Callable[[Bench], list[dict]],
+    body: Callable[[Bench, int], list[dict]],
     clock: Clock,
+    legs: int = 1,
 ) -> tuple[tuple[dict, Baseline | None], Measured, dict]:
-    """Time the canary, start the engines (main's beside the measured one when there is a
-    baseline; both load at once), run `body` against them turn by turn, stop them, time the
-    canary again, then verify the measured engine's outputs with this checkout's model.
+    """Time the canary; then, `legs` times, start the engines (main's beside the measured one
+    when there is a baseline; both load at once), run `body(b, leg)` against them turn by turn
+    and stop them; time the canary again, then verify the measured engine's outputs of every
+    leg with this checkout's model. Each leg is a new pair of processes: a process settles at a
+    speed of its own (where its buffers land; ~1% apart on the H200, engine/PERF.md), which more
+    repetitions in it never average out, more processes do.
     Returns (its results, main's as a Baseline), what makes them trustworthy, and the header."""
     resolved = resolve_backend(backend)
     become_subreaper()  # what an engine process leaves running is ours to kill
     canary = Canary(resolved)
     probe = DeviceProbe() if resolved == "cupy" else None
+    steps = Steps(clock)
+    results: list[list[dict]] = []  # per leg, per side
     with scratch_folder(engines.scratch) as scratch:
         specs = [engine_spec(engines, resolved, scratch, baseline=True)] if engines.baseline else []
         specs.append(engine_spec(engines, resolved, scratch, baseline=False))
-        procs = [
-            EngineProcess(spec, model, resolved, probe=probe, baseline=i < len(specs) - 1)
-            for i, spec in enumerate(specs)
-        ]
-        try:
-            for p in procs:
-                p.connect()
-            clock.mark("engine_loaded")
-            if len({p.vocab for p in procs}) != 1:
-                raise EngineOutputError(
-                    "main's engine and the engine under test disagree on the vocabulary"
-                )
-            b.sides = [
-                Side(p, watch_engine(p, resolved == "cupy"), verified=(i == len(procs) - 1))
-                for i, p in enumerate(procs)
+        roles = [Role([], []) for _ in specs]
+        for leg in range(legs):
+            if legs > 1:
+                progress(f"leg {leg + 1} of {legs}: the engines start anew")
+            procs = [
+                EngineProcess(spec, model, resolved, probe=probe, baseline=i < len(specs) - 1)
+                for i, spec in enumerate(specs)
             ]
-            b.material = np.asarray(corpus_ids(scratch)(model, procs[0].vocab))
-            warm_up(b)
-            clock.mark("warmed")
-            for side in b.sides:
-                side.watch.mark()  # each context's peak counts from here
-            result = body(b)
-            clock.mark("measured")
-        finally:
-            memory = [s.watch.stop() for s in b.sides if s.watch is not None]
-            for p in procs:
-                p.close()
-            kill_leftovers()
-    clock.mark("engine_stopped")
+            b.sides = []
+            try:
+                for p in procs:
+                    p.connect()
+                steps.done("engine_loaded")
+                if len({p.vocab for p in procs}) != 1:
+                    raise EngineOutputError(
+                        "main's engine and the engine under test disagree on the vocabulary"
+                    )
+                b.sides = [
+                    Side(p, watch_engine(p, resolved == "cupy"), verified=(i == len(procs) - 1))
+                    for i, p in enumerate(procs)
+                ]
+                if leg == 0:
+                    b.material = np.asarray(corpus_ids(scratch)(model, procs[0].vocab))
+                warm_up(b)
+                steps.done("warmed")
+                for side in b.sides:
+                    side.watch.mark()  # each context's peak counts from here
+                results.append(body(b, leg))
+                steps.done("measured")
+            finally:
+                for role, side in zip(roles, b.sides, strict=False):
+                    role.memory.append(side.watch.stop())
+                    role.checks += side.checks.groups
+                for role, p in zip(roles, procs, strict=True):
+                    role.engines.append(p)
+                    p.close()
+                kill_leftovers()
+            steps.done("engine_stopped")
     canary_report = canary.after()
-    mine = b.sides[-1]
+    mine = roles[-1]
     report = None
     if do_verify:
-        progress(
-            f"verifying {len(mine.checks.groups)} timed operations against this checkout's model"
-        )
+        progress(f"verifying {len(mine.checks)} timed operations against this checkout's model")
         reference = f"main's engine at {engine_commit()[:12]}"
-        report = verify_outputs(open_model(model, resolved), mine.checks.groups, reference)
-        clock.mark("verified")
-    progress("phases (s from start): " + ", ".join(f"{k} {v:.1f}" for k, v in clock.phases.items()))
+        report = verify_outputs(open_model(model, resolved), mine.checks, reference)
+        steps.done("verified")
+    progress(
+        "phases (s, legs summed): " + ", ".join(f"{k} {v:.1f}" for k, v in clock.phases.items())
+    )
+    per_side = [joined_legs([leg[i] for leg in results]) for i in range(len(roles))]
     measured = Measured(
         seed=b.challenges.seed,
-        timing=timing_report(mine.engine),
+        timing=timing_report(*mine.engines),
         verification=report,
-        memory=memory[-1],
+        memory=_joined_memory(mine.memory),
         phases=clock.phases,
-        idle=idle_report(mine.engine),
+        idle=idle_report(*mine.engines),
         canary=canary_report,
         sandbox=describe_sandbox(engines.sandbox),
+        legs=legs,
     )
     baseline = None
-    if len(b.sides) == 2:
-        main = b.sides[0]
+    if len(roles) == 2:
+        main = roles[0]
         baseline = Baseline(
-            commit=engine_commit(main.engine.spec.checkout),
-            timing=timing_report(main.engine),
-            memory=memory[0],
-            idle=idle_report(main.engine),
-            **result[0],
+            commit=engine_commit(main.engines[0].spec.checkout),
+            timing=timing_report(*main.engines),
+            memory=_joined_memory(main.memory),
+            idle=idle_report(*main.engines),
+            **per_side[0],
         )
     me = SimpleNamespace(backend=resolved, model_id=model_id(model))
-    return (result[-1], baseline), measured, header(model, me, clock)
+    return (per_side[-1], baseline), measured, header(model, me, clock)
 
 
 # --- extra commands --------------------------------------------------------------------------

@@ -268,26 +268,27 @@ def watch_engine(engine: EngineProcess, gpu: bool) -> MemoryWatch:
     )
 
 
-def timing_report(engine: EngineProcess) -> TimingReport:
-    regions = engine.timeline.regions
+def timing_report(*engines: EngineProcess) -> TimingReport:
+    """Every timed region of the engine's processes (one per leg of a session), in order."""
+    regions = [r for e in engines for r in e.timeline.regions]
     return TimingReport(
         regions=[(r.parent_s, r.inproc_s) for r in regions], groups=[r.group for r in regions]
     )
 
 
-def idle_report(engine: EngineProcess) -> IdleReport:
-    led = engine.ledger
+def idle_report(*engines: EngineProcess) -> IdleReport:
+    """What the engine's processes (one per leg of a session) did while not their turn."""
 
-    def r(xs: list[float]) -> list[float]:
-        return [round(x, 6) for x in xs]
+    def r(field_name: str) -> list[float]:
+        return [round(x, 6) for e in engines for x in getattr(e.ledger, field_name)]
 
     return IdleReport(
-        between_s=r(led.between_s),
-        after_answer_s=r(led.after_answer_s),
-        window_s=r(led.window_s),
-        while_stopped_s=r(led.while_stopped_s),
-        stop_s=r(led.stop_s),
-        device_busy_s=r(led.device_busy_s),
+        between_s=r("between_s"),
+        after_answer_s=r("after_answer_s"),
+        window_s=r("window_s"),
+        while_stopped_s=r("while_stopped_s"),
+        stop_s=r("stop_s"),
+        device_busy_s=r("device_busy_s"),
     )
 
 

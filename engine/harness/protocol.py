@@ -153,6 +153,9 @@ class Measured(Strict):
     idle: IdleReport | None = None  # the measured engine's turns (documents since version 3)
     canary: CanaryReport | None = None
     sandbox: str | None = Field(default=None, max_length=100)  # "bubblewrap 0.8.0", or "none"
+    # pairs of engine processes the session started one after another, its repetitions dealt
+    # over them (`bench --legs`); its regions, turns and kept outputs are every leg's in order
+    legs: int = Field(default=1, ge=1, le=64)
 
 
 class Baseline(Strict):

@@ -51,6 +51,17 @@ def test_a_guard_session_also_decodes_its_widths_together() -> None:
     assert "--widths" not in plain.argv and "--width-tokens" not in plain.argv
 
 
+def test_speed_sessions_ask_for_the_profiles_legs() -> None:
+    """A profile's legs (pairs of engine processes per session) reach every speed session's
+    command line; with one leg the option is left out (a harness from before it runs the same)."""
+    assert all("--legs" not in build_request(task(k), CPU).argv for k in ("sweep", "guard"))
+    two = CPU.model_copy(update={"profile": CPU.profile.model_copy(update={"legs": 2})})
+    for kind in ("sweep", "guard", "concurrent"):
+        assert option(build_request(task(kind), two).argv, "--legs") == "2"
+    for kind in ("score", "prefill-check"):
+        assert "--legs" not in build_request(task(kind), two).argv
+
+
 def test_the_long_context_check_decodes_long_context_tokens() -> None:
     for policy, model in ((CPU, "tiny"), (GPU, "llama-1b:f16")):
         argv = build_request(task("longctx", model), policy).argv

@@ -22,7 +22,7 @@ def test_default_policy_holds_designs_numbers() -> None:
     assert "hold" in p.verdict.blocking_labels
     gpu = resolve(p, "gpu").profile
     assert gpu.contexts == [128, 512, 4096, 16384, 32768] and gpu.widths == [2, 4, 8, 16, 32]
-    assert gpu.guard_ctx == 4096 and gpu.concurrent_runs == 3
+    assert gpu.guard_ctx == 4096 and gpu.concurrent_runs == gpu.reps == gpu.legs == 4
     # SmolLM2's window is 8192 tokens: the long contexts are not asked of it
     assert gpu.contexts_for("smollm2-135m") == (128, 512, 4096)
     assert gpu.contexts_for("llama-8b:q4_0") == (128, 512, 4096, 16384, 32768)
@@ -68,6 +68,9 @@ def test_bad_policies_are_clear_errors(tmp_path: Path) -> None:
     )
     assert "max_context names model(s) not in models: qwen3-8b" in _bad(
         tmp_path, "min_noise = 0.04", 'min_noise = 0.04\nmax_context = { "qwen3-8b" = 40 }'
+    )
+    assert "legs 6 exceeds reps 5" in _bad(
+        tmp_path, "pr_sessions = 2 ", "legs = 6\npr_sessions = 2 "
     )
     with pytest.raises(PolicyError, match="profile 'tpu' not in the policy"):
         resolve(load_policy(), "tpu")

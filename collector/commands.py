@@ -90,6 +90,7 @@ def _concurrent(task: Task, policy: ResolvedPolicy) -> Request:
     argv += ["--widths", ",".join(map(str, prof.widths)), "--tokens", str(prof.concurrent_tokens)]
     argv += ["--runs", str(prof.concurrent_runs), "--prompt-len", str(prof.prompt_len)]
     argv += ["--min-time", str(prof.min_time), *_legs(policy)]
+    argv += [] if prof.concurrent_warmup is None else ["--warmup", str(prof.concurrent_warmup)]
     return Request(
         "concurrent",
         argv=argv,

@@ -170,9 +170,11 @@ class Profile(_Strict):
     # seconds each engine spends on an operation per repetition (the harness's --min-time): a
     # short operation is run again and again, its fastest run kept
     min_time: Annotated[float, Field(gt=0.0, le=10.0)] = 0.1
-    # untimed repetitions per context of a sweep (the harness's --warmup; unset: its default);
-    # concurrent widths keep the default, whose untimed run also captures the width's graph
+    # untimed repetitions per context of a sweep (the harness's --warmup; unset: its default)
     warmup: Annotated[int, Field(ge=0)] | None = None
+    # untimed runs per width of a concurrent session, in each leg (unset: the harness's default,
+    # one, whose untimed run also captures the width's graph)
+    concurrent_warmup: Annotated[int, Field(ge=0)] | None = None
     widths: list[PosInt] = Field(min_length=1)
     concurrent_tokens: PosInt
     concurrent_runs: PosInt

@@ -7,6 +7,7 @@
     ... --baseline-checkout DIR   and main's engine (this checkout's harness, DIR's engine) beside
                                   it, the two taking turns per timed operation
     ... --sandbox bwrap           each engine sealed in its own sandbox (sandbox.py)
+    ... --legs N                  the engines started anew N times, the repetitions dealt over them
 
 This process is the timing parent: it runs the harness of its own checkout (main's, pinned by
 the collector) and never imports an engine it measures. Each engine runs in a child process

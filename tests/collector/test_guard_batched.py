@@ -60,6 +60,10 @@ def test_speed_sessions_ask_for_the_profiles_legs() -> None:
         assert option(build_request(task(kind), two).argv, "--legs") == "2"
     for kind in ("score", "prefill-check"):
         assert "--legs" not in build_request(task(kind), two).argv
+    # the gpu profile: four legs, no untimed run per width (each side keeps its fastest of two)
+    gpu = build_request(task("concurrent", "llama-1b:f16"), GPU).argv
+    assert option(gpu, "--legs") == "4" and option(gpu, "--warmup") == "0"
+    assert "--warmup" not in build_request(task("concurrent"), CPU).argv
 
 
 def test_the_long_context_check_decodes_long_context_tokens() -> None:

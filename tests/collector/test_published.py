@@ -107,10 +107,12 @@ def test_the_aa_rounds_are_none_on_every_axis(store) -> None:
 
 def test_rounds_are_judged_under_the_calibrated_gpu_policy(store) -> None:
     """Each round keeps the floors of its time: solo sessions (before 2026-12-02) carried 2%
-    (35% on short prefills); paired sessions carry 0.5% (1.5% on short prefills)."""
+    (35% on short prefills); paired sessions carry 0.5% (1.5% on short prefills), since
+    2026-12-03 in four legs each (pairs of engine processes, one repetition in each)."""
     for rid, pj in store.query("SELECT round_id, policy_json FROM rounds"):
         prof = json.loads(pj)["profile"]
-        if "paired" in rid:
+        assert prof.get("legs", 1) == (4 if "-legs" in rid else 1)
+        if "paired" in rid or "-legs" in rid:
             assert prof["min_noise"] == pytest.approx(0.005)
             assert prof["min_noise_axes"]["prefill@128"] == pytest.approx(0.015)
             assert prof["min_noise_axes"]["prefill@512"] == pytest.approx(0.015)
@@ -121,15 +123,18 @@ def test_rounds_are_judged_under_the_calibrated_gpu_policy(store) -> None:
 
 def test_paired_rounds_tell_a_small_gain_from_a_small_loss(store) -> None:
     """On the H200, a planted 100 us wait per decode step halved (#402) gets a tier, raised by
-    half (#403) a REJECT; main against itself (#1) stays none in all three paired rounds."""
+    half (#403) a REJECT, in sessions of one pair of processes (paired1) and of four (legs1);
+    main against itself (#1) stays none in every such round."""
     labels = dict(
         store.query(
-            "SELECT round_id || '#' || pr, label FROM verdicts WHERE round_id LIKE '%-paired%'"
+            "SELECT round_id || '#' || pr, label FROM verdicts "
+            "WHERE round_id LIKE '%-paired%' OR round_id LIKE '%-legs%'"
         )
     )
-    assert labels["2026-12-02-h200-paired1#402"] in {"XS", "S", "M"}
-    assert labels["2026-12-02-h200-paired1#403"] == "REJECT"
-    assert [v for k, v in labels.items() if k.endswith("#1")] == ["none"] * 3
+    for rid in ("2026-12-02-h200-paired1", "2026-12-03-h200-legs1"):
+        assert labels[f"{rid}#402"] in {"XS", "S", "M"}
+        assert labels[f"{rid}#403"] == "REJECT"
+    assert [v for k, v in labels.items() if k.endswith("#1")] == ["none"] * 4
 
 
 def test_published_without_logits(store) -> None:
@@ -156,7 +161,7 @@ def test_commands_default_to_the_newest_leaderboard_round() -> None:
     newest round that measured that PR (a leaderboard round before a newer A/A round)."""
     rid = load_manifest(DEMO).manifest.round
     store = SimpleNamespace(con=connect(PUBLISHED))
-    newest = "2026-12-02-h200-paired1"  # paired2/3 are newer, but A/A rounds
+    newest = "2026-12-03-h200-legs1"
     assert pick_round(store.con) == newest
     assert pick_round(store.con, pr=201) == pick_round(store.con, pr=202) == rid
     assert pick_round(store.con, pr=1) == newest
@@ -174,7 +179,7 @@ def test_show_and_comment_find_the_pr_without_a_round() -> None:
     from collector.cli import main
 
     runner = CliRunner()
-    shown = runner.invoke(main, ["show", "--db", str(PUBLISHED)])  # the newest round: paired1
+    shown = runner.invoke(main, ["show", "--db", str(PUBLISHED)])  # the newest round: legs1
     assert shown.exit_code == 0 and "PR #403 — REJECT" in shown.output
     assert "PR #303 " not in shown.output
     one = runner.invoke(main, ["show", "--db", str(PUBLISHED), "--pr", "202"])

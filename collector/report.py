@@ -13,6 +13,7 @@ from typing import Any
 
 from collector.report_model import Section, build_sections, emoji, num, pct
 from collector.store.readout import Evaluation, ReadoutError
+from collector.store.writer import COMPARISON_COLUMNS
 
 __all__ = [
     "ReportError",
@@ -147,7 +148,7 @@ def to_json(ev: Evaluation) -> dict[str, Any]:
         "candidate": cand.get("status"),
         "best": None if not v.get("best_axis") else {k: v[c] for k, c in _BEST.items()},
         "gates": [{k: g[k] for k in ("gate", "status", "reason")} for g in ev.gates],
-        "comparisons": [{k: c[k] for k in _COMPARISON} for c in ev.comparisons],
+        "comparisons": [{k: c[k] for k in COMPARISON_COLUMNS} for c in ev.comparisons],
         "accuracy": [
             {k: a[k] for k in ("model", "n_tokens", "top1", "kl", "ppl_main", "ppl_pr")}
             for a in ev.accuracy
@@ -158,22 +159,6 @@ def to_json(ev: Evaluation) -> dict[str, Any]:
 _BEST = {"model": "best_model", "axis": "best_axis", "delta": "best_delta"} | {
     k: k for k in ("ci_low", "ci_high")
 }
-_COMPARISON = (
-    "model",
-    "role",
-    "axis",
-    "main_value",
-    "pr_value",
-    "delta",
-    "ci_low",
-    "ci_high",
-    "noise",
-    "tier",
-    "significant",
-    "below_floor",
-    "implausible",
-)
-
 
 # --- cost ---------------------------------------------------------------------------------------
 

@@ -83,6 +83,7 @@ def _accuracy(con: Connection, round_id: str, pr: int, model: str, acc: Accuracy
     )
 
 
+# The stored columns of a comparison (beside round_id and pr), in order: what `show --json` gives too
 COMPARISON_COLUMNS = [
     "model",
     "role",

@@ -1,5 +1,6 @@
 """The page model of one PR's verdict: sections of rows, built once here and rendered by
-collector/report.py as a terminal table or a GitHub-flavoured Markdown comment.
+collector/report.py as a terminal table or a GitHub-flavoured Markdown comment; its header
+facts (`headline`) are the site's PR page header too (site/sitegen/pr_pages.py).
 
 Laid out like the reference comments: a metric/value header, then ctx/phase/main/PR/delta rows
 per model, concurrency rows, prefill-path rows, every gate with its reason, and a footer that
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from collector.axes import parse_axis, short_ctx
+from collector.axes import is_axis, parse_axis, short_ctx
 from collector.policy import ResolvedPolicy
 from collector.store.readout import (
     STATUS_ICONS,
@@ -69,89 +70,116 @@ def heading(ev: Evaluation) -> str:
     return f"{icon} sparkboard auto-eval — PR #{ev.pr} — {label}"
 
 
-def headline_rows(ev: Evaluation) -> list[list[str]]:
-    """The metric/value header: the PR, what was scored, the best axis, every gate, accuracy,
-    the commits and merge-first."""
+@dataclass(frozen=True)
+class Fact:
+    """One metric/value row of a verdict's header, in plain words (a PR author's text verbatim:
+    each renderer escapes it), with what it names so a web page can badge or link it: `kind`
+    'label' (ref: the label), 'models' (ref: the model names), 'gate' (ref: its status, which
+    the words follow), else 'text'."""
+
+    key: str
+    text: str
+    kind: str = "text"
+    ref: tuple[str, ...] = ()
+
+
+# facts a PR page shows in its own heading, above the header table
+ABOUT_THE_PR = ("title", "author", "labels")
+
+
+def headline(ev: Evaluation) -> list[Fact]:
+    """The header of one verdict, the same wherever it is shown (the comment, `show`, the PR's
+    page): the PR, what was scored, the best axis, every gate, accuracy, the commits and
+    merge-first."""
     info = ev.info
-    head: list[list[str]] = [
-        ["label", ev.label],
-        ["title", info["title"]],
-        ["author", info["author"]],
-        ["labels", ", ".join(info["labels"] or []) or "–"],
-        ["targets", ", ".join(info["targets"] or [])],
+    targets = list(info["targets"] or [])
+    facts = [
+        Fact("label", ev.label, "label", (ev.label,)),
+        Fact("title", info["title"]),
+        Fact("author", info["author"]),
+        Fact("labels", ", ".join(info["labels"] or []) or "–"),
+        Fact("targets", ", ".join(targets) or "–", "models", tuple(targets)),
     ]
-    head += scored_rows(ev)
-    for g in ev.gates:
-        head.append([_gate_title(g["gate"]), f"{emoji(g['status'])} {g['reason']}"])
-    head += accuracy_rows(ev)
-    head += commit_rows(ev)
-    return head
+    facts += scored(ev)
+    facts += [Fact(_gate_title(g["gate"]), g["reason"], "gate", (g["status"],)) for g in ev.gates]
+    facts += perplexity(ev)
+    facts += commits(ev)
+    return facts
 
 
-def scored_rows(ev: Evaluation) -> list[list[str]]:
+def headline_rows(ev: Evaluation) -> list[list[str]]:
+    """The header as metric/value text rows (a gate's status as its emoji)."""
+    return [
+        [f.key, f"{emoji(f.ref[0])} {f.text}" if f.kind == "gate" else f.text] for f in headline(ev)
+    ]
+
+
+def scored(ev: Evaluation) -> list[Fact]:
     """'scored at' (the target axes) and the best axis with its interval."""
-    out: list[list[str]] = []
+    out: list[Fact] = []
     v = ev.verdict or {}
     tcomps = [c for c in ev.comparisons if c["role"] == "target"]
     if tcomps:
-        ctxs = sorted(
-            {parse_axis(c["axis"])[1] for c in tcomps if not c["axis"].startswith("concurrent")}
-        )
-        widths = sorted(
-            {parse_axis(c["axis"])[1] for c in tcomps if c["axis"].startswith("concurrent")}
-        )
+        known = [parse_axis(c["axis"]) for c in tcomps if is_axis(c["axis"])]  # stored: any text
+        ctxs = sorted({n for kind, n in known if kind != "concurrent"})
+        widths = sorted({n for kind, n in known if kind == "concurrent"})
         out.append(
-            [
+            Fact(
                 "scored at",
                 f"decode + prefill @ {'/'.join(short_ctx(c) for c in ctxs)}"
                 + (f" · concurrent decode @ {'/'.join(f'c{w}' for w in widths)}" if widths else "")
                 + f" — {len(tcomps)} axes, each also a regression floor; the label is the best",
-            ]
+            )
         )
     if v.get("best_axis"):
         significant = ev.best_significant
         out.append(
-            [
+            Fact(
                 "tier from" if significant else "largest change",
                 f"{v['best_model']} {v['best_axis']} ({pct(v['best_delta'])}, 95% CI {pct(v['ci_low'])}..{pct(v['ci_high'])})"
                 + ("" if significant else ", not significant"),
-            ]
+            )
         )
     return out
 
 
-def accuracy_rows(ev: Evaluation) -> list[list[str]]:
+def perplexity(ev: Evaluation) -> list[Fact]:
     """The perplexity ratio per model (absolute perplexity only with trained weights)."""
-    out: list[list[str]] = []
+    out: list[Fact] = []
     for a in ev.accuracy:
         ratio = a["ppl_pr"] / a["ppl_main"] if a["ppl_main"] else float("nan")
         if real_weights(a["model"]):
             value = f"{ratio:.4f} ({a['ppl_pr']:.4f} / {a['ppl_main']:.4f})"
         else:
             value = f"{ratio:.4f} (dummy weights: absolute perplexity is meaningless)"
-        out.append([f"PPL PR / main — {a['model']}", value])
+        out.append(Fact(f"PPL PR / main — {a['model']}", value))
     return out
 
 
-def commit_rows(ev: Evaluation) -> list[list[str]]:
-    """The commit measured, merged onto which main, and merge-first."""
+def commits(ev: Evaluation) -> list[Fact]:
+    """The commit measured, merged onto which main, a candidate not measured, and merge-first."""
     cand = ev.candidate or {}
     commit = (ev.commit or "–")[:9]
-    main_commit = (ev.round.main_commit or "")[:9]
+    main_commit = (cand.get("main_commit") or ev.round.main_commit or "")[:9]
     merged = (cand.get("merged_commit") or "")[:9]
-    return [
-        [
+    out = [
+        Fact(
             "commit",
             f"{commit}, measured merged onto main {main_commit} (this round's baseline)"
             + (f" as {merged}" if merged and merged != commit else ""),
-        ],
-        [
+        )
+    ]
+    if cand.get("status") and cand["status"] != "ready":
+        out.append(Fact("candidate", f"{cand['status']}: {cand.get('detail') or ''}"))
+    out.append(
+        Fact(
             "merge-first",
             "yes — the round's best passing speedup, at this exact commit"
             if ev.merge_first
             else "no",
-        ],
-    ]
+        )
+    )
+    return out
 
 
 def comparison_sections(ev: Evaluation, role: str, pol: ResolvedPolicy) -> list[Section]:

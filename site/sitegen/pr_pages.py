@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from markupsafe import Markup
 
+from collector import report_model
 from collector.store.readout import Evaluation, Row, prefill_bars, real_weights
 from sitegen import charts, fmt, tiers
 from sitegen.escape import block, script_json, text
@@ -90,57 +91,19 @@ class PRPages:
         return rows
 
     def headline(self, ev: Evaluation, root: str) -> list[tuple[str, Markup]]:
-        """The reference comment's metric/value table."""
-        v = ev.verdict or {}
-        rnd = ev.round
-        rows: list[tuple[str, Markup]] = [("label", tiers.badge(ev.label, root))]
-        targets = ev.info.get("targets") or []
-        rows.append(
-            (
-                "target models",
-                Markup(", ".join(self.model_link(m, root) for m in targets)) or fmt.DASH,
-            )
-        )
-        axes = sorted(
-            {c["axis"] for c in ev.comparisons if c["role"] == "target"},
-            key=lambda a: (fmt.axis_order(a), a),
-        )
-        if axes:
-            rows.append(
-                (
-                    "scored at",
-                    Markup(
-                        " · ".join(str(fmt.axis_label(a)) for a in axes)
-                        + f" — {len(axes)} axes, each also a regression floor; the label is the best"
-                    ),
-                )
-            )
-        if v.get("best_axis"):
-            significant = ev.best_significant
-            rows.append(
-                (
-                    "tier from" if significant else "largest change",
-                    Markup(
-                        f"<code>{text(v.get('best_model') or '')} {fmt.axis_label(v['best_axis'])}</code> "
-                        f"({fmt.pct(v.get('best_delta'))}, interval {fmt.interval(v.get('ci_low'), v.get('ci_high'))})"
-                        + ("" if significant else ", not significant")
-                    ),
-                )
-            )
-        for g in ev.gates:
-            rows.append(
-                (f"gate {g['gate']}", Markup(f"{fmt.icon(g['status'])} {text(g['reason'])}"))
-            )
-        for a in ev.accuracy:
-            rows.append((f"PPL PR / main ({a['model']})", self.ppl(a)))
-        merge = fmt.merge_first_icon() + Markup(" yes")
-        rows.append(("merge-first", merge if ev.merge_first else Markup("no")))
+        """The verdict's header (collector.report_model.headline: the comment's rows; the PR
+        itself is in the page's heading), then the device time, the reason and the device."""
+        rows = [
+            (text(f.key), self.fact(f, root))
+            for f in report_model.headline(ev)
+            if f.key not in report_model.ABOUT_THE_PR
+        ]
         cost = self.data.costs.get(ev.round_id)
         pc = cost.prs.get(ev.pr) if cost else None
         if pc:
             rows.append(
                 (
-                    "device time",
+                    text("device time"),
                     Markup(
                         f"{fmt.minutes(pc.total_s)} min: its own sessions {fmt.minutes(pc.own_s)}"
                         f" + its share of main's {fmt.minutes(pc.main_share_s)} "
@@ -148,24 +111,23 @@ class PRPages:
                     ),
                 )
             )
-        rows.append(("reason", text(v.get("reason") or "no verdict yet")))
-        cand = ev.candidate or {}
+        rnd = ev.round
+        rows.append((text("reason"), text((ev.verdict or {}).get("reason") or "no verdict yet")))
         rows.append(
-            (
-                "commit",
-                Markup(
-                    f"{fmt.commit(ev.commit)}, measured merged onto <code>main</code> "
-                    f"{fmt.commit(cand.get('main_commit') or rnd.main_commit)}"
-                    f" as {fmt.commit(cand.get('merged_commit'))} (this round's baseline)"
-                ),
-            )
+            (text("device"), text(f"{rnd.device_name or '?'} · driver {rnd.driver or '?'}"))
         )
-        if cand.get("status") and cand["status"] != "ready":
-            rows.append(
-                ("candidate", Markup(f"{text(cand['status'])}: {text(cand.get('detail') or '')}"))
-            )
-        rows.append(("device", text(f"{rnd.device_name or '?'} · driver {rnd.driver or '?'}")))
-        return [(text(k), val) for k, val in rows]
+        return rows
+
+    def fact(self, f: report_model.Fact, root: str) -> Markup:
+        """One header fact as HTML: a label as its badge, models linked, a gate's words after
+        its status icon, anything else escaped."""
+        if f.kind == "label":
+            return tiers.badge(f.ref[0], root)
+        if f.kind == "models" and f.ref:
+            return Markup(", ".join(self.model_link(m, root) for m in f.ref))
+        if f.kind == "gate":
+            return Markup(f"{fmt.icon(f.ref[0])} {text(f.text)}")
+        return text(f.text)
 
     def pr_charts(self, ev: Evaluation) -> list[Markup]:
         out = []
@@ -207,14 +169,6 @@ class PRPages:
             {**f, "log": block(f.get("log_tail"), 2000) if f.get("log_tail") else None}
             for f in ev.failures
         ]
-
-    def ppl(self, a: Row) -> Markup:
-        """Perplexity PR / main: the ratio, and the absolute values only for a model with
-        trained weights (a dummy model's are ~1e13 and mean nothing)."""
-        ratio = fmt.ratio(a["ppl_pr"] / a["ppl_main"] if a.get("ppl_main") else None)
-        if real_weights(a["model"]):
-            return ratio + Markup(f" ({fmt.num(a['ppl_pr'], 4)} / {fmt.num(a['ppl_main'], 4)})")
-        return ratio + Markup(" (dummy weights: absolute perplexity is meaningless)")
 
     def real_weights(self, model: str) -> bool:
         return real_weights(model)

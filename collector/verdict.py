@@ -172,7 +172,7 @@ def choose_merge_first(
     return max(eligible, key=lambda v: (v.best.delta, -v.pr)).pr  # type: ignore[union-attr]
 
 
-def calibration(data: RoundData) -> list[tuple]:
+def main_against_main(data: RoundData) -> list[tuple]:
     """Main against main for every model main scored twice: the accuracy row with pr = 0."""
     import json
 
@@ -233,7 +233,7 @@ def decide_round(store: Store, round_id: str) -> list[Verdict]:
     for v in verdicts:
         v.merge_first = v.pr == winner
     decided = datetime.now(UTC).replace(tzinfo=None)
-    writer.write_verdicts(store, round_id, verdicts, calibration(data), decided)
+    writer.write_verdicts(store, round_id, verdicts, main_against_main(data), decided)
     return verdicts
 
 

@@ -168,7 +168,7 @@ def pick_round(
     con: duckdb.DuckDBPyConnection, round_id: str | None = None, pr: int | None = None
 ) -> str:
     """The round a command means: `round_id` when given (it must exist); else, with a PR, the
-    newest round that measured that PR (a leaderboard round before a calibration round); else
+    newest round that measured that PR (a leaderboard round before an A/A round); else
     the newest leaderboard round (A/A rounds only when asked for by id, or when there is no
     other round)."""
     rounds = _dicts(con, "SELECT round_id, manifest_toml FROM rounds ORDER BY created_at, round_id")

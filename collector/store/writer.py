@@ -53,15 +53,15 @@ def write_verdicts(
     store: Store,
     round_id: str,
     verdicts: list[Verdict],
-    calibration_rows: Iterable[tuple[int, str, AccuracyResult]],
+    main_rows: Iterable[tuple[int, str, AccuracyResult]],
     decided_at: datetime,
 ) -> None:
     """A round's judgement in one transaction: its derived tables replaced, strikes added.
-    `calibration_rows`: (0, model, result) of main scored against itself."""
+    `main_rows`: (0, model, result) of main scored against itself (its own noise floor)."""
     with store.transaction() as con:
         for table in DERIVED_TABLES:
             con.execute(f"DELETE FROM {table} WHERE round_id = ?", [round_id])
-        for pr, model, acc in [*calibration_rows, *(a for v in verdicts for a in v.accuracy)]:
+        for pr, model, acc in [*main_rows, *(a for v in verdicts for a in v.accuracy)]:
             _accuracy(con, round_id, pr, model, acc)
         for v in verdicts:
             for c in v.comparisons:

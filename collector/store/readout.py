@@ -31,8 +31,6 @@ from typing import Any
 
 import duckdb
 
-from collector.axes import axis_sort_key, is_axis
-from collector.gates import GATE_ORDER
 from collector.manifest import round_kind
 from collector.stats import Pair
 from collector.store.catalog import newest_time, recorded_version, schema_tables
@@ -40,7 +38,17 @@ from collector.store.cost import SESSIONS_SQL, RoundCost, round_cost
 from collector.store.db import schema_sql
 from collector.store.export import FORMATS as EXPORT_FORMATS
 from collector.store.export import export_tables
-from collector.store.readout_model import Evaluation, ReadoutError, Round, Row
+from collector.store.readout_model import (
+    STATUS_ICONS,
+    UNKNOWN_ICON,
+    Evaluation,
+    ReadoutError,
+    Round,
+    Row,
+    axis_key,
+    gate_key,
+    real_weights,
+)
 from collector.store.stored_policy import prefill_bars, stored_policy
 
 __all__ = [
@@ -66,40 +74,6 @@ __all__ = [
     "schema_sql",
     "stored_policy",
 ]
-
-# status -> (emoji for a GitHub comment or a terminal, Material icon the site inlines as SVG)
-STATUS_ICONS: dict[str, tuple[str, str]] = {
-    "pass": ("✅", "check-circle"),
-    "fail": ("❌", "close-circle"),
-    "warn": ("⚠️", "alert"),
-    "skip": ("⏭️", "skip-next-circle"),
-}
-UNKNOWN_ICON = ("❔", "help-circle")
-
-
-# --- rules of order and weights (the stored policy itself: collector/store/stored_policy.py) -------
-
-
-def real_weights(model: str) -> bool:
-    """Whether `model` has trained weights. A dummy model's weights are random, so its absolute
-    perplexity (~1e13) means nothing; only the PR / main ratio does."""
-    try:
-        from engine.dummy import DUMMY_MODELS  # noqa: PLC0415 - the engine is optional here
-    except Exception:
-        return False
-    return model.partition(":")[0] not in DUMMY_MODELS
-
-
-def axis_key(name: str) -> tuple[int, int, int]:
-    """collector.axes' order; a name that is not an axis sorts last."""
-    return axis_sort_key(name) if name and is_axis(name) else (9, 0, 0)
-
-
-def gate_key(gate: str) -> int:
-    """collector.gates' order (a gate 'accuracy:tiny' sorts as 'accuracy')."""
-    kind = gate.split(":", 1)[0]
-    return GATE_ORDER.index(kind) if kind in GATE_ORDER else len(GATE_ORDER)
-
 
 # --- the model (Round and Evaluation: collector/store/readout_model.py) -----------------------------
 

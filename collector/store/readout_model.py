@@ -1,4 +1,5 @@
-"""The types of the read model (collector/store/readout.py): a stored round and one PR as seen in it."""
+"""The types of the read model (collector/store/readout.py): a stored round and one PR as seen in
+it, and the orders and icons every view of them shares (the comment, `show`, the site)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,42 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from collector.axes import axis_sort_key, is_axis
+from collector.gates import GATE_ORDER
 from collector.policy import ResolvedPolicy
 
 Row = dict[str, Any]
+
+
+# status -> (emoji for a GitHub comment or a terminal, Material icon the site inlines as SVG)
+STATUS_ICONS: dict[str, tuple[str, str]] = {
+    "pass": ("✅", "check-circle"),
+    "fail": ("❌", "close-circle"),
+    "warn": ("⚠️", "alert"),
+    "skip": ("⏭️", "skip-next-circle"),
+}
+UNKNOWN_ICON = ("❔", "help-circle")
+
+
+def real_weights(model: str) -> bool:
+    """Whether `model` has trained weights. A dummy model's weights are random, so its absolute
+    perplexity (~1e13) means nothing; only the PR / main ratio does."""
+    try:
+        from engine.dummy import DUMMY_MODELS  # noqa: PLC0415 - the engine is optional here
+    except Exception:
+        return False
+    return model.partition(":")[0] not in DUMMY_MODELS
+
+
+def axis_key(name: str) -> tuple[int, int, int]:
+    """collector.axes' order; a name that is not an axis sorts last."""
+    return axis_sort_key(name) if name and is_axis(name) else (9, 0, 0)
+
+
+def gate_key(gate: str) -> int:
+    """collector.gates' order (a gate 'accuracy:tiny' sorts as 'accuracy')."""
+    kind = gate.split(":", 1)[0]
+    return GATE_ORDER.index(kind) if kind in GATE_ORDER else len(GATE_ORDER)
 
 
 class ReadoutError(LookupError):

@@ -193,7 +193,7 @@ def comparison_sections(ev: Evaluation, role: str, pol: ResolvedPolicy) -> list[
         rows = []
         crow = []
         for c in cs:
-            kind, n = parse_axis(c["axis"])
+            kind, n = parse_axis(c["axis"]) if is_axis(c["axis"]) else (c["axis"], None)
             cells = [
                 num(c["main_value"]),
                 num(c["pr_value"]),
@@ -202,8 +202,8 @@ def comparison_sections(ev: Evaluation, role: str, pol: ResolvedPolicy) -> list[
             ]
             if kind == "concurrent":
                 crow.append([f"c{n}", *cells])
-            else:
-                rows.append([short_ctx(n), kind, *cells])
+            else:  # an axis name this collector does not know: shown as it is stored
+                rows.append(["–" if n is None else short_ctx(n), kind, *cells])
         what = "target" if role == "target" else "guard"
         if rows:
             sections.append(

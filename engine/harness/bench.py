@@ -188,13 +188,18 @@ legs_option = click.option(
 )
 
 
+def shares(n: int, legs: int) -> list[int]:
+    """`n` repetitions dealt over `legs` pairs of engine processes, the first legs taking the
+    remainder (a leg may get none)."""
+    return [n // legs + (i < n % legs) for i in range(legs)]
+
+
 def deal(n: int, legs: int, what: str) -> list[int]:
-    """`n` repetitions dealt over `legs` pairs of engine processes (the first legs take the
-    remainder); every leg gets one at least."""
+    """`shares`, every leg getting one at least."""
     require_positive(legs, "--legs")
     if legs > n:
         raise EngineError(f"--legs {legs} exceeds {what} {n}: every leg times each shape once")
-    return [n // legs + (i < n % legs) for i in range(legs)]
+    return shares(n, legs)
 
 
 verify_option = click.option(
@@ -322,7 +327,7 @@ def sweep(
         check_widths(model, widths, prompt_len, width_tokens, width_runs, max_ctx, options)
     reps_of = deal(reps, legs, "--reps")
     # a guard's few batched runs: the legs that get none skip them
-    runs_of = [width_runs // legs + (i < width_runs % legs) for i in range(legs)]
+    runs_of = shares(width_runs, legs)
 
     def body(b: Bench, leg: int) -> list[dict]:
         per_side: list[dict] = [{"contexts": [], "widths": []} for _ in b.sides]
@@ -574,37 +579,34 @@ class Role:
     checks: list = field(default_factory=list)  # groups of Samples (the measured engine's)
 
 
+def _most(values: list[int | None]) -> int | None:
+    """The largest reading, None when no leg had one."""
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
 def _joined_memory(reports: list[MemoryReport]) -> MemoryReport | None:
     """The most any leg's process held at each reading."""
     if not reports:
         return None
-
-    def most(values: list[int | None]) -> int | None:
-        known = [v for v in values if v is not None]
-        return max(known) if known else None
-
     return MemoryReport(
         host_after_load=max(r.host_after_load for r in reports),
         host_peak=max(r.host_peak for r in reports),
-        gpu_after_load=most([r.gpu_after_load for r in reports]),
-        gpu_peak=most([r.gpu_peak for r in reports]),
+        gpu_after_load=_most([r.gpu_after_load for r in reports]),
+        gpu_peak=_most([r.gpu_peak for r in reports]),
     )
 
 
 def _joined_contexts(parts: list[ContextSample]) -> ContextSample:
     first = parts[0]
-    peaks = [
-        [getattr(c, k) for c in parts if getattr(c, k) is not None]
-        for k in ("host_peak", "gpu_peak")
-    ]
     return ContextSample(
         ctx=first.ctx,
         decode_tokens=first.decode_tokens,
         decode_tok_s=[v for c in parts for v in c.decode_tok_s],
         prefill_tok_s=[v for c in parts for v in c.prefill_tok_s],
         vram=first.vram,
-        host_peak=max(peaks[0]) if peaks[0] else None,
-        gpu_peak=max(peaks[1]) if peaks[1] else None,
+        host_peak=_most([c.host_peak for c in parts]),
+        gpu_peak=_most([c.gpu_peak for c in parts]),
     )
 
 

@@ -5,11 +5,17 @@ The timing parent keeps, for every timed operation whose time it reports (and a 
 picked at random), the prompt, the prefill's digest (argmax and top-k log-probs of the last
 logits) and the tokens a decode generated. After the engine process has exited, the parent loads
 the model with its own code (main's pinned checkout: the reference) and teacher-forces each
-sample: the prompt is prefilled, then every fed token is decoded one step at a time. For each
-generated token it records the margin `max log-prob - log-prob of that token` under main's model
-(0 when main would have picked it too), and for each prefill the margin of the reported argmax
-and the KL between main's last-position distribution and the reported top-k. The collector
-turns margins into agreement with its own tie margin and bars (collector/gates).
+sample: the prompt is prefilled, then the tokens the decode was fed (its first token and every
+generated one but the last) are prefilled in one more pass that returns every position's logits,
+the logits main's model gives each generated token's place. For each generated token it records
+the margin `max log-prob - log-prob of that token` under main's model (0 when main would have
+picked it too), and for each prefill the margin of the reported argmax and the KL between main's
+last-position distribution and the reported top-k. The collector turns margins into agreement
+with its own tie margin and bars (collector/gates), a tie margin wide enough for the float
+differences between a decode step and a batched pass over the same tokens.
+
+One pass per sample, not one decode step per token: step by step, the verification was most of a
+concurrent session's device time after its timed work (2026-12-03-h200-legs1: 19 of 94 s).
 """
 
 from __future__ import annotations
@@ -86,12 +92,12 @@ def verify(runner: Runner, groups: list[list[Sample]], reference: str) -> Verifi
                 prefill_kl.append(digest_kl(lp, s.topk))
         if not steps:
             continue
-        seqs = list(range(len(group)))
-        fed = np.array([s.first for s in group], dtype=np.int64)
-        for step in range(steps):
-            made = np.array([s.ids[step] for s in group], dtype=np.int64)  # type: ignore[index]
-            decode_margins += pick_margins(runner.decode(seqs, fed), made).tolist()
-            fed = made
+        for seq, s in enumerate(group):
+            if s.ids is None or not len(s.ids):
+                continue
+            made = np.asarray(s.ids, dtype=np.int64)
+            fed = np.concatenate([np.array([s.first], dtype=np.int64), made[:-1]])
+            decode_margins += pick_margins(runner.prefill(seq, fed, all_logits=True), made).tolist()
     return VerificationReport(
         reference=reference,
         decode_margins=[round(max(m, 0.0), 6) for m in decode_margins],

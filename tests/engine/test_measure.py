@@ -235,13 +235,23 @@ def test_verification_of_honest_outputs_has_zero_margins() -> None:
 
 
 class CountsPrefills(FakeRunner):
+    """Counts the prompt tokens prefilled (the last position's logits) apart from the passes
+    over a decode's fed tokens (every position's), and the decode steps."""
+
     def __init__(self) -> None:
         super().__init__()
-        self.prefilled = 0
+        self.prefilled = self.fed = self.steps = 0
 
     def prefill(self, seq: int, tokens: np.ndarray, all_logits: bool = False) -> np.ndarray:
-        self.prefilled += len(tokens)
+        if all_logits:
+            self.fed += len(tokens)
+        else:
+            self.prefilled += len(tokens)
         return super().prefill(seq, tokens, all_logits)
+
+    def decode(self, seqs, tokens):  # type: ignore[no-untyped-def]
+        self.steps += 1
+        return super().decode(seqs, tokens)
 
 
 def test_verification_shares_a_prompts_prefill_and_keeps_every_margin() -> None:
@@ -263,6 +273,10 @@ def test_verification_shares_a_prompts_prefill_and_keeps_every_margin() -> None:
     assert shared.prefill_kl == [k for r in alone for k in r.prefill_kl]
     every = sum(len(s.prompt) for g in groups for s in g)
     assert runner.prefilled < every / 2  # each 40-token prompt prefilled once, not per sample
+    # every generated token teacher-forced in one pass per sequence, never a step at a time
+    assert runner.steps == 0 and runner.fed == sum(
+        len(s.ids) for g in groups for s in g if s.ids is not None
+    )
     assert max(shared.decode_margins) > 0.0 and min(alone[2].decode_margins) > 0.0
 
 

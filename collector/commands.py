@@ -66,10 +66,17 @@ def _sweep(task: Task, policy: ResolvedPolicy) -> Request:
     argv += ["--ctx", ",".join(map(str, ctxs)), "--tokens", str(prof.tokens)]
     argv += ["--reps", str(prof.reps), *_timing(policy), *_legs(policy)]
     argv += ["--prefill-tokens", str(prof.prefill_tokens)] if prof.prefill_tokens else []
-    widths = tuple(prof.guard_widths) if guard else ()
-    if widths:  # then a batched decode in the same process, verified like a concurrent session
+    # then sequences decoded together in the same processes: a guard's batched decode (verified,
+    # not compared), or a target's concurrent decode where the profile measures it here
+    if guard:
+        widths, runs = tuple(prof.guard_widths), prof.guard_width_runs
+    elif prof.concurrent_in_sweep:
+        widths, runs = tuple(prof.widths), prof.concurrent_runs
+    else:
+        widths, runs = (), 0
+    if widths:
         argv += ["--widths", ",".join(map(str, widths)), "--width-tokens"]
-        argv += [str(prof.concurrent_tokens), "--width-runs", str(prof.guard_width_runs)]
+        argv += [str(prof.concurrent_tokens), "--width-runs", str(runs)]
         argv += ["--prompt-len", str(prof.prompt_len)]
     common = _common(task, policy)
     return Request(
@@ -78,7 +85,7 @@ def _sweep(task: Task, policy: ResolvedPolicy) -> Request:
         contexts=ctxs,
         reps=prof.reps,
         widths=widths,
-        runs=prof.guard_width_runs if widths else 0,
+        runs=runs if widths else 0,
         timed=True,
         **common,
     )

@@ -255,11 +255,11 @@ def canary_problem(doc: object, limit: float) -> str | None:
     )
 
 
-def implausible_claim(doc: object, gain: float) -> str | None:
+def implausible_claim(doc: object, gain: float, guard: bool = False) -> str | None:
     """A PR axis beyond `gain` x main's engine beside it, even the PR's slowest sample against
-    main's fastest: a broken measurement (`implausible`), or None."""
+    main's fastest: a broken measurement (`implausible`), or None. `guard`: a guard's sweep."""
     by_axis: dict[str, dict[str, list[float]]] = {}
-    for side, ax, _rep, v in samples_of(doc):
+    for side, ax, _rep, v in samples_of(doc, guard=guard):
         by_axis.setdefault(ax, {}).setdefault(side, []).append(v)
     for ax, sides in sorted(by_axis.items()):
         mine, main = sides.get("pr", []), sides.get("main", [])

@@ -14,7 +14,8 @@ collector/forgery.py). `judge` reads all of it, once, in this order:
   timeout      still running at the deadline (the whole process group killed)
   crash        a non-zero exit (exit code kept) or death by a signal (exit_code < 0)
   malformed    exit 0 but no document, an invalid one, or one that answers another request
-  incomplete   a concurrent width with fewer complete runs than asked for
+  incomplete   a concurrent width (a concurrent session's, or a sweep's that measures them) with
+               fewer complete runs than asked for
   diverged     the timed outputs are not main's model's within the accuracy bars
   implausible  the PR's slowest sample beyond implausible_gain x main's fastest beside it
   ok
@@ -40,6 +41,7 @@ from collector.forgery import (
     implausible_claim,
 )
 from collector.runner import Request, Run
+from collector.samples import compared_widths
 from engine.cli_common import EXIT_BASELINE, EXIT_HARNESS, EXIT_USER_ERROR
 from engine.harness.protocol import (
     BenchDocument,
@@ -147,10 +149,11 @@ def _status(task: Task, req: Request, run: Run, policy: ResolvedPolicy) -> tuple
     wrong = _answers_another(doc, req)
     if wrong:
         return "malformed", wrong
-    if isinstance(doc, ConcurrentResult):
+    guard = task.kind == "guard"
+    if req.timed:
         short = [
             f"c{w.width}: {sum(r.complete for r in w.runs)}/{req.runs} complete runs"
-            for w in doc.widths
+            for w in compared_widths(doc, guard)
             if sum(r.complete for r in w.runs) < req.runs
         ]
         if short:
@@ -166,7 +169,7 @@ def _status(task: Task, req: Request, run: Run, policy: ResolvedPolicy) -> tuple
             outputs = diverged_evidence(doc, task.model, policy)
             if outputs:
                 return "diverged", outputs
-            claim = implausible_claim(doc, policy.verdict.implausible_gain)
+            claim = implausible_claim(doc, policy.verdict.implausible_gain, guard)
             if claim:
                 return "implausible", claim
     return "ok", "ok"
@@ -182,6 +185,9 @@ def _answers_another(doc: BenchDocument, req: Request) -> str | None:
             return f"sweep contexts {list(got)}, asked for {list(req.contexts)}"
         if doc.reps != req.reps:
             return f"sweep reps {doc.reps}, asked for {req.reps}"
+        widths = tuple(w.width for w in doc.widths)
+        if widths != req.widths:
+            return f"sweep widths {list(widths)}, asked for {list(req.widths)}"
     elif isinstance(doc, ConcurrentResult):
         got = tuple(w.width for w in doc.widths)
         if got != req.widths:

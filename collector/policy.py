@@ -176,6 +176,11 @@ class Profile(_Strict):
     # one, whose untimed run also captures the width's graph)
     concurrent_warmup: Annotated[int, Field(ge=0)] | None = None
     widths: list[PosInt] = Field(min_length=1)
+    # A target's concurrent decode measured in its sweep session, after the contexts, in the same
+    # pairs of engine processes (the sweep's `warmup`, `concurrent_runs` runs), instead of in a
+    # session of its own: one start of the engines (and of the reference model that verifies
+    # them) serves both (policy.toml's gpu profile: what a session's start costs there)
+    concurrent_in_sweep: bool = False
     concurrent_tokens: PosInt
     concurrent_runs: PosInt
     prompt_len: PosInt
@@ -257,7 +262,13 @@ class Profile(_Strict):
                 f"legs {self.legs} exceeds reps {self.reps} or concurrent_runs "
                 f"{self.concurrent_runs}: every pair of processes times each shape once at least"
             )
-        need = {"sweep", "concurrent", "score", "prefill-check", "guard"}
+        if self.concurrent_in_sweep and self.concurrent_warmup not in (None, self.warmup):
+            raise ValueError(
+                f"concurrent_warmup {self.concurrent_warmup} with concurrent_in_sweep: the sweep's "
+                f"warmup ({self.warmup}) is the concurrent decode's too; leave it unset"
+            )
+        need = {"sweep", "score", "prefill-check", "guard"}
+        need |= set() if self.concurrent_in_sweep else {"concurrent"}
         missing = (need | ({"longctx"} if self.long_context else set())) - set(self.timeouts)
         if missing:
             raise ValueError(f"timeouts missing for: {', '.join(sorted(missing))}")

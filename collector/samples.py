@@ -12,16 +12,25 @@ from engine.harness.protocol import ConcurrentResult, SweepResult
 Sample = tuple[str, str, int, float]  # (side, axis, rep, value)
 
 
-def samples_of(doc: object, side: str = "pr") -> list[Sample]:
+def compared_widths(doc: object, guard: bool = False) -> list:
+    """The widths of a document that are the concurrent decode's axes: a concurrent session's,
+    and a target's sweep that measured them (Profile.concurrent_in_sweep); a guard sweep's
+    batched decode is verified, not compared."""
+    if isinstance(doc, ConcurrentResult):
+        return doc.widths
+    if isinstance(doc, SweepResult) and not guard:
+        return doc.widths or []
+    return []
+
+
+def samples_of(doc: object, side: str = "pr", guard: bool = False) -> list[Sample]:
     """(side, axis, rep, value) of every raw measurement in a document: the measured engine's
     under `side`, and where main's engine was timed beside it (`baseline`), main's, each
-    repetition's pair under the same rep."""
-    if isinstance(doc, SweepResult):
-        contexts, widths = doc.contexts, []  # a guard sweep's widths are verified, not compared
-    elif isinstance(doc, ConcurrentResult):
-        contexts, widths = [], doc.widths
-    else:
+    repetition's pair under the same rep. `guard`: the document is a guard's sweep."""
+    if not isinstance(doc, SweepResult | ConcurrentResult):
         return []
+    contexts = doc.contexts if isinstance(doc, SweepResult) else []
+    widths = compared_widths(doc, guard)
     out = _speed_samples(side, contexts, widths) + _memory_samples(
         side, contexts, doc.measured.memory
     )

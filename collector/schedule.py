@@ -76,9 +76,11 @@ def _tasks(
     prefill: bool,
     long_context: tuple[str, ...] = (),
     shard: int | None = None,
+    concurrent: bool = True,
 ) -> tuple[Task, ...]:
     """A PR slot: per target model its accuracy evidence (`score`, `prefill`: its first
-    session), its sweep and concurrent sessions and its long-context check; per guard model its
+    session), its sweep and concurrent sessions (`concurrent` false: the sweep measures the
+    widths too, Profile.concurrent_in_sweep) and its long-context check; per guard model its
     score and guard sweep."""
     out: list[Task] = []
 
@@ -94,7 +96,8 @@ def _tasks(
         if prefill:
             add("prefill-check", m)
         add("sweep", m)
-        add("concurrent", m)
+        if concurrent:
+            add("concurrent", m)
         if m in long_context:
             add("longctx", m)
     for m in guards:  # guards are scored too: a PR must not break what it does not target
@@ -214,6 +217,7 @@ def _plan(
             add("pr", num, lambda idx, num=num, targets=targets, first=first, lc=long_context: _tasks(
                 round_id, "pr", num, idx, list(targets), guards_of(targets, profile),
                 score=first, prefill=first, long_context=lc, shard=shard,
+                concurrent=not profile.concurrent_in_sweep,
             ))  # fmt: skip
     if not confirming:
         main_slot(False, tuple(m for m in profile.long_context if m in all_targets))

@@ -201,7 +201,7 @@ def write_session(
     doc, sid = o.document, task.session_id
     row = _session_row(round_id, task, commit, o, placement)
     ok = o.status in ("ok", "implausible", "incomplete")
-    samples = samples_of(doc, task.side) if ok else []
+    samples = samples_of(doc, task.side, guard=task.kind == "guard") if ok else []
     with store.transaction() as con:
         for table in ("samples", "score_dumps", "prefill_checks", "sessions"):
             con.execute(f"DELETE FROM {table} WHERE session_id = ?", [sid])

@@ -176,8 +176,9 @@ class SweepResult(Header):
     tokens: int = Field(gt=0)
     reps: int = Field(gt=0)
     contexts: list[ContextSample] = Field(min_length=1)
-    # `--widths` (a guard's sweep): sequences decoded together after the contexts, in the same
-    # engine process, `width_tokens` each; their outputs are verified with the contexts' (in
+    # `--widths`: sequences decoded together after the contexts, in the same engine processes,
+    # `width_tokens` each (a guard's batched decode, or a target's concurrent decode where the
+    # profile measures it in the sweep); their outputs are verified with the contexts' (in
     # `measured`), as a concurrent session's are. Empty in a plain sweep and in older documents.
     widths: list[WidthSample] = []
     width_tokens: int | None = Field(default=None, gt=0)

@@ -5,6 +5,8 @@ batched decode") REJECTed through its guard session."""
 
 from __future__ import annotations
 
+import dataclasses
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -14,8 +16,11 @@ from pydantic import ValidationError
 from collector.collect import collect
 from collector.commands import build_request
 from collector.forgery import diverged_evidence, upper_bound
-from collector.policy import Profile, load_policy, resolve
-from collector.schedule import Task
+from collector.outcome import judge
+from collector.policy import Profile, ResolvedPolicy, load_policy, resolve
+from collector.runner import Run
+from collector.samples import samples_of
+from collector.schedule import Task, plan_round
 from collector.store import open_store
 from engine.harness.protocol import SweepResult
 
@@ -40,7 +45,8 @@ def test_a_guard_session_also_decodes_its_widths_together() -> None:
     assert option(req.argv, "--width-runs") == str(prof.guard_width_runs) == "2"
     assert option(req.argv, "--prompt-len") == str(prof.prompt_len)
     gpu = build_request(task("guard", "smollm2-135m"), GPU)
-    assert option(gpu.argv, "--widths") == "2" and option(gpu.argv, "--width-tokens") == "32"
+    assert option(gpu.argv, "--widths") == "2"
+    assert option(gpu.argv, "--width-tokens") == str(GPU.profile.concurrent_tokens)
     assert option(gpu.argv, "--prompt-len") == "128"
     # a target's sweep measures its widths in its concurrent sessions
     target = build_request(task("sweep", "tiny"), CPU)
@@ -64,6 +70,63 @@ def test_speed_sessions_ask_for_the_profiles_legs() -> None:
     gpu = build_request(task("concurrent", "llama-1b:f16"), GPU).argv
     assert option(gpu, "--legs") == "4" and option(gpu, "--warmup") == "0"
     assert "--warmup" not in build_request(task("concurrent"), CPU).argv
+
+
+def test_where_the_profile_says_a_targets_sweep_measures_its_concurrent_decode() -> None:
+    """concurrent_in_sweep (the gpu profile): a target's sweep decodes the profile's widths after
+    its contexts in the same pairs of processes, no concurrent session is planned, and the
+    sweep's widths are the target's concurrent axes (a guard's stay verified, not compared)."""
+    prof = GPU.profile
+    assert prof.concurrent_in_sweep and not CPU.profile.concurrent_in_sweep
+    req = build_request(task("sweep", "llama-8b:q4_0"), GPU)
+    assert req.widths == tuple(prof.widths) and req.runs == prof.concurrent_runs
+    assert option(req.argv, "--widths") == ",".join(map(str, prof.widths))
+    assert option(req.argv, "--width-runs") == str(prof.concurrent_runs)
+    assert option(req.argv, "--width-tokens") == str(prof.concurrent_tokens)
+    assert option(req.argv, "--legs") == str(prof.legs)
+    guard = build_request(task("guard", "smollm2-135m"), GPU)
+    assert guard.widths == tuple(prof.guard_widths) and guard.runs == prof.guard_width_runs
+
+    def kinds(policy: ResolvedPolicy) -> set[str]:
+        slots = plan_round("r", [(1, [policy.profile.models[0]])], policy.profile)
+        return {t.kind for s in slots for t in s.tasks}
+
+    assert "concurrent" not in kinds(GPU) and "sweep" in kinds(GPU)
+    assert {"sweep", "concurrent"} <= kinds(CPU)
+    # the sweep's one --warmup serves its widths: a different concurrent_warmup is refused
+    raw = prof.model_dump()
+    with pytest.raises(ValidationError, match="concurrent_warmup"):
+        Profile.model_validate({**raw, "warmup": 0, "concurrent_warmup": 1})
+    timeouts = {k: v for k, v in raw["timeouts"].items() if k != "concurrent"}
+    assert Profile.model_validate({**raw, "timeouts": timeouts}).concurrent_in_sweep
+    with pytest.raises(ValidationError, match="timeouts missing for: concurrent"):
+        Profile.model_validate({**raw, "timeouts": timeouts, "concurrent_in_sweep": False})
+
+
+def test_a_targets_sweep_widths_are_its_concurrent_axes_and_a_guards_are_not() -> None:
+    doc = _guard_doc(0.0)
+    target = {ax for _, ax, _, _ in samples_of(doc)}
+    assert "concurrent@2" in target and "decode@128" in target
+    assert not any(ax.startswith("concurrent") for _, ax, _, _ in samples_of(doc, guard=True))
+    # a width with fewer complete runs than asked for: the target's session is incomplete
+    lost = {"tokens_expected": 16, "tokens_decoded": 9, "seconds": 0.01, "tok_s": 900.0}
+    raw = doc.model_dump()
+    idle = {"after_answer_s": [], "while_stopped_s": [], "stop_s": []}
+    raw["baseline"] = {
+        "commit": "main", "contexts": raw["contexts"], "widths": raw["widths"],
+        "timing": raw["measured"]["timing"], "idle": idle,
+    }  # fmt: skip
+    raw["measured"]["idle"] = idle
+    raw["widths"] = [{**raw["widths"][0], "runs": [raw["widths"][0]["runs"][0], lost]}]
+    short = SweepResult.model_validate(raw)
+    req = build_request(task("sweep"), CPU)
+    req = dataclasses.replace(req, contexts=(128,), widths=(2,), runs=2, reps=3)
+    run = Run(datetime.now(UTC), exit_code=0, document=short)
+    got = judge(task("sweep"), req, run, CPU)
+    assert (got.status, got.fault) == ("incomplete", "pr") and "c2: 1/2" in got.detail, got.detail
+    # the same runs in a guard's sweep are not its axes: nothing is lost
+    guard_req = dataclasses.replace(req, kind="sweep")
+    assert judge(task("guard"), guard_req, run, CPU).status == "ok"
 
 
 def test_the_long_context_check_decodes_long_context_tokens() -> None:

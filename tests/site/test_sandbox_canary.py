@@ -140,7 +140,8 @@ def test_round_page_plots_the_canary(db: Path, site: pages.Site) -> None:
         "AND canary_before_s IS NOT NULL ORDER BY started_at, slot, session_id",
         [SEALED],
     )
-    assert stored and {k for k, *_ in stored} == {"sweep", "concurrent", "guard"}
+    # every speed session (the gpu profile measures a target's concurrent decode in its sweep)
+    assert stored and {k for k, *_ in stored} == {"sweep", "guard"}
     spec = canary_spec(canary)
     data = spec["datasets"]["rows"]
     assert len(data) == 2 * len(stored)

@@ -99,15 +99,18 @@ def level(model: str, ax: str, round_ix: int) -> float:
 
 def axes_of(task: Task, profile: Profile) -> list[tuple[str, int]]:
     """(axis, repetitions) a session of this kind measures."""
+    widths = [(axis("concurrent", w), profile.concurrent_runs) for w in profile.widths]
     if task.kind == "concurrent":
-        return [(axis("concurrent", w), profile.concurrent_runs) for w in profile.widths]
+        return widths
     if task.kind == "guard":
         contexts: tuple[int, ...] = (profile.guard_ctx_for(task.model),)
     elif task.kind == "sweep":
         contexts = profile.contexts_for(task.model)
     else:
         return []  # score and prefill-check write their own rows; a newer kind measures nothing here
-    return [(axis(k, c), profile.reps) for c in contexts for k in ("decode", "prefill")]
+    out = [(axis(k, c), profile.reps) for c in contexts for k in ("decode", "prefill")]
+    # a target's sweep decodes the widths too where the profile says so (the gpu profile)
+    return out + (widths if task.kind == "sweep" and profile.concurrent_in_sweep else [])
 
 
 def main_dump(rng: random.Random, model: str) -> dict:

@@ -241,7 +241,10 @@ def _round(
     dumps = {m: main_dump(rng, m) for m in MODELS}
     scored: set[str] = set()
     written: set[str] = set()
-    concurrent: dict[int, int] = {}
+    # the session a planted failure hits: the target's concurrent decode (in its sweep where the
+    # profile measures it there)
+    planted_kind = "sweep" if profile.concurrent_in_sweep else "concurrent"
+    nth_planted: dict[int, int] = {}
     clock = created
     # the box's canary wanders a little over the round (a slow drift and one warmer stretch)
     phase = rng.uniform(0.0, 2 * math.pi)
@@ -268,8 +271,8 @@ def _round(
                 if task.kind == "score":
                     broken = pr.plant == "accuracy" and task.model == pr.targets[0]
                     doc = other_dump(rng, dumps[task.model], 0.01, broken)
-                if task.kind == "concurrent" and task.model == pr.targets[0]:
-                    nth = concurrent[pr.number] = concurrent.get(pr.number, -1) + 1
+                if task.kind == planted_kind and task.model == pr.targets[0]:
+                    nth = nth_planted[pr.number] = nth_planted.get(pr.number, -1) + 1
                     plant = {"infra": 0, "flaky": 1}.get(pr.plant or "")
                     s.failure = pr.plant if nth == plant else None
             clock += timedelta(seconds=add_session(rows, rng, s, profile, doc))

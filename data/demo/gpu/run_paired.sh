@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Paired-session rounds on the device machine (the manifests in $ROUNDS, default the three legs
-# rounds data/demo/gpu/legs-h200-{1,2,3}.toml; ROUNDS="paired-h200-1 ..." measures the rounds of
+# rounds data/demo/gpu/legs-h200-{2,3,4}.toml; ROUNDS="paired-h200-1 ..." measures the rounds of
 # 2026-12-02 again), in calls of under ten minutes, chained within one lease (/tmp survives):
 #   bash data/demo/gpu/run_paired.sh setup      wheels, bubblewrap, the SmolLM2 header; a git repo of
 #                                               this tree at /tmp/sb with branch `planted` (+ 401)
@@ -15,7 +15,7 @@ set -u
 OUT=${OUT:-/tmp/out}
 SB=/tmp/sb
 DB=/tmp/db
-read -r -a ROUNDS <<<"${ROUNDS:-legs-h200-1 legs-h200-2 legs-h200-3}"
+read -r -a ROUNDS <<<"${ROUNDS:-legs-h200-2 legs-h200-3 legs-h200-4}"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$SB
 sb() { (cd "$SB" && python3 -c 'from collector.cli import main; main()' "$@"); }
 round_id() { sed -n 's/^round = "\(.*\)"$/\1/p' "data/demo/gpu/$1.toml"; }

@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 GPU = ROOT / "data" / "demo" / "gpu"
 DEMO = GPU / "gpu.toml"
 GATES = GPU / "gates-h200.toml"  # round 2026-12-01-h200-gates: PRs 301-307, not measured yet
+SEALED = GPU / "gates-h200-sealed.toml"  # the gates round's PRs against HEAD, sealed sessions
 AA = sorted(GPU.glob("aa-h200-*.toml"))
 GPU_MODELS = {"llama-1b:f16", "llama-8b:q4_0", "smollm2-135m"}
 
@@ -101,7 +102,30 @@ def test_committed_gpu_patches_are_what_make_patches_writes() -> None:
             assert (GPU / "patches" / f"{name}.patch").read_text() == written, name
 
 
-@pytest.mark.parametrize("path", [DEMO, GATES, *AA], ids=lambda p: p.name)
+def test_sealed_gates_round_is_the_gates_prs_against_head_and_main_itself() -> None:
+    """gates-h200-sealed.toml: the gates round's PRs but 303, each patch what make_patches.py
+    writes against HEAD (so an edit main has moved under fails here, not on the device), each
+    touching the CUDA backend only; main itself (#1) is the honest PR every gate must pass."""
+    spec = importlib.util.spec_from_file_location("gpu_demo_patches", GPU / "make_patches.py")
+    assert spec and spec.loader
+    mp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mp)
+    loaded = load_manifest(SEALED)
+    m = loaded.manifest
+    assert m.profile == "gpu" and m.kind == "round" and m.base_ref == "HEAD"
+    assert [p.number for p in m.pr] == [1, 301, 302, 304, 305, 306, 307]
+    assert [p.expect for p in m.pr] == ["none"] + ["REJECT"] * 6
+    assert all(p.targets == ["llama-1b:f16"] for p in m.pr)
+    assert set(loaded.patches) == {p.number for p in m.pr if p.number != 1}
+    for name, edits in mp.SEALED_GATES_PATCHES.items():
+        written = mp._cpu.make(name, edits, None, "HEAD")
+        path = GPU / "patches" / "sealed" / f"{name}.patch"
+        assert path.read_text() == written, f"{name}: run make_patches.py --round sealed"
+        files = changed_files(path)
+        assert files and all(f.startswith(("kernels/", "engine/cuda/")) for f in files), files
+
+
+@pytest.mark.parametrize("path", [DEMO, GATES, SEALED, *AA], ids=lambda p: p.name)
 def test_manifest_check_command(path: Path) -> None:
     res = CliRunner().invoke(main, ["manifest", "check", str(path)])
     assert res.exit_code == 0, res.output

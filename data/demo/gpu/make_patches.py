@@ -11,6 +11,8 @@ since:
     python data/demo/gpu/make_patches.py --round gates    # 3NN only (--round demo: 2NN only)
     python data/demo/gpu/make_patches.py --round paired   # 4NN only: 401 against HEAD, 402-403
                                                           # against HEAD with 401 (paired-h200)
+    python data/demo/gpu/make_patches.py --round sealed   # patches/sealed/3NN: the gates round's
+                                                          # PRs against HEAD (gates-h200-sealed)
 
 Each PR is a set of exact text edits to the CUDA backend (kernels/, engine/cuda/), read from git
 at the pinned commit (the working tree is not involved); an edit that no longer finds its text
@@ -555,12 +557,59 @@ def write_paired(base: str = "HEAD") -> None:
         print((OUT / f"{name}.patch").relative_to(_cpu.ROOT))
 
 
+# --- the gates round under sealed, paired sessions (issue 28): gates-h200-sealed.toml ----------
+# The gates round's PRs again, against HEAD (like the paired round's 401): the same changes, made
+# to today's text where main has moved under an edit (decode.py's imports; prefill.py no longer
+# imports from decode.py). 303 is left out: main's tensor-core mat-vec has covered a band's rows
+# in one block since, so its premise is gone; the round's honest PR is main itself (#1).
+SEALED_OUT = OUT / "sealed"
+
+
+def _retarget(edits: list, moved: dict[str, tuple[str, str]]) -> list:
+    """`edits` with the ones whose old text main no longer holds made to today's text."""
+    return [(rel, *moved[old]) if old in moved else (rel, old, new) for rel, old, new in edits]
+
+
+SEALED_GATES_PATCHES: dict[str, list] = {
+    "301-resident-token-tables": _retarget(
+        TOKEN_TABLES,
+        {
+            "from engine.cuda.geometry import env_tuning, gemv_launch, gemv_shared_bytes\n": (
+                "from engine.cuda.geometry import attn_shared_bytes, env_tuning, gemv_launch, "
+                "gemv_shared_bytes\n",
+                "from engine.cuda.geometry import (\n    WT_F16,\n    WT_F32,\n"
+                "    attn_shared_bytes,\n    env_tuning,\n    gemv_launch,\n"
+                "    gemv_shared_bytes,\n)\n",
+            )
+        },
+    ),
+    "302-q4_0-nibble-select": Q4_0_NIBBLE,
+    "304-rope-geomspace": ROPE_GEOMSPACE,
+    "305-half-speed-clock": HALF_SPEED_CLOCK,
+    "306-skip-last-when-served": _retarget(
+        SKIP_LAST_WHEN_SERVED,
+        {
+            "from engine.cuda.decode import rmsnorm\n": (
+                "from engine.config import ModelConfig\n",
+                "from engine.config import ModelConfig\nfrom engine.cuda.decode import served_layers\n",
+            )
+        },
+    ),
+    "307-cached-prefill": CACHED_PREFILL,
+}
+
+
 def main(argv: list[str]) -> None:
     which = argv[argv.index("--round") + 1] if "--round" in argv else "all"
-    if which not in ("all", "demo", "gates", "paired"):
-        sys.exit(f"--round {which}: expected demo (2NN), gates (3NN), paired (4NN) or all")
+    if which not in ("all", "demo", "gates", "paired", "sealed"):
+        sys.exit(
+            f"--round {which}: expected demo (2NN), gates (3NN), paired (4NN), sealed (3NN "
+            "against HEAD) or all"
+        )
     if which in ("all", "paired"):
         write_paired()
+    if which in ("all", "sealed"):
+        _cpu.write_patches(SEALED_GATES_PATCHES, SEALED_OUT, None, "HEAD")
     if which in ("all", "demo"):
         _cpu.write_patches(PATCHES, OUT, {"206-conflicts": (RUN, CONFLICT_BASE_COMMIT)}, ROUND_MAIN)
     if which in ("all", "gates"):

@@ -6,7 +6,7 @@
 #                                               this tree at /tmp/sb with branch `planted` (+ 401)
 #                                               (carry .whl: the wheels and bwrap; .gguf: head.gguf)
 #   bash data/demo/gpu/run_paired.sh gputests   the GPU test suite (nothing else on the card)
-#   bash data/demo/gpu/run_paired.sh start      the three rounds, one after another, detached
+#   bash data/demo/gpu/run_paired.sh start      the rounds, one after another, detached
 #   bash data/demo/gpu/run_paired.sh wait SECS  wait for them; once done, the databases merged into
 #                                               $OUT/paired.duckdb with `show --json` and `cost`
 # .gguf/head.gguf is the SmolLM2 file's header alone (its metadata: the tokenizer the dummy

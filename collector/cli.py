@@ -1,4 +1,4 @@
-"""`sparkboard`: the command line (collect, verdict, merge, show, cost, comment, export here;
+"""`sparkboard`: the command line (collect, verdict, combine, show, cost, comment, export here;
 manifest in cli_manifest.py, demo in cli_demo.py, build in sitegen.cli)."""
 
 from __future__ import annotations
@@ -170,13 +170,13 @@ def verdict(db: Path, round_id: str | None, policy_path: Path | None) -> None:
     help="Leave out the score dumps (the teacher-forced logits, most of the bytes): a database "
     "to publish. Its verdicts then stand as stored.",
 )
-def merge(sources: tuple[Path, ...], dst: Path, without_dumps: bool) -> None:
+def combine(sources: tuple[Path, ...], dst: Path, without_dumps: bool) -> None:
     """Add the rounds of SOURCES (databases written by separate collectors) to one database."""
-    from collector.store.merge import merge_rounds
+    from collector.store.combine import combine_rounds
 
     try:
-        for r in merge_rounds(dst, list(sources), without_dumps=without_dumps):
-            click.echo(f"merged {r}")
+        for r in combine_rounds(dst, list(sources), without_dumps=without_dumps):
+            click.echo(f"added {r}")
     except USER_ERRORS as e:
         raise fail(e) from None
 

@@ -34,8 +34,8 @@ from collector.results import Comparison, Gate, Verdict
 from collector.rules import gain_shortfall, pct, pct_of
 from collector.schedule import CONFIRM_SLOTS, guards_of
 from collector.store import Store, lookups, writer
+from collector.store.combine import DUMPS_LEFT_OUT
 from collector.store.evidence import RoundData
-from collector.store.merge import DUMPS_LEFT_OUT
 
 
 def compare_pr(data: RoundData, pr: int, targets: list[str], guards: list[str]) -> list[Comparison]:

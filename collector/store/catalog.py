@@ -1,9 +1,11 @@
 """What a database file holds beside its rounds: its tables and their columns, the schema
-version it records, the newest time it recorded (the site's data page and build date)."""
+version it records, the newest time it recorded (the site's data page and build date); opening
+one read-only (`connect`) and whether a table has columns an older schema lacks."""
 
 from __future__ import annotations
 
 from datetime import datetime
+from pathlib import Path
 
 import duckdb
 
@@ -46,3 +48,24 @@ def newest_time(con: duckdb.DuckDBPyConnection) -> datetime | None:
     except duckdb.Error:
         return None
     return row[0] if row and row[0] else None
+
+
+def connect(path: str | Path) -> duckdb.DuckDBPyConnection:
+    """Open read-only; a missing file is an error, never a new empty database."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no database at {path}")
+    return duckdb.connect(str(path), read_only=True)
+
+
+def has_columns(con: duckdb.DuckDBPyConnection, table: str, *columns: str) -> bool:
+    """Whether `table` has every one of `columns` (a database of an older schema may not)."""
+    have = {
+        r[0]
+        for r in con.execute(
+            "SELECT column_name FROM duckdb_columns() WHERE table_name = ? "
+            "AND schema_name = 'main' AND database_name = current_database()",
+            [table],
+        ).fetchall()
+    }
+    return set(columns) <= have

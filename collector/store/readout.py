@@ -33,7 +33,13 @@ import duckdb
 
 from collector.manifest import round_kind
 from collector.stats import Pair
-from collector.store.catalog import newest_time, recorded_version, schema_tables
+from collector.store.catalog import (
+    connect,
+    has_columns,
+    newest_time,
+    recorded_version,
+    schema_tables,
+)
 from collector.store.cost import SESSIONS_SQL, RoundCost, round_cost
 from collector.store.db import schema_sql
 from collector.store.export import FORMATS as EXPORT_FORMATS
@@ -50,6 +56,7 @@ from collector.store.readout_model import (
     real_weights,
 )
 from collector.store.stored_policy import prefill_bars, stored_policy
+from collector.store.which_round import pick_round
 
 __all__ = [
     "STATUS_ICONS",
@@ -128,47 +135,6 @@ class Readout:
     @property
     def leaderboard_rounds(self) -> list[Round]:
         return [r for r in self.rounds if r.leaderboard]
-
-
-def connect(path: str | Path) -> duckdb.DuckDBPyConnection:
-    """Open read-only; a missing file is an error, never a new empty database."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no database at {path}")
-    return duckdb.connect(str(path), read_only=True)
-
-
-def pick_round(
-    con: duckdb.DuckDBPyConnection, round_id: str | None = None, pr: int | None = None
-) -> str:
-    """The round a command means: `round_id` when given (it must exist); else, with a PR, the
-    newest round that measured that PR (a leaderboard round before an A/A round); else
-    the newest leaderboard round (A/A rounds only when asked for by id, or when there is no
-    other round)."""
-    rounds = _dicts(con, "SELECT round_id, manifest_toml FROM rounds ORDER BY created_at, round_id")
-    if round_id is not None:
-        if not any(r["round_id"] == round_id for r in rounds):
-            raise ReadoutError(f"no round {round_id!r} in the database")
-        return round_id
-    if not rounds:
-        raise ReadoutError("no rounds in the database")
-    labels: dict[str, list[list[str]]] = defaultdict(list)
-    has: dict[str, set[int]] = defaultdict(set)
-    for row in _dicts(con, "SELECT round_id, pr, labels FROM prs ORDER BY round_id, pr"):
-        labels[row["round_id"]].append(list(row["labels"] or []))
-        has[row["round_id"]].add(row["pr"])
-    candidates = [r for r in rounds if pr is None or pr in has[r["round_id"]]]
-    if not candidates:
-        raise ReadoutError(f"no round measured PR #{pr}")
-    # newest last; a leaderboard round wins over any calibration round
-    ranked = sorted(
-        enumerate(candidates),
-        key=lambda p: (
-            round_kind(p[1]["manifest_toml"], labels[p[1]["round_id"]]) == "round",
-            p[0],
-        ),
-    )
-    return ranked[-1][1]["round_id"]
 
 
 # --- reading ----------------------------------------------------------------------------------
@@ -397,19 +363,6 @@ def _add(name: str) -> Any:
     return lambda ev, row: getattr(ev, name).append(row)
 
 
-def _has_columns(con: duckdb.DuckDBPyConnection, table: str, *columns: str) -> bool:
-    """Whether `table` has every one of `columns` (a database of an older schema may not)."""
-    have = {
-        r[0]
-        for r in con.execute(
-            "SELECT column_name FROM duckdb_columns() WHERE table_name = ? "
-            "AND schema_name = 'main' AND database_name = current_database()",
-            [table],
-        ).fetchall()
-    }
-    return set(columns) <= have
-
-
 PAIRS_SQL = """
     SELECT s.round_id, x.pr, s.model, s.axis, x.slot, s.session_id, s.rep,
            max(s.value) FILTER (WHERE s.side = 'main') AS main_value,
@@ -439,7 +392,7 @@ def _pairs(t: _Tables, aa: list[str]) -> dict[tuple[str, int, str, str], list[Pa
 
 def _canaries(t: _Tables) -> dict[str, list[Row]]:
     """Per round, its sessions that timed the canary, in the order they started."""
-    if not _has_columns(t.con, "sessions", "canary_before_s", "canary_after_s"):
+    if not has_columns(t.con, "sessions", "canary_before_s", "canary_after_s"):
         return {}
     out: dict[str, list[Row]] = defaultdict(list)
     for row in t.rows(

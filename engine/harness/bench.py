@@ -25,17 +25,11 @@ while not its turn and the verification margins: the collector decides from them
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import importlib
 import os
-import shutil
 import sys
-import tempfile
 import traceback
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Callable
 from types import SimpleNamespace
 
 import click
@@ -43,17 +37,14 @@ import numpy as np
 
 from engine.backends import resolve_backend
 from engine.cli_common import EXIT_HARNESS
-from engine.errors import EngineError, EngineOutputError
+from engine.errors import EngineError
 from engine.harness.canary import Canary
 from engine.harness.common import (
-    DEFAULT_CORPUS,
-    REPO_ROOT,
     Clock,
     backend_option,
     check_out,
     cli_main,
     config_of,
-    corpus_prompt_ids,
     engine_commit,
     header,
     open_model,
@@ -68,174 +59,38 @@ from engine.harness.longctx import LongContextRun
 from engine.harness.measure import (
     MIN_TIME_S,
     Bench,
-    Side,
-    idle_report,
     measure_context,
     measure_widths,
-    timing_report,
-    warm_up,
-    watch_engine,
+)
+from engine.harness.options import (
+    MIN_TIME_HELP,
+    MODEL_HELP,
+    WARMUP_HELP,
+    check_contexts,
+    check_min_time,
+    check_widths,
+    legs_option,
+    session_options,
+    verify_option,
 )
 from engine.harness.protocol import (
-    Baseline,
     ConcurrentResult,
-    ContextSample,
-    Measured,
-    MemoryReport,
     SweepResult,
-    WidthSample,
 )
-from engine.harness.reaper import become_subreaper, kill_leftovers
-from engine.harness.sandbox import KINDS, SANDBOX_ENV, Sandbox
+from engine.harness.reaper import become_subreaper
 from engine.harness.sandbox import describe as describe_sandbox
-from engine.harness.timing import Challenges, EngineProcess, EngineSpec
-from engine.harness.turns import DeviceProbe
+from engine.harness.speed_session import (
+    Engines,
+    corpus_ids,
+    deal,
+    engine_spec,
+    run_session,
+    scratch_folder,
+    shares,
+)
+from engine.harness.timing import Challenges
 from engine.harness.verify import verify as verify_outputs
 from engine.models import model_id
-
-# --- command line --------------------------------------------------------------------------
-
-MODEL_HELP = "Model name, e.g. tiny, smollm2-135m, llama-8b:q4_0."
-WARMUP_HELP = "Untimed repetitions of the same shape before the timed ones"
-MIN_TIME_HELP = (
-    "Seconds a repetition repeats a short timed operation for; it reports the fastest run "
-    "(0: one run per repetition)."
-)
-
-
-def session_options(f: Callable) -> Callable:
-    """The options every speed command takes: which engines run, sealed how, writing where."""
-    options = [
-        click.option(
-            "--engine-checkout",
-            type=click.Path(exists=True, file_okay=False),
-            default=None,
-            help="Checkout whose engine is measured (default: this one); this checkout's "
-            "harness times it.",
-        ),
-        click.option(
-            "--baseline-checkout",
-            type=click.Path(exists=True, file_okay=False),
-            default=None,
-            help="Also run this checkout's engine (main's) beside it, the two taking turns per "
-            "timed operation, the idle one stopped.",
-        ),
-        click.option(
-            "--sandbox",
-            type=click.Choice(KINDS),
-            default=lambda: os.environ.get(SANDBOX_ENV, "none"),
-            show_default=f"${SANDBOX_ENV}, else none",
-            help="Seal each engine process: bwrap (namespaces, read-only files) or none.",
-        ),
-        click.option(
-            "--scratch",
-            type=click.Path(file_okay=False),
-            default=None,
-            help="Folder for each engine's home and this process's caches (default: a temporary "
-            "one); the only place an engine may write, with its kernel cache.",
-        ),
-        click.option(
-            "--engine-cache",
-            type=click.Path(file_okay=False),
-            default=None,
-            help="The measured engine's compiled-kernel cache (CUPY_CACHE_DIR).",
-        ),
-        click.option(
-            "--baseline-cache",
-            type=click.Path(file_okay=False),
-            default=None,
-            help="The baseline engine's compiled-kernel cache (CUPY_CACHE_DIR).",
-        ),
-    ]
-    for option in reversed(options):
-        f = option(f)
-    return f
-
-
-@dataclass(frozen=True)
-class Engines:
-    """The engines a command measures, from its session options."""
-
-    checkout: Path
-    baseline: Path | None
-    sandbox: str
-    scratch: Path | None
-    cache: Path | None
-    baseline_cache: Path | None
-
-    @classmethod
-    def of(cls, o: dict) -> Engines:
-        def path(k: str) -> Path | None:
-            return Path(o[k]).resolve() if o.get(k) else None
-
-        return cls(
-            checkout=path("engine_checkout") or REPO_ROOT,
-            baseline=path("baseline_checkout"),
-            sandbox=o["sandbox"],
-            scratch=path("scratch"),
-            cache=path("engine_cache"),
-            baseline_cache=path("baseline_cache"),
-        )
-
-
-legs_option = click.option(
-    "--legs",
-    default=1,
-    show_default=True,
-    help="Pairs of engine processes, one after another: the engines are started anew this many "
-    "times and the repetitions (runs) dealt over them, so a session's numbers average over the "
-    "speed each new process happens to settle at.",
-)
-
-
-def shares(n: int, legs: int) -> list[int]:
-    """`n` repetitions dealt over `legs` pairs of engine processes, the first legs taking the
-    remainder (a leg may get none)."""
-    return [n // legs + (i < n % legs) for i in range(legs)]
-
-
-def deal(n: int, legs: int, what: str) -> list[int]:
-    """`shares`, every leg getting one at least."""
-    require_positive(legs, "--legs")
-    if legs > n:
-        raise EngineError(f"--legs {legs} exceeds {what} {n}: every leg times each shape once")
-    return shares(n, legs)
-
-
-verify_option = click.option(
-    "--verify/--no-verify",
-    default=True,
-    show_default=True,
-    help="Hold the timed outputs against this checkout's model afterwards.",
-)
-
-
-def check_min_time(min_time: float) -> None:
-    if not 0.0 <= min_time <= 60.0:
-        raise EngineError(f"--min-time must be between 0 and 60 seconds, got {min_time}")
-
-
-def check_widths(
-    model: str,
-    widths: list[int],
-    prompt_len: int,
-    tokens: int,
-    runs: int,
-    max_ctx: int,
-    options: tuple[str, str] = ("--tokens", "--runs"),
-) -> None:
-    """Sequences decoded together (concurrent, or a sweep's --widths) fit the model's window;
-    `options` names the tokens and runs options in errors."""
-    require_positive(tokens, options[0])
-    require_positive(runs, options[1])
-    require_positive(prompt_len, "--prompt-len")
-    for w in widths:
-        need = prompt_len + tokens + w
-        if need > max_ctx:
-            raise EngineError(
-                f"width {w}: prompt-len {prompt_len} + tokens {tokens} + {w} = {need} "
-                f"exceeds {model}'s context of {max_ctx}"
-            )
 
 
 @click.group(name="engine.harness.bench")
@@ -306,22 +161,17 @@ def sweep(
     **session: object,
 ) -> None:
     """Decode and prefill tok/s per context, every repetition's raw value; with --widths, then
-    sequences decoded together (a guard's batched decode, verified with the rest)."""
+    sequences decoded together in the same processes (a guard's batched decode, or a target's
+    concurrent decode), verified with the rest."""
     clock = Clock()
     check_out(out)
     ctxs = parse_int_list(ctx_list, "ctx")
     widths = parse_int_list(width_list, "widths") if width_list.strip() else []
-    require_positive(tokens, "--tokens")
     require_positive(reps, "--reps")
     require_non_negative(warmup, "--warmup")
     require_non_negative(prefill_tokens, "--prefill-tokens")
     check_min_time(min_time)
-    max_ctx = config_of(model).max_context
-    for ctx in ctxs:
-        if ctx + tokens > max_ctx:
-            raise EngineError(
-                f"ctx {ctx} + tokens {tokens} = {ctx + tokens} exceeds {model}'s context of {max_ctx}"
-            )
+    max_ctx = check_contexts(model, ctxs, tokens)
     if widths:
         options = ("--width-tokens", "--width-runs")
         check_widths(model, widths, prompt_len, width_tokens, width_runs, max_ctx, options)
@@ -504,232 +354,6 @@ def longctx(
         check.mark("verified")
     me = SimpleNamespace(backend=resolved, model_id=model_id(model))
     write_document(check.document(header(model, me, clock)), out)
-
-
-@contextlib.contextmanager
-def scratch_folder(given: Path | None) -> Iterator[Path]:
-    """The session's scratch folder: the one given, or a temporary one removed afterwards."""
-    if given is not None:
-        given.mkdir(parents=True, exist_ok=True)
-        yield given
-        return
-    with tempfile.TemporaryDirectory(prefix="sparkboard-session-") as tmp:
-        yield Path(tmp)
-
-
-def engine_spec(engines: Engines, backend: str, scratch: Path, baseline: bool) -> EngineSpec:
-    """One engine's checkout, sandbox and writable folders (each its own, under `scratch`)."""
-    name = "baseline" if baseline else "engine"
-    cache = engines.baseline_cache if baseline else engines.cache
-    checkout = engines.baseline if baseline else engines.checkout
-    assert checkout is not None
-    shutil.rmtree(scratch / f"{name}-home", ignore_errors=True)  # nothing of an earlier session
-    return EngineSpec(
-        checkout=checkout,
-        sandbox=Sandbox(engines.sandbox, gpu=backend == "cupy"),
-        home=scratch / f"{name}-home",
-        kernel_cache=cache,
-    )
-
-
-def corpus_ids(scratch: Path) -> Callable[[str, int], list[int]]:
-    """The corpus as the model's token ids, tokenized once per scratch folder (the tokenizer
-    reads a whole GGUF vocabulary: most of a short session's start); the cache lives beside the
-    engines' homes, where no engine can write."""
-
-    def ids(model: str, vocab: int) -> list[int]:
-        key = hashlib.sha256(f"{model}\0{vocab}".encode() + DEFAULT_CORPUS.read_bytes()).hexdigest()
-        path = scratch / f"corpus-{key[:20]}.npy"
-        if path.is_file():
-            return np.load(path).tolist()
-        out = corpus_prompt_ids(model, vocab)
-        np.save(path, np.asarray(out, dtype=np.int64))
-        return out
-
-    return ids
-
-
-class Steps:
-    """Where a session's seconds go, legs summed: each step's time from the end of the step
-    before it, written to the clock as phases (Measured.phases: seconds from the start at which
-    each step would have ended had every leg's steps run back to back)."""
-
-    ORDER = ("engine_loaded", "warmed", "measured", "engine_stopped", "verified")
-
-    def __init__(self, clock: Clock) -> None:
-        self.clock, self.spent, self._last = clock, dict.fromkeys(self.ORDER, 0.0), 0.0
-
-    def done(self, step: str) -> None:
-        now = self.clock.wall_s()
-        self.spent[step] += now - self._last
-        self._last = now
-        total = 0.0
-        for name in self.ORDER[: self.ORDER.index(step) + 1]:
-            total += self.spent[name]
-            self.clock.phases[name] = round(total, 3)
-
-
-@dataclass
-class Role:
-    """One engine's part of a session (main's, or the one measured) over every leg: what its
-    processes were timed at and did, and the outputs kept to verify."""
-
-    engines: list[EngineProcess]
-    memory: list[MemoryReport]
-    checks: list = field(default_factory=list)  # groups of Samples (the measured engine's)
-
-
-def _most(values: list[int | None]) -> int | None:
-    """The largest reading, None when no leg had one."""
-    known = [v for v in values if v is not None]
-    return max(known) if known else None
-
-
-def _joined_memory(reports: list[MemoryReport]) -> MemoryReport | None:
-    """The most any leg's process held at each reading."""
-    if not reports:
-        return None
-    return MemoryReport(
-        host_after_load=max(r.host_after_load for r in reports),
-        host_peak=max(r.host_peak for r in reports),
-        gpu_after_load=_most([r.gpu_after_load for r in reports]),
-        gpu_peak=_most([r.gpu_peak for r in reports]),
-    )
-
-
-def _joined_contexts(parts: list[ContextSample]) -> ContextSample:
-    first = parts[0]
-    return ContextSample(
-        ctx=first.ctx,
-        decode_tokens=first.decode_tokens,
-        decode_tok_s=[v for c in parts for v in c.decode_tok_s],
-        prefill_tok_s=[v for c in parts for v in c.prefill_tok_s],
-        vram=first.vram,
-        host_peak=_most([c.host_peak for c in parts]),
-        gpu_peak=_most([c.gpu_peak for c in parts]),
-    )
-
-
-def joined_legs(parts: list[dict]) -> dict:
-    """One engine's results of every leg as one session's: each context's and each width's
-    repetitions in leg order (a width some legs left out, a guard's, from the legs that ran it)."""
-    out: dict = {}
-    if "contexts" in parts[0]:
-        out["contexts"] = [
-            _joined_contexts([p["contexts"][i] for p in parts])
-            for i in range(len(parts[0]["contexts"]))
-        ]
-    if "widths" in parts[0]:
-        by_width: dict[int, list[WidthSample]] = {}
-        for p in parts:
-            for w in p["widths"]:
-                by_width.setdefault(w.width, []).append(w)
-        out["widths"] = [
-            WidthSample(width=w, prompt_len=ws[0].prompt_len, runs=[r for x in ws for r in x.runs])
-            for w, ws in by_width.items()
-        ]
-    return out
-
-
-def run_session(
-    model: str,
-    backend: str,
-    engines: Engines,
-    do_verify: bool,
-    b: Bench,
-    body: Callable[[Bench, int], list[dict]],
-    clock: Clock,
-    legs: int = 1,
-) -> tuple[tuple[dict, Baseline | None], Measured, dict]:
-    """Time the canary; then, `legs` times, start the engines (main's beside the measured one
-    when there is a baseline; both load at once), run `body(b, leg)` against them turn by turn
-    and stop them; time the canary again, then verify the measured engine's outputs of every
-    leg with this checkout's model. Each leg is a new pair of processes: a process settles at a
-    speed of its own (where its buffers land; ~1% apart on the H200, engine/PERF.md), which more
-    repetitions in it never average out, more processes do.
-    Returns (its results, main's as a Baseline), what makes them trustworthy, and the header."""
-    resolved = resolve_backend(backend)
-    become_subreaper()  # what an engine process leaves running is ours to kill
-    canary = Canary(resolved)
-    probe = DeviceProbe() if resolved == "cupy" else None
-    steps = Steps(clock)
-    results: list[list[dict]] = []  # per leg, per side
-    with scratch_folder(engines.scratch) as scratch:
-        specs = [engine_spec(engines, resolved, scratch, baseline=True)] if engines.baseline else []
-        specs.append(engine_spec(engines, resolved, scratch, baseline=False))
-        roles = [Role([], []) for _ in specs]
-        for leg in range(legs):
-            if legs > 1:
-                progress(f"leg {leg + 1} of {legs}: the engines start anew")
-            procs = [
-                EngineProcess(spec, model, resolved, probe=probe, baseline=i < len(specs) - 1)
-                for i, spec in enumerate(specs)
-            ]
-            b.sides = []
-            try:
-                for p in procs:
-                    p.connect()
-                steps.done("engine_loaded")
-                if len({p.vocab for p in procs}) != 1:
-                    raise EngineOutputError(
-                        "main's engine and the engine under test disagree on the vocabulary"
-                    )
-                b.sides = [
-                    Side(p, watch_engine(p, resolved == "cupy"), verified=(i == len(procs) - 1))
-                    for i, p in enumerate(procs)
-                ]
-                if leg == 0:
-                    b.material = np.asarray(corpus_ids(scratch)(model, procs[0].vocab))
-                warm_up(b)
-                steps.done("warmed")
-                for side in b.sides:
-                    side.watch.mark()  # each context's peak counts from here
-                results.append(body(b, leg))
-                steps.done("measured")
-            finally:
-                for role, side in zip(roles, b.sides, strict=False):
-                    role.memory.append(side.watch.stop())
-                    role.checks += side.checks.groups
-                for role, p in zip(roles, procs, strict=True):
-                    role.engines.append(p)
-                    p.close()
-                kill_leftovers()
-            steps.done("engine_stopped")
-    canary_report = canary.after()
-    mine = roles[-1]
-    report = None
-    if do_verify:
-        progress(f"verifying {len(mine.checks)} timed operations against this checkout's model")
-        reference = f"main's engine at {engine_commit()[:12]}"
-        report = verify_outputs(open_model(model, resolved), mine.checks, reference)
-        steps.done("verified")
-    progress(
-        "phases (s, legs summed): " + ", ".join(f"{k} {v:.1f}" for k, v in clock.phases.items())
-    )
-    per_side = [joined_legs([leg[i] for leg in results]) for i in range(len(roles))]
-    measured = Measured(
-        seed=b.challenges.seed,
-        timing=timing_report(*mine.engines),
-        verification=report,
-        memory=_joined_memory(mine.memory),
-        phases=clock.phases,
-        idle=idle_report(*mine.engines),
-        canary=canary_report,
-        sandbox=describe_sandbox(engines.sandbox),
-        legs=legs,
-    )
-    baseline = None
-    if len(roles) == 2:
-        main = roles[0]
-        baseline = Baseline(
-            commit=engine_commit(main.engines[0].spec.checkout),
-            timing=timing_report(*main.engines),
-            memory=_joined_memory(main.memory),
-            idle=idle_report(*main.engines),
-            **per_side[0],
-        )
-    me = SimpleNamespace(backend=resolved, model_id=model_id(model))
-    return (per_side[-1], baseline), measured, header(model, me, clock)
 
 
 # --- extra commands --------------------------------------------------------------------------

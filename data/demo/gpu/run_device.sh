@@ -5,7 +5,7 @@
 #   bash data/demo/gpu/run_device.sh ray         Ray (carry .whl-ray: collect --cluster); optional
 #   bash data/demo/gpu/run_device.sh budgets     the long-context budgets from main's peaks (into the clone's policy)
 #   bash data/demo/gpu/run_device.sh start SECS  the last piece; a Ray head over every GPU; the rounds; wait
-#   bash data/demo/gpu/run_device.sh wait SECS   wait; once every round is done, merge them into one file
+#   bash data/demo/gpu/run_device.sh wait SECS   wait; once every round is done, combine them into one file
 # ROUNDS="gates-h200" (a space-separated list of data/demo/gpu/*.toml names) picks the rounds.
 # The SmolLM2 file comes in pieces of under ~50 MB (`head -c`/`tail -c` of it into .gguf/a,
 # .gguf/b: the tree plus one piece fits one call's 64 MiB), joined in name order.
@@ -14,7 +14,7 @@
 # driver the one writer of its own database) against one Ray head started here: Ray gives each
 # shard (one per GPU, never more than the round's PRs) a GPU as one frees, across all rounds.
 # Without Ray (no `ray` call) the rounds run one after another on GPU 0, as one collector each.
-# The finished databases are merged into $OUT/sparkboard.duckdb.
+# The finished databases are combined into $OUT/sparkboard.duckdb.
 set -u
 OUT=${OUT:-/tmp/out}
 read -r -a RLIST <<<"${ROUNDS:-gpu aa-h200-1 aa-h200-2 aa-h200-3}"  # at once on a Ray head, else in order
@@ -88,7 +88,7 @@ start() {
   fi
 }
 
-wait_rounds() {  # up to $1 seconds, then report; merge once every round is done
+wait_rounds() {  # up to $1 seconds, then report; combine once every round is done
   local until=$(($(date +%s) + $1))
   while [ "$(ls "$DB"/done-* 2>/dev/null | wc -l)" -lt "${#RLIST[@]}" ] && [ "$(date +%s)" -lt "$until" ]; do
     sleep 10
@@ -98,7 +98,7 @@ wait_rounds() {  # up to $1 seconds, then report; merge once every round is done
     [ -f "$DB/$r.log" ] && echo "== $r: $(tr '\r' '\n' <"$DB/$r.log" | tail -n 1 | cut -c1-150)"
   done
   if [ "$(ls "$DB"/done-* 2>/dev/null | wc -l)" -ge "${#RLIST[@]}" ]; then
-    (cd "$SB" && python3 -c 'from collector.cli import main; main()' merge "$DB"/*.duckdb --into "$OUT/sparkboard.duckdb") &&
+    (cd "$SB" && python3 -c 'from collector.cli import main; main()' combine "$DB"/*.duckdb --into "$OUT/sparkboard.duckdb") &&
       (cd "$SB" && python3 -c 'from collector.cli import main; main()' show --db "$OUT/sparkboard.duckdb" --json >"$OUT/show.json"
        python3 -c 'from collector.cli import main; main()' show --db "$OUT/sparkboard.duckdb" | tail -n 60)
   else

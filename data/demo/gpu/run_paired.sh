@@ -78,7 +78,7 @@ wait_rounds() {
   [ -f "$DB/done" ] || { echo "not done yet"; return 0; }
   local dbs=() r
   for r in "${ROUNDS[@]}"; do [ -f "$DB/$r.duckdb" ] && dbs+=("$DB/$r.duckdb"); done
-  sb merge "${dbs[@]}" --into "$OUT/paired.duckdb" && report
+  sb combine "${dbs[@]}" --into "$OUT/paired.duckdb" && report
   ls -la "$OUT"
 }
 
@@ -98,7 +98,7 @@ finish() {  # whatever is in: the rounds stopped, each database judged as it sta
     sb verdict --db "$DB/$r.duckdb" --round "$(round_id "$r")" >>"$OUT/verdict.log" 2>&1
     dbs+=("$DB/$r.duckdb")
   done
-  sb merge "${dbs[@]}" --into "$OUT/paired.duckdb" --without-dumps >>"$OUT/verdict.log" 2>&1
+  sb combine "${dbs[@]}" --into "$OUT/paired.duckdb" --without-dumps >>"$OUT/verdict.log" 2>&1
   report
   cp "$DB/rounds.log" "$OUT/" 2>/dev/null; tail -n 3 "$OUT/verdict.log"; ls -la "$OUT"
 }

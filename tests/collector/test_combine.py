@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from collector.cli import main
 from collector.policy import default_policy_path, load_policy
 from collector.store import StoreError, open_store
-from collector.store.merge import merge_rounds
+from collector.store.combine import combine_rounds
 from collector.verdict import adopt_policy, decide_round
 
 
@@ -40,21 +40,21 @@ def test_merge_copies_every_round_once(tmp_path: Path) -> None:
     a = _db(tmp_path / "a.duckdb", "r-a", 3)
     b = _db(tmp_path / "b.duckdb", "r-b", 5)
     dst = tmp_path / "all.duckdb"
-    assert merge_rounds(dst, [a, b]) == ["r-a", "r-b"]
+    assert combine_rounds(dst, [a, b]) == ["r-a", "r-b"]
     assert _count(dst, "rounds") == 2 and _count(dst, "samples") == 8
     with open_store(dst, read_only=True) as s:
         got = s.query("SELECT round_id, sum(value) FROM samples GROUP BY 1 ORDER BY 1")
     assert got == [("r-a", 303.0), ("r-b", 510.0)]
     # the same round again is refused, and nothing is half-copied
     with pytest.raises(StoreError, match="round r-a is already in"):
-        merge_rounds(dst, [a])
+        combine_rounds(dst, [a])
     assert _count(dst, "samples") == 8
 
 
 def test_merge_refuses_itself(tmp_path: Path) -> None:
     a = _db(tmp_path / "a.duckdb", "r-a", 1)
     with pytest.raises(StoreError, match="is the destination itself"):
-        merge_rounds(a, [a])
+        combine_rounds(a, [a])
 
 
 def test_a_published_database_leaves_the_dumps_out_and_keeps_its_verdicts(tmp_path: Path) -> None:
@@ -65,9 +65,9 @@ def test_a_published_database_leaves_the_dumps_out_and_keeps_its_verdicts(tmp_pa
             [json.dumps({"logits": [1, 2, 3]})],
         )
     pub = tmp_path / "pub.duckdb"
-    res = CliRunner().invoke(main, ["merge", str(a), "--into", str(pub), "--without-dumps"])
+    res = CliRunner().invoke(main, ["combine", str(a), "--into", str(pub), "--without-dumps"])
     assert res.exit_code == 0, res.output
-    assert "merged r-a" in res.output
+    assert "added r-a" in res.output
     assert _count(pub, "score_dumps") == 0 and _count(pub, "samples") == 2
     assert _count(a, "score_dumps") == 1  # the source keeps them
     with open_store(pub) as s, pytest.raises(LookupError, match="published without score dumps"):
@@ -84,7 +84,7 @@ def test_a_published_database_leaves_the_dumps_out_and_keeps_its_verdicts(tmp_pa
         assert s.query("SELECT policy_json FROM rounds WHERE round_id = 'r-a'") == before
     # a round collected into a copy of the published file later (make demo) is judged as usual
     b = _db(tmp_path / "b.duckdb", "r-b", 1)
-    merge_rounds(pub, [b])
+    combine_rounds(pub, [b])
     with open_store(pub) as s:
         assert s.query("SELECT key FROM schema_meta WHERE key LIKE 'score_dumps%'") == [
             ("score_dumps_left_out:r-a",)

@@ -1,4 +1,4 @@
-"""Merge the rounds of several sparkboard databases into one.
+"""Combine the rounds of several sparkboard databases into one (`sparkboard combine`).
 
 A round is written by one collector into one file (one writer per database), so rounds measured
 at the same time on different GPUs or boxes land in different files; the published database is
@@ -19,7 +19,9 @@ from collector.store import StoreError, open_store
 DUMPS_LEFT_OUT = "score_dumps_left_out:"  # + round id: a schema_meta key of a published round
 
 
-def merge_rounds(dst: str | Path, srcs: list[str | Path], without_dumps: bool = False) -> list[str]:
+def combine_rounds(
+    dst: str | Path, srcs: list[str | Path], without_dumps: bool = False
+) -> list[str]:
     """Copy every row of each source into `dst` (created if missing); returns the round ids added.
     `without_dumps`: leave the score dumps out (a database to publish)."""
     added: list[str] = []

@@ -5,7 +5,7 @@ shards (collector/schedule.py `plan_shards`: each shard a set of PRs interleaved
 main sessions). Each shard is a Ray actor asking for one GPU (`num_gpus=1`; Ray sets its
 CUDA_VISIBLE_DEVICES): it checks its device, then runs the shard's sessions one call at a time
 (`session.measure_session`: the subprocess, the box's checks) and hands each Run back. The driver
-judges what needs the database and writes each session as it arrives (`collect.record`), so:
+judges what needs the database and writes each session as it arrives (`round_run.record`), so:
 
 * a worker killed mid-session loses nothing finished (the driver wrote it) and duplicates
   nothing (its unfinished session is retried by Ray on the restarted actor; once the restarts

@@ -7,12 +7,7 @@ skipped, sessions that failed for infrastructure are tried again, and no row is 
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import json
-import sys
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 
 import click
@@ -25,21 +20,13 @@ from collector.candidates import (
     build_candidate,
     preflight,
 )
-from collector.commands import build_request
 from collector.errors import RoundError
 from collector.manifest import LoadedManifest, ManifestError, load_manifest
-from collector.outcome import FINISHED, Outcome, judge, skipped
 from collector.policy import ResolvedPolicy, load_policy, resolve
-from collector.runner import Place, Run
-from collector.sandbox import BoxGuard, describe, seal
-from collector.schedule import Slot, Task, plan_confirmation, plan_shards
-from collector.session import SessionKit, here, measure_session, stop_if_box_changed
+from collector.round_run import RoundRun
+from collector.sandbox import describe, seal
+from collector.schedule import Slot, plan_confirmation, plan_shards
 from collector.store import Store, lookups, open_store, writer
-from collector.store.writer import Placement
-
-
-def now() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
 
 
 def _check_round(store: Store, loaded: LoadedManifest, main_commit: str) -> bool:
@@ -136,76 +123,22 @@ def _collect(
     plans = plan_shards(
         m.round, measurable, policy.profile, _shard_count(store, m.round, gpus, len(measurable))
     )
-
-    def still_to_run(plans: list[list[Slot]]) -> list[list[Task]]:
-        finished = lookups.finished_sessions(store, m.round, FINISHED)
-        return [
-            [t for s in plan for t in s.tasks if t.session_id not in finished] for plan in plans
-        ]
-
-    tasks = [t for plan in plans for s in plan for t in s.tasks]
-    todo = still_to_run(plans)
-    n_todo = sum(map(len, todo))
-    if n_todo < len(tasks):
-        log(f"resuming: {len(tasks) - n_todo} of {len(tasks)} sessions already finished")
-
-    @functools.cache
-    def kit_of(shard: int) -> SessionKit:
-        """A shard's own main checkout and scratch: shards on one host run side by side. Its
-        box guard watches the checkouts of its own PRs (in one process: every shard's)."""
-        main = main_checkout if shard == 0 else ws.add_worktree(f"main-s{shard}", main_commit)
-        work = scratch / ("work" if conn is None else f"work-s{shard}")
-        mine = [t.pr for plan in (plans if conn is None else plans[shard : shard + 1])
-                for s in plan for t in s.tasks if t.side == "pr"]  # fmt: skip
-        checkouts = tuple(sorted({p for n in mine if (p := by_pr[n].checkout) is not None}))
-        return SessionKit(
-            ws.repo, main_commit, policy, Place(main, work, sandbox, work / "kernel-cache"),
-            (db_path.parent,), checkouts,
-        )  # fmt: skip
-
-    def commit_of(task: Task) -> str:
-        return main_commit if task.side == "main" else str(by_pr[task.pr].merged_commit)
-
-    # Once a PR has failed for its own reasons, its later tasks in the round still run (each
-    # session is evidence, and a verdict shows every failing axis), except after a failure in
-    # policy.failures.stop_after (forged, diverged): then they are recorded as skipped.
-    def skip(task: Task) -> Outcome | None:
-        return skipped_outcome(store, m.round, task, policy.failures.stop_after)
-
-    def run(todo: list[list[Task]], label: str) -> int:
-        """Every task of `todo` (one list per shard); the sessions left failing for infrastructure."""
-        n = sum(map(len, todo))
-        bar_ctx = (
-            click.progressbar(length=n, label=label, file=sys.stderr, item_show_func=str)
-            if progress
-            else contextlib.nullcontext(None)
-        )
-        with bar_ctx as bar:
-
-            def done(task: Task, o: Run | Outcome, placement: Placement | None) -> int:
-                failed = record(store, task, commit_of(task), o, policy, log, placement)
-                if bar is not None:
-                    bar.update(1, task.session_id.split("/", 1)[1])
-                return failed
-
-            if conn is None:
-                return _run_here(
-                    kit_of(0), [t for shard in todo for t in shard], by_pr, done, skip, log
-                )
-            from collector import cluster as ray_cluster  # noqa: PLC0415 - Ray only when asked
-
-            return ray_cluster.run_shards(
-                conn, todo, kit_of, _pr_checkout(by_pr), done, skip, log, hook
-            )
-
-    infra_left = run(todo, "measuring")
+    r = RoundRun(
+        store, ws, m.round, policy, main_commit, main_checkout, scratch, sandbox, db_path, by_pr,
+        plans, log,
+    )  # fmt: skip
+    todo = r.still_to_run(plans)
+    n_tasks, n_todo = sum(len(s.tasks) for plan in plans for s in plan), sum(map(len, todo))
+    if n_todo < n_tasks:
+        log(f"resuming: {n_tasks - n_todo} of {n_tasks} sessions already finished")
+    infra_left = r.run(todo, "measuring", progress, conn, hook)
     if infra_left == 0:  # every planned session in: the verdicts that rest on speed, again
         confirm = _confirmation_plans(store, m.round, plans, measurable, policy)
-        todo = still_to_run(confirm)
+        todo = r.still_to_run(confirm)
         if any(todo):
             prs = sorted({s.pr for plan in confirm for s in plan if s.side == "pr"})
             log(f"confirming PR {', '.join(f'#{n}' for n in prs)}: verdicts that rest on speed")
-            infra_left = run(todo, "confirming")
+            infra_left = r.run(todo, "confirming", progress, conn, hook)
     _finish(store, m.round, infra_left, log)
     return infra_left
 
@@ -275,88 +208,3 @@ def _shard_count(store: Store, round_id: str, gpus: int, n_prs: int) -> int:
     n = 1 if lookups.has_sessions(store, round_id) else max(1, min(gpus, n_prs))
     writer.set_round_shards(store, round_id, n)
     return n
-
-
-def _pr_checkout(by_pr: dict[int, Candidate]) -> Callable[[Task], Path | None]:
-    """A task's checkout: the PR's merge result, or None for main (each shard has its own)."""
-
-    def of(task: Task) -> Path | None:
-        if task.side == "main":
-            return None
-        cand = by_pr[task.pr]
-        assert cand.checkout is not None and cand.merged_commit is not None
-        return cand.checkout
-
-    return of
-
-
-def _run_here(
-    kit: SessionKit,
-    todo: list[Task],
-    by_pr: dict[int, Candidate],
-    done: Callable[[Task, Run | Outcome, Placement | None], int],
-    skip: Callable[[Task], Outcome | None],
-    log: Callable[[str], None],
-) -> int:
-    """Every session in this process, one after another (a sharded round's shards in turn)."""
-    guard = BoxGuard(kit.place, log, kit.pr_checkouts)
-    placement = here()
-    checkout = _pr_checkout(by_pr)
-    infra = 0
-    for t in todo:
-        o = skip(t) or measure_session(kit, guard, t, checkout(t))
-        infra += done(t, o, placement)
-        stop_if_box_changed(o)
-    return infra
-
-
-def skipped_outcome(
-    store: Store, round_id: str, task: Task, stop_after: list[str]
-) -> Outcome | None:
-    """A PR task not to run, because an earlier session of the PR in this round ended in one of
-    `stop_after` (say which); None: run it. Main's tasks always run (they serve every PR)."""
-    if task.side != "pr" or not stop_after:
-        return None
-    stop = lookups.first_stop(store, slot_round(task), task.pr, list(stop_after))
-    if stop is None:
-        return None
-    kind, model, status = stop
-    detail = (
-        f"not run: the PR's {kind} session of {model} was {status} (a REJECT at once), so its "
-        "later sessions of the round are skipped"
-    )
-    return skipped(now(), detail)
-
-
-def record(
-    store: Store,
-    task: Task,
-    commit: str,
-    o: Run | Outcome,
-    policy: ResolvedPolicy,
-    log: Callable[[str], None],
-    placement: Placement | None = None,
-) -> int:
-    """A session judged (outcome.judge; main failing the same way in the round, main of the
-    task's own shard, is looked up here) and written; 1 when it failed for infrastructure."""
-    round_id = slot_round(task)
-    if isinstance(o, Outcome):  # skipped: judged already
-        writer.write_session(store, round_id, task, commit, o, placement=placement)
-        return 0
-    main_failed = task.side == "pr" and lookups.main_failed(
-        store, round_id, task.shard, task.kind, task.model
-    )
-    outcome = judge(task, build_request(task, policy), o, policy, main_failed)
-    writer.write_session(store, round_id, task, commit, outcome, placement)
-    if not outcome.ok:
-        who = "main" if task.side == "main" else f"PR #{task.pr}"
-        log(f"  {who} {task.kind} {task.model}: {outcome.status}: {outcome.detail}")
-    return 1 if outcome.fault == "infra" else 0
-
-
-def slot_round(task: Task) -> str:
-    return task.session_id.split("/", 1)[0]
-
-
-def round_summary(store: Store, round_id: str) -> str:
-    return json.dumps(lookups.status_counts(store, round_id))

@@ -1,7 +1,7 @@
 """One session where its GPU is: the harness run (the box's failures tried again), what the
 session changed on the box outside its own folders, and where this process runs. Used by the
 round loop in this process (collect.py) and by each shard's worker on a Ray cluster
-(cluster.py); judged and written by collect.record."""
+(cluster.py); judged and written by round_run.record."""
 
 from __future__ import annotations
 

@@ -213,7 +213,7 @@ def joined_legs(parts: list[dict]) -> dict:
 
 
 @dataclass
-class Leg:
+class Legs:
     """What every leg of a session shares: its engines' specs, what it has learnt so far (each
     role's processes, memory and kept outputs, the time each step took) and how it starts an
     engine."""
@@ -277,7 +277,7 @@ def run_session(
     legs: int = 1,
 ) -> tuple[tuple[dict, Baseline | None], Measured, dict]:
     """Time the canary; then, `legs` times, start the engines and run `body(b, leg)` against them
-    (`Leg.run`); time the canary again, then verify the measured engine's outputs of every leg
+    (`Legs.run`); time the canary again, then verify the measured engine's outputs of every leg
     with this checkout's model. Each leg is a new pair of processes: a process settles at a
     speed of its own (where its buffers land; ~1% apart on the H200, engine/PERF.md), which more
     repetitions in it never average out, more processes do.
@@ -291,13 +291,13 @@ def run_session(
     with scratch_folder(engines.scratch) as scratch:
         specs = [engine_spec(engines, resolved, scratch, baseline=True)] if engines.baseline else []
         specs.append(engine_spec(engines, resolved, scratch, baseline=False))
-        run = Leg(model, resolved, specs, scratch, steps, probe, [Role([], []) for _ in specs])
+        pairs = Legs(model, resolved, specs, scratch, steps, probe, [Role([], []) for _ in specs])
         for leg in range(legs):
             if legs > 1:
                 progress(f"leg {leg + 1} of {legs}: the engines start anew")
-            results.append(run.run(b, body, leg))
+            results.append(pairs.run(b, body, leg))
     canary_report = canary.after()
-    mine = run.roles[-1]
+    mine = pairs.roles[-1]
     report = None
     if do_verify:
         progress(f"verifying {len(mine.checks)} timed operations against this checkout's model")
@@ -307,7 +307,7 @@ def run_session(
     progress(
         "phases (s, legs summed): " + ", ".join(f"{k} {v:.1f}" for k, v in clock.phases.items())
     )
-    per_side = [joined_legs([leg[i] for leg in results]) for i in range(len(run.roles))]
+    per_side = [joined_legs([leg[i] for leg in results]) for i in range(len(pairs.roles))]
     measured = Measured(
         seed=b.challenges.seed,
         timing=timing_report(*mine.engines),
@@ -320,7 +320,7 @@ def run_session(
         legs=legs,
     )
     me = SimpleNamespace(backend=resolved, model_id=model_id(model))
-    return (per_side[-1], main_beside(run.roles, per_side)), measured, header(model, me, clock)
+    return (per_side[-1], main_beside(pairs.roles, per_side)), measured, header(model, me, clock)
 
 
 def main_beside(roles: list[Role], per_side: list[dict]) -> Baseline | None:

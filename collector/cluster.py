@@ -136,6 +136,26 @@ class _Shard:
     placement: Placement | None = None
 
 
+def _handed(ref: Any, s: _Shard, log: Callable[[str], None]) -> Handed | None:
+    """What a shard's worker handed back for its session; None when the worker was lost (its
+    unfinished sessions are left for the next collect). A session that raised stops the round:
+    the box guard stopped it, or a bug (the message says which)."""
+    import ray  # noqa: PLC0415 - optional extra
+    from ray.exceptions import RayActorError, RayTaskError  # noqa: PLC0415
+
+    try:
+        return ray.get(ref)
+    except RayTaskError as e:
+        raise RoundError(str(e.cause) if e.cause else str(e)) from None
+    except RayActorError as e:
+        first = (str(e).strip().splitlines() or ["died"])[0][:200]
+        log(
+            f"shard {s.index}: worker lost ({first}); its {len(s.todo)} unfinished sessions are "
+            "left for the next collect"
+        )
+        return None
+
+
 def run_shards(
     conn: Connection,
     shards: list[list[Task]],
@@ -150,7 +170,6 @@ def run_shards(
     as it arrives; a task `skip` answers for is written without running. Returns the sessions
     left failing for infrastructure (or not run)."""
     import ray  # noqa: PLC0415 - optional extra
-    from ray.exceptions import RayActorError, RayTaskError  # noqa: PLC0415
 
     worker = ray.remote(num_gpus=1, num_cpus=0, max_restarts=RESTARTS, max_task_retries=RESTARTS)(
         ShardWorker
@@ -180,16 +199,8 @@ def run_shards(
         while pending:
             [ref], _ = ray.wait(list(pending), num_returns=1)
             s = pending.pop(ref)
-            try:
-                got: Handed = ray.get(ref)
-            except RayTaskError as e:  # the box guard stopped the round, or a bug: say which
-                raise RoundError(str(e.cause) if e.cause else str(e)) from None
-            except RayActorError as e:
-                first = (str(e).strip().splitlines() or ["died"])[0][:200]
-                log(
-                    f"shard {s.index}: worker lost ({first}); its {len(s.todo)} unfinished "
-                    "sessions are left for the next collect"
-                )
+            got = _handed(ref, s, log)
+            if got is None:  # its worker was lost
                 infra += len(s.todo)
                 s.actor = None
                 continue

@@ -19,7 +19,7 @@ def compared_widths(doc: object, guard: bool = False) -> list:
     if isinstance(doc, ConcurrentResult):
         return doc.widths
     if isinstance(doc, SweepResult) and not guard:
-        return doc.widths or []
+        return doc.widths
     return []
 
 

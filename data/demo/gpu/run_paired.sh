@@ -8,7 +8,13 @@
 #   bash data/demo/gpu/run_paired.sh gputests   the GPU test suite (nothing else on the card)
 #   bash data/demo/gpu/run_paired.sh start      the rounds, one after another, detached
 #   bash data/demo/gpu/run_paired.sh wait SECS  wait for them; once done, the databases merged into
-#                                               $OUT/paired.duckdb with `show --json` and `cost`
+#                                               $OUT/paired.duckdb with `show --json` and `cost`;
+#                                               until then each round's database so far comes back
+#                                               as $OUT/<round>.duckdb: a lease lost mid-round is
+#                                               not the round lost (put them in .snap/, carry .snap,
+#                                               and `start` resumes them: every session is main's
+#                                               engine beside the PR's, so one stored before a new
+#                                               machine stays a fair pair)
 #   bash data/demo/gpu/run_paired.sh piece DIR  a piece of the real SmolLM2 file (carry DIR) kept
 #                                               in /tmp/pieces; the last one (DIR/sha256 beside it)
 #                                               puts the whole file where setup put the header
@@ -68,6 +74,10 @@ from engine.harness.sandbox import Sandbox, probe
 probe(Sandbox('bwrap', gpu=True), Path('/tmp/probe'), 'import cupy; cupy.ones(4).sum()')") \
     >/dev/null 2>&1 || flag="--unsandboxed"
   echo "sandbox flag: ${flag:-none (sealed)}" | tee "$DB/flag.txt"
+  local r
+  for r in "${ROUNDS[@]}"; do  # a round's database from an earlier lease: collect resumes it
+    [ -f ".snap/$r.duckdb" ] && cp ".snap/$r.duckdb" "$DB/" && echo "resuming $r from .snap/"
+  done
   setsid bash -c "for r in ${ROUNDS[*]}; do
       echo \$(date +%T) \$r start >>$DB/rounds.log
       cd $SB && timeout 3000 python3 -c 'from collector.cli import main; main()' collect \
@@ -81,11 +91,23 @@ wait_rounds() {
   local deadline=$((SECONDS + ${1:-500}))
   while [ ! -f "$DB/done" ] && [ $SECONDS -lt $deadline ]; do sleep 5; done
   cat "$DB/rounds.log"; for r in "${ROUNDS[@]}"; do tail -n 6 "$DB/$r.log" 2>/dev/null; done
-  [ -f "$DB/done" ] || { echo "not done yet"; return 0; }
+  [ -f "$DB/done" ] || { echo "not done yet"; snapshot; return 0; }
   local dbs=() r
   for r in "${ROUNDS[@]}"; do [ -f "$DB/$r.duckdb" ] && dbs+=("$DB/$r.duckdb"); done
   sb combine "${dbs[@]}" --into "$OUT/paired.duckdb" && report
   ls -la "$OUT"
+}
+
+snapshot() {  # each round's database as it stands, if a copy of it reads (a write may be under way)
+  local r
+  for r in "${ROUNDS[@]}"; do
+    [ -f "$DB/$r.duckdb" ] || continue
+    cp "$DB/$r.duckdb" "$OUT/$r.duckdb" && { [ ! -f "$DB/$r.duckdb.wal" ] || cp "$DB/$r.duckdb.wal" "$OUT/"; }
+    sb combine "$OUT/$r.duckdb" --into "$OUT/$r.snap.duckdb" >/dev/null 2>&1 &&
+      mv "$OUT/$r.snap.duckdb" "$OUT/$r.duckdb" && echo "snapshot: $OUT/$r.duckdb" ||
+      { rm -f "$OUT/$r.duckdb" "$OUT/$r.duckdb.wal" "$OUT/$r.snap.duckdb"; echo "snapshot of $r unreadable"; }
+    rm -f "$OUT/$r.duckdb.wal"
+  done
 }
 
 report() {  # each round's verdicts (show --json) and cost, from the merged database

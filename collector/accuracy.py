@@ -16,22 +16,10 @@ log-prob, the argmax and the top-k log-probs. We compute
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+
+from collector.results import AccuracyResult
 
 EPS = 1e-10
-
-
-@dataclass(frozen=True)
-class AccuracyResult:
-    n_tokens: int
-    top1: float
-    kl: float
-    ppl_main: float
-    ppl_pr: float
-
-    @property
-    def ppl_ratio(self) -> float:
-        return self.ppl_pr / self.ppl_main
 
 
 class AccuracyError(ValueError):

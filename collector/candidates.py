@@ -14,10 +14,10 @@ import functools
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
 from collector.manifest import LoadedManifest, ManifestError, PRSpec
+from collector.results import Candidate
 
 GIT_TIMEOUT_S = 300
 _FIXED_DATE = "2000-01-01T00:00:00+0000"
@@ -74,21 +74,6 @@ def git(
         last = (proc.stderr.strip().splitlines() or ["(no message)"])[-1]
         raise GitError(f"git {args[0]} failed: {last}")
     return proc
-
-
-@dataclass
-class Candidate:
-    pr: int
-    status: str  # 'ready' | 'needs-rebase' | 'harness-touched' | 'error'
-    main_commit: str
-    pr_commit: str | None = None
-    merged_commit: str | None = None
-    detail: str | None = None
-    checkout: Path | None = None
-
-    @property
-    def measurable(self) -> bool:
-        return self.status == "ready"
 
 
 class Workspace:

@@ -1,9 +1,59 @@
-"""What judging a round produces, the types the writer stores and the readers return: one
-axis compared (`Comparison`), one gate's finding (`Gate`), one PR's verdict (`Verdict`)."""
+"""The records of a round that every stage shares and the store keeps: a PR resolved to a
+commit (`Candidate`), one repetition of a paired session (`Pair`), one axis compared
+(`Comparison`), one gate's finding (`Gate`, kinds in `GATE_ORDER`), one model's accuracy
+(`AccuracyResult`), one PR's verdict (`Verdict`). Plain data, importing nothing of the stages:
+the writer stores these types and the readers return them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
+
+# Every gate kind, in the order a report lists them (a stored gate is '<kind>' or
+# '<kind>:<model>').
+GATE_ORDER = (
+    "merge",
+    "run",
+    "floor",
+    "implausible",
+    "accuracy",
+    "reference",
+    "prefill-path",
+    "memory",
+    "long-context",
+    "guard",
+    "guard-accuracy",
+)
+
+Pair = tuple[int, float, float]  # (the session's slot, main's value, the PR's): one repetition
+
+
+@dataclass
+class Candidate:
+    pr: int
+    status: str  # 'ready' | 'needs-rebase' | 'harness-touched' | 'error'
+    main_commit: str
+    pr_commit: str | None = None
+    merged_commit: str | None = None
+    detail: str | None = None
+    checkout: Path | None = None
+
+    @property
+    def measurable(self) -> bool:
+        return self.status == "ready"
+
+
+@dataclass(frozen=True)
+class AccuracyResult:
+    n_tokens: int
+    top1: float
+    kl: float
+    ppl_main: float
+    ppl_pr: float
+
+    @property
+    def ppl_ratio(self) -> float:
+        return self.ppl_pr / self.ppl_main
 
 
 @dataclass

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import click
 
-from collector.candidates import Candidate, Workspace
+from collector.candidates import Workspace
 from collector.commands import build_request
 from collector.outcome import FINISHED, Outcome, judge, skipped
 from collector.policy import ResolvedPolicy
+from collector.results import Candidate
 from collector.runner import Place, Run
 from collector.sandbox import BoxGuard
 from collector.schedule import Slot, Task

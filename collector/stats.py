@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from collector.axes import is_memory_axis, parse_axis
+from collector.results import Pair
 
 
 def median(values: Sequence[float]) -> float:
@@ -23,9 +24,6 @@ def delta_of(main: float, pr: float) -> float:
 def seed_for(base_seed: int, *parts: str) -> int:
     """A stable per-comparison seed: the same samples always give the same interval."""
     return (base_seed ^ zlib.crc32("\x1f".join(parts).encode())) & 0xFFFFFFFF
-
-
-Pair = tuple[int, float, float]  # (the session's slot, main's value, the PR's): one repetition
 
 
 def session_ratios(pairs: Sequence[Pair]) -> list[tuple[int, list[float]]]:

@@ -33,6 +33,7 @@ from collector.policy import TIER_NAMES, Policy, ResolvedPolicy, resolve
 from collector.results import Comparison, Gate, Verdict
 from collector.rules import gain_shortfall, pct, pct_of
 from collector.schedule import CONFIRM_SLOTS, guards_of
+from collector.stats import session_sds
 from collector.store import Store, lookups, writer
 from collector.store.combine import DUMPS_LEFT_OUT
 from collector.store.evidence import RoundData
@@ -43,6 +44,7 @@ def compare_pr(data: RoundData, pr: int, targets: list[str], guards: list[str]) 
     sweeps), each from the pairs of its own sessions (main's engine timed beside the PR's); the
     memory axes of both (role 'memory')."""
     comps: list[Comparison] = []
+    session_sd = session_sds(data.pairs)  # kind of axis -> how far one session strays (log ratio)
     for model, role in [(m, "target") for m in targets] + [(m, "guard") for m in guards]:
         shape = "full" if role == "target" else "guard"
         measured = data.axes(pr, model, shape)
@@ -53,7 +55,7 @@ def compare_pr(data: RoundData, pr: int, targets: list[str], guards: list[str]) 
             speed = {a for a in measured if not is_memory_axis(a)}
         for ax in sorted(speed, key=axis_sort_key):
             pairs = data.pairs[(pr, model, ax, shape)]
-            sd = data.session_sd.get(parse_axis(ax)[0], 0.0)  # by kind of axis
+            sd = session_sd.get(parse_axis(ax)[0], 0.0)  # by kind of axis
             comps.append(compare_axis(data.policy, model, role, ax, pairs, sd))
         for ax in sorted((a for a in measured if is_memory_axis(a)), key=axis_sort_key):
             pairs = data.pairs[(pr, model, ax, shape)]

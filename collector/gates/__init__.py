@@ -3,7 +3,7 @@
 A gate function takes a GateContext (the round's data, the PR, its comparisons, the policy)
 and returns a GateResult: its Gate rows, and the reasons the PR is rejected (hard) or not
 judged yet (soft). verdict.decide_pr runs them in order and turns the reasons into a label.
-Adding a gate: one function in one module here, its kind in GATE_ORDER, one line in
+Adding a gate: one function in one module here, its kind in results.GATE_ORDER, one line in
 verdict.PR_GATES. Every gate's text states the rule that decided it with the numbers it read.
 """
 
@@ -18,22 +18,7 @@ from collector.gates.merge import NOT_MERGED, merge_gate
 from collector.gates.prefill_path import prefill_path_gate
 from collector.gates.reference import reference_gate
 from collector.gates.run import run_gate
-
-# Every gate kind, in the order a report lists them (a stored gate is '<kind>' or
-# '<kind>:<model>').
-GATE_ORDER = (
-    "merge",
-    "run",
-    "floor",
-    "implausible",
-    "accuracy",
-    "reference",
-    "prefill-path",
-    "memory",
-    "long-context",
-    "guard",
-    "guard-accuracy",
-)
+from collector.results import GATE_ORDER
 
 __all__ = [
     "GATE_ORDER",

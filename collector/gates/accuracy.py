@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 
-from collector.accuracy import AccuracyError, AccuracyResult, compare_dumps
+from collector.accuracy import AccuracyError, compare_dumps
 from collector.gates.base import GateContext, GateResult
 from collector.policy import AccuracyBars
+from collector.results import AccuracyResult
 from collector.rules import EPS
 
 KIND = "accuracy"

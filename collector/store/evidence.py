@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from collector.results import Pair
 from collector.schedule import CONFIRM_SLOTS
-from collector.stats import Pair, session_sds
 from collector.store import Store
 from collector.store.stored_policy import stored_policy
 from engine.harness.protocol import LongContextResult
@@ -60,8 +60,6 @@ class RoundData:
             if "main" in sides and "pr" in sides:
                 pr, model, ax, shape, slot = where[key]
                 self.pairs[(pr, model, ax, shape)].append((slot, sides["main"], sides["pr"]))
-        # kind of axis -> how far one session strays there in this view (a log ratio)
-        self.session_sd = session_sds(self.pairs)
         self.dumps: dict[tuple, list[str]] = defaultdict(list)
         for side, pr, model, doc in store.query(
             "SELECT d.side, d.pr, d.model, d.document FROM score_dumps d JOIN sessions x "

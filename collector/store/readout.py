@@ -32,7 +32,7 @@ from typing import Any
 import duckdb
 
 from collector.manifest import round_kind
-from collector.stats import Pair
+from collector.results import Pair
 from collector.store.catalog import (
     connect,
     has_columns,

@@ -8,8 +8,8 @@ from datetime import datetime
 from typing import Any
 
 from collector.axes import axis_sort_key, is_axis
-from collector.gates import GATE_ORDER
 from collector.policy import ResolvedPolicy
+from collector.results import GATE_ORDER
 
 Row = dict[str, Any]
 

@@ -12,28 +12,50 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import duckdb
 
 from collector.samples import samples_of
 from collector.store import Store
 from engine.harness.protocol import (
+    BenchDocument,
     PrefillCheckResult,
     ScoreResult,
     SweepResult,
 )
 
 if TYPE_CHECKING:
-    from collector.accuracy import AccuracyResult
-    from collector.candidates import Candidate
     from collector.manifest import LoadedManifest
-    from collector.outcome import Outcome
     from collector.policy import ResolvedPolicy
-    from collector.results import Comparison, Verdict
+    from collector.results import AccuracyResult, Candidate, Comparison, Verdict
     from collector.schedule import Task
 
 Connection = duckdb.DuckDBPyConnection
+
+
+# What a session row is written from: a judged session (the run stage's outcome.Outcome), named by
+# its fields so that the store imports nothing of the stages above it.
+class HarnessRun(Protocol):
+    started_at: datetime
+    wall_s: float
+    exit_code: int | None
+    log_tail: str
+    attempts: int
+
+
+class Outcome(Protocol):
+    status: str
+    fault: str  # none | pr | infra
+    detail: str
+
+    @property
+    def run(self) -> HarnessRun: ...
+
+    @property
+    def document(self) -> BenchDocument | None: ...
+
+
 DERIVED_TABLES = ("comparisons", "gates", "verdicts", "accuracy")
 
 

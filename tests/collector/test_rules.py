@@ -10,10 +10,10 @@ import pytest
 
 from collector.compare import compare_axis
 from collector.policy import load_policy, resolve
-from collector.results import Comparison, Verdict
+from collector.results import Comparison, Pair, Verdict
 from collector.rules import loss_shortfall
 from collector.schedule import CONFIRM_SLOTS
-from collector.stats import Pair, bootstrap_ratio_ci, session_sds, session_spread
+from collector.stats import bootstrap_ratio_ci, session_sds, session_spread
 from collector.verdict import choose_merge_first
 
 CPU_POLICY = resolve(load_policy(), "cpu")

@@ -102,8 +102,8 @@ def collect(
     infrastructure (run it again to retry them). With --cluster, each GPU measures its own shard
     of the PRs; this process alone writes --db.
     """
-    from collector.collect import collect as run_collect
     from collector.errors import RoundError
+    from collector.run.collect import collect as run_collect
 
     if gpus is not None and cluster is None:
         raise click.UsageError("--gpus goes with --cluster")
@@ -136,10 +136,10 @@ def collect(
 )
 def verdict(db: Path, round_id: str | None, policy_path: Path | None) -> None:
     """Recompute the verdicts of a round from its stored samples; print one line per PR."""
+    from collector.judge.verdict import adopt_policy, decide_round
     from collector.policy import load_policy
-    from collector.report import term_safe
+    from collector.report.render import term_safe
     from collector.store.readout import pick_round
-    from collector.verdict import adopt_policy, decide_round
 
     try:
         with open_store(db) as store:
@@ -193,7 +193,7 @@ def combine(sources: tuple[Path, ...], dst: Path, without_dumps: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="A JSON list, one object per PR.")
 def show(db: Path, round_id: str | None, pr: int | None, as_json: bool) -> None:
     """Show a round's verdicts: tables like the reference comments, or JSON."""
-    from collector.report import render_terminal, to_json
+    from collector.report.render import render_terminal, to_json
     from collector.store.readout import Readout, pick_round
 
     try:
@@ -225,7 +225,7 @@ def cost(db: Path, round_id: str | None, as_json: bool) -> None:
     shard's main in a sharded round), and where the time goes (by kind of session, main and
     PRs). From sessions.wall_s; inside a speed session (load, warm-up, timed work,
     verification), from the phases its harness recorded."""
-    from collector.report import render_cost
+    from collector.report.render import render_cost
     from collector.store.cost import load_cost
     from collector.store.readout import pick_round
 
@@ -248,7 +248,7 @@ def cost(db: Path, round_id: str | None, as_json: bool) -> None:
 )
 def comment(db: Path, pr: int, round_id: str | None) -> None:
     """A PR's verdict as a GitHub-flavoured Markdown comment."""
-    from collector.report import render_markdown
+    from collector.report.render import render_markdown
     from collector.store.readout import Readout, pick_round
 
     try:

@@ -49,7 +49,7 @@ def _stale_local_round(db: Path, loaded) -> str | None:  # type: ignore[no-untyp
     for the demo, measuring afresh is what is meant."""
     import duckdb
 
-    from collector.candidates import git
+    from collector.run.candidates import git
     from collector.store import lookups
 
     if not db.is_file():
@@ -139,9 +139,9 @@ def demo(out: Path, manifest_path: Path, published: Path, unsandboxed: bool) -> 
     local round in the same copy until the published file changes; once main has moved under
     the manifest's base ref (or the manifest changed) the local round is measured afresh.
     """
-    from collector.collect import collect as run_collect
     from collector.errors import RoundError
     from collector.manifest import load_manifest
+    from collector.run.collect import collect as run_collect
 
     out.mkdir(parents=True, exist_ok=True)
     db = out / "demo.duckdb"

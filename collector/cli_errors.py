@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from collector.candidates import GitError
 from collector.manifest import ManifestError
 from collector.policy import PolicyError
+from collector.run.candidates import GitError
 from collector.store import StoreError
 from collector.store.readout import ReadoutError
 

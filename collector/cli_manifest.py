@@ -50,9 +50,9 @@ def check(file: Path) -> None:
     """Validate a manifest fully (fields, models, refs, patches) without measuring anything."""
     import tempfile
 
-    from collector.candidates import Workspace, preflight
     from collector.manifest import load_manifest
     from collector.policy import load_policy, resolve
+    from collector.run.candidates import Workspace, preflight
 
     try:
         loaded = load_manifest(file)

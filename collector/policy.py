@@ -120,7 +120,7 @@ MIN_REGIONS = 2  # timed regions the clock rules need to judge a document or a g
 
 
 class ForgeryRules(BaseModel):
-    """The numbers of collector/forgery.py's checks (its docstring says what each rule does)."""
+    """The numbers of collector/judge/forgery.py's checks (its docstring says what each rule does)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -294,7 +294,7 @@ class Policy(_Strict):
     prefill_path: PrefillPathRules
     failures: FailureRules
     harness: HarnessRules
-    forgery: ForgeryRules = ForgeryRules()  # collector/forgery.py's rules
+    forgery: ForgeryRules = ForgeryRules()  # collector/judge/forgery.py's rules
     profiles: dict[str, Profile]
 
 
@@ -307,7 +307,7 @@ class ResolvedPolicy(_Strict):
     prefill_path: PrefillPathRules
     failures: FailureRules
     harness: HarnessRules
-    forgery: ForgeryRules = ForgeryRules()  # collector/forgery.py's rules
+    forgery: ForgeryRules = ForgeryRules()  # collector/judge/forgery.py's rules
     profile: Profile
 
 

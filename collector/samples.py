@@ -1,7 +1,7 @@
 """The raw samples of a speed document: one row per repetition of each engine it timed.
 
 The one reader of a document's numbers as the store keeps them (store/writer.py) and as the
-checks on a PR's session read them (forgery.py): speed axes in tokens/s, memory axes in bytes.
+checks on a PR's session read them (judge/forgery.py): speed axes in tokens/s, memory axes in bytes.
 """
 
 from __future__ import annotations

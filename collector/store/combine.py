@@ -6,7 +6,7 @@ their union. A round already in the destination is refused, never overwritten.
 
 A published database leaves out the score dumps (every position's teacher-forced top-k: the
 logits, nearly all of a round's bytes); its accuracy results stay. schema_meta names each round
-published so, and those verdicts stand as stored (collector.verdict refuses to re-judge
+published so, and those verdicts stand as stored (collector.judge.verdict refuses to re-judge
 them without the dumps).
 """
 

@@ -4,7 +4,7 @@ A PR's cost is the device time of its full evaluation: its own sessions (sweeps,
 widths, score, prefill check, guard sweeps) plus an even share of main's sessions, since main is
 measured only to be compared with the PRs: main's wall time divided by the number of PRs that
 ran at least one session in the round. In a round cut into shards (one per GPU, each with its
-own main: collector/cluster.py) a PR shares only its own shard's main, among that shard's
+own main: collector/run/cluster.py) a PR shares only its own shard's main, among that shard's
 measured PRs. A PR that was never measured (needs-rebase, harness-touched) costs nothing and
 takes no share. Failed sessions count (the device was busy all the same); only the last attempt
 of a retried session is stored, so earlier attempts do not.

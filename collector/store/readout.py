@@ -5,7 +5,7 @@
     ev = rd.evaluation("2026-11-30-h200", 201)         # Evaluation: verdict, comparisons, gates …
     rid = pick_round(con, round_id=None, pr=201)       # which round a command means by default
 
-`sparkboard show`/`comment` (collector/report.py) and every page of the site (site/sitegen)
+`sparkboard show`/`comment` (collector/report/render.py) and every page of the site (site/sitegen)
 read rounds through this module. Each table is fetched once, ordered (the same database gives
 the same structures), and grouped in Python: a thousand PRs are a handful of queries. It only
 reads; columns the collector adds later are ignored, columns it has not written read as None.
@@ -97,7 +97,7 @@ class Readout:
     # A/A rounds only: (round, PR, model, axis) -> the pairs (slot, main's value, the PR's) of
     # the PR's speed sessions, main's engine timed beside the PR's (one per repetition; the same
     # rep of both sides in one session), the evidence the verdict's noise is computed from
-    # (collector.stats.session_spread). A round stored before paired sessions has none.
+    # (collector.judge.stats.session_spread). A round stored before paired sessions has none.
     aa_pairs: dict[tuple[str, int, str, str], list[Pair]] = field(default_factory=dict)
     # round -> its sessions with a canary (a fixed workload timed right before and after each
     # speed session), by started_at: session_id, side, pr, slot, kind, model, started_at,
@@ -377,7 +377,7 @@ PAIRS_SQL = """
 
 
 def _pairs(t: _Tables, aa: list[str]) -> dict[tuple[str, int, str, str], list[Pair]]:
-    """The pairs of the A/A rounds `aa`, as the verdict reads them (collector/verdict.py:
+    """The pairs of the A/A rounds `aa`, as the verdict reads them (collector/judge/verdict.py:
     RoundData): each repetition of a PR's speed session that holds both engines' values. A PR
     times a model either in full sweeps (a target) or in guard sweeps (a guard), never both, so
     (round, PR, model, axis) names one shape of run."""

@@ -40,7 +40,7 @@ def axis_key(name: str) -> tuple[int, int, int]:
 
 
 def gate_key(gate: str) -> int:
-    """collector.gates' order (a gate 'accuracy:tiny' sorts as 'accuracy')."""
+    """collector.judge.gates' order (a gate 'accuracy:tiny' sorts as 'accuracy')."""
     kind = gate.split(":", 1)[0]
     return GATE_ORDER.index(kind) if kind in GATE_ORDER else len(GATE_ORDER)
 

@@ -52,6 +52,6 @@ def stored_policy(policy_json: str | None, profile: str) -> ResolvedPolicy | Non
 
 def prefill_bars(policy: ResolvedPolicy, main_top1: float, main_kl: float) -> tuple[float, float]:
     """(least PR top-1, most PR KL) the prefill-path gate allows beside main's own check; the
-    rule of collector.verdict (until PrefillPathRules carries it)."""
+    rule of collector.judge.verdict (until PrefillPathRules carries it)."""
     pp = policy.prefill_path
     return main_top1 - pp.top1_margin, max(pp.kl_factor * main_kl, main_kl + pp.kl_margin)

@@ -161,7 +161,7 @@ def _verdict(con: Connection, round_id: str, v: Verdict, decided_at: datetime) -
 @dataclass
 class Placement:
     """Where a session ran: the GPU (as CUDA_VISIBLE_DEVICES names it, its UUID where nvidia-smi
-    gives one) and the host; collector/cluster.py finds it."""
+    gives one) and the host; collector/run/cluster.py finds it."""
 
     host: str
     gpu_index: int | None = None

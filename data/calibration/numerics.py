@@ -6,7 +6,7 @@ engine, each scored teacher-forced over data/corpus.txt and compared with main (
 
 Per model, main (the unmodified runner) and every variant of variants.py score the corpus with
 the procedure of `engine.harness.score score` (its score_tokens, or its score_rows over decode()
-steps for the decode-path variants), and collector.accuracy.compare_dumps(main, variant) gives
+steps for the decode-path variants), and collector.judge.accuracy.compare_dumps(main, variant) gives
 top-1, KL(main || variant) over the top-k union and the PPL ratio, as the accuracy gate does.
 From the legitimate variants' worst numbers it proposes per-model bars, and checks that every
 planted error falls outside them. README.md beside this file has the method and the results.
@@ -38,7 +38,7 @@ sys.path[:0] = [str(REPO), str(HERE)]  # engine/, collector/ and variants.py, fr
 
 from variants import Variant, variants_for  # noqa: E402
 
-from collector.accuracy import compare_dumps  # noqa: E402
+from collector.judge.accuracy import compare_dumps  # noqa: E402
 from collector.policy import load_policy  # noqa: E402
 from engine.harness.common import Clock, encode_text, header, read_text_file  # noqa: E402
 from engine.harness.protocol import ScoredPosition, ScoreResult  # noqa: E402

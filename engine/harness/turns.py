@@ -17,7 +17,7 @@ engine waits, the parent reads what the kernel and the device say about it (`Led
   answering run on without its process): the parent waits for the device to be idle before
   the next turn, and records the wait.
 
-The collector judges these readings (collector/forgery.py): an engine that works while it is
+The collector judges these readings (collector/judge/forgery.py): an engine that works while it is
 not its turn is `forged`.
 """
 

@@ -11,7 +11,7 @@ the logits main's model gives each generated token's place. For each generated t
 the margin `max log-prob - log-prob of that token` under main's model (0 when main would have
 picked it too), and for each prefill the margin of the reported argmax and the KL between main's
 last-position distribution and the reported top-k. The collector turns margins into agreement
-with its own tie margin and bars (collector/gates), a tie margin wide enough for the float
+with its own tie margin and bars (collector/judge/gates), a tie margin wide enough for the float
 differences between a decode step and a batched pass over the same tokens.
 
 One pass per sample, not one decode step per token: step by step, the verification was most of a

@@ -3,7 +3,7 @@
 Every number comes from the database: the noise each A/A round stored per axis
 (comparisons.noise, never below the floor of the policy that round was decided under: min_noise,
 or the axis's own floor in profile.min_noise_axes), the spread its A/A PRs' paired sessions
-measured before that floor (collector.stats.session_spread over each PR's pairs, main's engine
+measured before that floor (collector.judge.stats.session_spread over each PR's pairs, main's engine
 timed beside the PR's), the largest |delta| its A/A PRs got, any tier or floor an axis got (an
 A/A axis must be `none`), main-against-main accuracy (accuracy rows with pr = 0) and the A/A PRs'
 accuracy, beside the gate in force: the policy of the profile's newest round. Noise and deltas
@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from markupsafe import Markup
 
 from collector.axes import is_axis, is_memory_axis
+from collector.judge.stats import session_spread
 from collector.policy import AccuracyBars, ResolvedPolicy
-from collector.stats import session_spread
 from collector.store.readout import Evaluation, Readout, Round, Row
 from sitegen import fmt
 
@@ -56,7 +56,7 @@ class SpeedRow:
     cells: dict[str, KindCell]
     flagged: list[str]  # "XS decode@128 #1", "below floor prefill@512 #2": must stay empty
     # the largest spread between an A/A PR's paired sessions on any speed axis of the model,
-    # before the floor (collector.stats.session_spread, as the verdict computes it), its axis
+    # before the floor (collector.judge.stats.session_spread, as the verdict computes it), its axis
     # and PR; None for a round stored before paired sessions (no main samples in PR sessions)
     measured: tuple[float, str, int] | None = None
     deltas: list[tuple[str, int, float]] = field(default_factory=list)  # axis, PR, delta
@@ -201,7 +201,7 @@ def ppl_ratio(a: Row) -> float | None:
 def measured_spreads(data: Readout, round_id: str) -> dict[str, tuple[float, str, int]]:
     """Per model, the largest spread between an A/A PR's paired sessions on one speed axis,
     before the floor: (spread, axis, PR), from the pairs the verdict reads (each of the PR's
-    sessions its median PR / main ratio; collector.stats.session_spread). Axes measured in one
+    sessions its median PR / main ratio; collector.judge.stats.session_spread). Axes measured in one
     session only (nothing to spread) and memory axes (bytes, no noise band) are left out; ties go
     to the first axis in collector.axes' order, then the lower PR."""
     best: dict[str, tuple[float, str, int]] = {}

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from markupsafe import Markup
 
-from collector import report_model
+from collector.report import page_model
 from collector.store.readout import Evaluation, Row, prefill_bars, real_weights
 from sitegen import charts, fmt, tiers
 from sitegen.escape import block, script_json, text
@@ -91,12 +91,12 @@ class PRPages:
         return rows
 
     def headline(self, ev: Evaluation, root: str) -> list[tuple[str, Markup]]:
-        """The verdict's header (collector.report_model.headline: the comment's rows; the PR
+        """The verdict's header (collector.report.page_model.headline: the comment's rows; the PR
         itself is in the page's heading), then the device time, the reason and the device."""
         rows = [
             (text(f.key), self.fact(f, root))
-            for f in report_model.headline(ev)
-            if f.key not in report_model.ABOUT_THE_PR
+            for f in page_model.headline(ev)
+            if f.key not in page_model.ABOUT_THE_PR
         ]
         cost = self.data.costs.get(ev.round_id)
         pc = cost.prs.get(ev.pr) if cost else None
@@ -118,7 +118,7 @@ class PRPages:
         )
         return rows
 
-    def fact(self, f: report_model.Fact, root: str) -> Markup:
+    def fact(self, f: page_model.Fact, root: str) -> Markup:
         """One header fact as HTML: a label as its badge, models linked, a gate's words after
         its status icon, anything else escaped."""
         if f.kind == "label":

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from fake_repo import HERE, REPO_ROOT, FakeRepo, git, test_policy_text
 
-from collector import sandbox
+from collector.run import sandbox
 
 
 @pytest.fixture
@@ -18,7 +18,7 @@ def fake_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeRepo:
     # the box guard walks only sparkboard's own code between the fake engine's second-long
     # sessions (the interpreter's ~10^5 files: the demo round walks them)
     own = Path(sandbox.__file__).parent
-    monkeypatch.setattr("collector.sandbox.trusted_roots", lambda: [own])
+    monkeypatch.setattr("collector.run.sandbox.trusted_roots", lambda: [own])
     repo = tmp_path / "engine-repo"
     shutil.copytree(HERE / "fake_engine", repo)
     shutil.copy(

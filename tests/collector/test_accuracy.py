@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from collector.accuracy import AccuracyError, compare_dumps, position_kl
+from collector.judge.accuracy import AccuracyError, compare_dumps, position_kl
 
 
 def dump(rows: list[tuple[int, float, dict[int, float]]], tokens: list[int] | None = None) -> dict:

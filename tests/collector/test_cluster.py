@@ -1,4 +1,4 @@
-"""A round cut into shards on a local Ray instance with logical GPUs (collector/cluster.py):
+"""A round cut into shards on a local Ray instance with logical GPUs (collector/run/cluster.py):
 the same verdicts as one process, and a worker killed mid-shard loses and duplicates nothing."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from click.testing import CliRunner
 from fake_repo import FakeRepo, pr
 
 from collector.cli import main
-from collector.cluster import Handed, device_problem, here
-from collector.collect import collect
 from collector.policy import load_policy, resolve
+from collector.run.cluster import Handed, device_problem, here
+from collector.run.collect import collect
 from collector.schedule import Task, plan_confirmation, plan_shards
 from collector.store import open_store
 
@@ -109,8 +109,8 @@ def test_a_worker_killed_mid_shard_loses_and_duplicates_nothing(
 
 def test_without_a_cluster_ray_is_never_imported() -> None:
     code = (
-        "import sys; import collector.cli, collector.collect, collector.verdict; "
-        "from collector.cluster import here, device_problem; here(); "
+        "import sys; import collector.cli, collector.run.collect, collector.judge.verdict; "
+        "from collector.run.cluster import here, device_problem; here(); "
         "assert device_problem('numpy') is None; assert 'ray' not in sys.modules, 'ray imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
@@ -121,6 +121,6 @@ def test_placement_and_device_check(monkeypatch: pytest.MonkeyPatch) -> None:
     p = here()
     assert p.gpu_index == 3 and p.host and p.pid == os.getpid()
     monkeypatch.setattr(
-        "collector.cluster.DEVICE_CHECKS", {"cupy": "raise SystemExit('no GPU here')"}
+        "collector.run.cluster.DEVICE_CHECKS", {"cupy": "raise SystemExit('no GPU here')"}
     )
     assert device_problem("cupy") == "device check failed: no GPU here"

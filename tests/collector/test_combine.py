@@ -10,10 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 from collector.cli import main
+from collector.judge.verdict import adopt_policy, decide_round
 from collector.policy import default_policy_path, load_policy
 from collector.store import StoreError, open_store
 from collector.store.combine import combine_rounds
-from collector.verdict import adopt_policy, decide_round
 
 
 def _db(path: Path, round_id: str, n_samples: int) -> Path:

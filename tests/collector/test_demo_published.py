@@ -27,7 +27,7 @@ TABLES = ["prs", "candidates", "verdicts", "comparisons", "gates", "accuracy", "
 
 
 def fake_collect(calls: list[Path]):
-    """Stands in for collector.collect.collect: writes a finished 'demo-cpu' round (the newest
+    """Stands in for collector.run.collect.collect: writes a finished 'demo-cpu' round (the newest
     synthetic gpu round's rows, relabelled as a CPU round a day later) into the database."""
 
     def collect(manifest: Path, db: Path, **_kw: object) -> int:
@@ -84,7 +84,7 @@ def test_demo_builds_the_published_rounds_and_the_local_one(
     tmp_path: Path, published: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[Path] = []
-    monkeypatch.setattr("collector.collect.collect", fake_collect(calls))
+    monkeypatch.setattr("collector.run.collect.collect", fake_collect(calls))
     before = sha(published)
     out = tmp_path / "out"
     run_demo(out, published)
@@ -148,7 +148,7 @@ def test_demo_without_a_published_database_is_local_only(
         synthetic.generate(Path(db), prs=4, rounds=1)  # a local round of its own
         return 0
 
-    monkeypatch.setattr("collector.collect.collect", collect)
+    monkeypatch.setattr("collector.run.collect.collect", collect)
     out = tmp_path / "out"
     out.mkdir()
     (out / "demo.duckdb").write_bytes(published.read_bytes())
@@ -165,7 +165,7 @@ def test_demo_refuses_a_published_round_with_the_local_id(
     con = duckdb.connect(str(published))
     con.execute("UPDATE rounds SET round_id = 'demo-cpu' WHERE round_id = '2026-06-01-gpu'")
     con.close()
-    monkeypatch.setattr("collector.collect.collect", fake_collect([]))
+    monkeypatch.setattr("collector.run.collect.collect", fake_collect([]))
     args = ["demo", "--out", str(tmp_path / "o"), "--manifest", str(DEMO)]
     r = CliRunner().invoke(main, [*args, "--published", str(published)])
     assert r.exit_code == 1 and re.search(r"already holds a round 'demo-cpu'", r.output)

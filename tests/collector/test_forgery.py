@@ -14,9 +14,8 @@ from fake_repo import FakeRepo, pr
 from pydantic import ValidationError
 
 from collector.cli import main
-from collector.collect import collect
 from collector.errors import RoundError
-from collector.forgery import (
+from collector.judge.forgery import (
     clock_problem,
     output_problem,
     regions_by_group,
@@ -24,6 +23,7 @@ from collector.forgery import (
     upper_bound,
 )
 from collector.policy import ForgeryRules, load_policy
+from collector.run.collect import collect
 from collector.store import open_store
 from engine.harness.protocol import SweepResult, TimingReport
 
@@ -333,7 +333,7 @@ def test_files_every_process_trusts(
     lib.mkdir()
     trusted = lib / "numpy_like.py"
     trusted.write_text("VALUE = 1\n")
-    monkeypatch.setattr("collector.sandbox.trusted_roots", lambda: [lib])
+    monkeypatch.setattr("collector.run.sandbox.trusted_roots", lambda: [lib])
     r = fake_repo
     r.branch("hook", f"open({str(lib / 'evil.pth')!r}, 'w').write('import os\\n')")
     r.branch("bytecode", f"open({str(lib / 'cache.pyc')!r}, 'wb').write(b'')")

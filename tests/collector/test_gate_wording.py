@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from collector.compare import compare_axis
-from collector.gates import (
+from collector.judge.compare import compare_axis
+from collector.judge.gates import (
     GATE_ORDER,
     GateContext,
     GateResult,
@@ -25,10 +25,10 @@ from collector.gates import (
     prefill_path_gate,
     run_gate,
 )
+from collector.judge.rules import gain_shortfall, loss_shortfall
+from collector.judge.verdict import label
 from collector.policy import LABELS, TIER_NAMES, ResolvedPolicy, load_policy, resolve
 from collector.results import Comparison
-from collector.rules import gain_shortfall, loss_shortfall
-from collector.verdict import label
 
 CPU = resolve(load_policy(), "cpu")
 # Exact numbers: no calibrated noise but a GPU-like 35% floor on prefill@128.

@@ -1,5 +1,5 @@
 """The guards' batched decode and the long-context decode: what a guard session and a long-context
-check ask the harness (collector/commands.py), and a PR whose multi-sequence decode is wrong only
+check ask the harness (collector/run/commands.py), and a PR whose multi-sequence decode is wrong only
 for a model it does not target (the red team's "quantized models skip the last layer, only in
 batched decode") REJECTed through its guard session."""
 
@@ -13,12 +13,12 @@ import pytest
 from fake_repo import FakeRepo, pr
 from pydantic import ValidationError
 
-from collector.collect import collect
-from collector.commands import build_request
-from collector.forgery import diverged_evidence, upper_bound
-from collector.outcome import judge
+from collector.judge.forgery import diverged_evidence, upper_bound
 from collector.policy import Profile, ResolvedPolicy, load_policy, resolve
-from collector.runner import Run
+from collector.run.collect import collect
+from collector.run.commands import build_request
+from collector.run.outcome import judge
+from collector.run.runner import Run
 from collector.samples import samples_of
 from collector.schedule import Task, plan_round
 from collector.store import open_store

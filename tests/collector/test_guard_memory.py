@@ -1,7 +1,7 @@
 """Memory of the guard models: a PR that keeps memory resident only for the models it does not
 target (the red team's "fast decode on tiny, plus a float64 copy of the output matrix kept only
 for quantized models") is held to main's guard sweeps of that model by the same memory rule as
-its targets (collector/gates/memory.py)."""
+its targets (collector/judge/gates/memory.py)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from fake_repo import FakeRepo, pr
 from sitegen import pages, queries
 
 from collector.cli import main
-from collector.collect import collect
-from collector.compare import compare_memory
-from collector.gates import GateContext
-from collector.gates.memory import memory_gate
+from collector.judge.compare import compare_memory
+from collector.judge.gates import GateContext
+from collector.judge.gates.memory import memory_gate
 from collector.policy import load_policy, resolve
+from collector.run.collect import collect
 from collector.store import open_store
 
 _CPU = resolve(load_policy(), "cpu")

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from collector.gates import GateContext
-from collector.gates.long_context import long_context_gate
+from collector.judge.gates import GateContext
+from collector.judge.gates.long_context import long_context_gate
 from collector.policy import load_policy, resolve
 
 

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from collector.manifest import load_manifest
-from collector.report import render_markdown
+from collector.report.render import render_markdown
 from collector.store import open_store
 from collector.store.readout import Readout, connect, pick_round
 
@@ -143,7 +143,7 @@ def test_main_against_itself_is_banded_within_one_percent_in_four_leg_sessions(s
     four-leg sessions measured with the concurrent decode in the sweep (legs2..4), main against
     itself (#1) is banded within 1% on every decode and concurrent axis (XS, +2%, in reach) and
     within 3% on the short prefills; the planted +2.5% and -2.5% stand clear of their bands."""
-    from collector.verdict import RoundData, compare_pr
+    from collector.judge.verdict import RoundData, compare_pr
 
     for rid in ("2026-12-03-h200-legs2", "2026-12-03-h200-legs3", "2026-12-03-h200-legs4"):
         data = RoundData(store, rid, 0, False)

@@ -16,9 +16,9 @@ from click.testing import CliRunner
 from fake_repo import FakeRepo, git, pr, test_policy_text
 
 from collector.cli import main
-from collector.collect import collect
 from collector.manifest import ManifestError
-from collector.outcome import TIMED
+from collector.run.collect import collect
+from collector.run.outcome import TIMED
 from collector.schedule import CONFIRM_SLOTS
 from collector.store import open_store
 from collector.store.export import TABLES

@@ -8,13 +8,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from collector.compare import compare_axis
+from collector.judge.compare import compare_axis
+from collector.judge.rules import loss_shortfall
+from collector.judge.stats import bootstrap_ratio_ci, session_sds, session_spread
+from collector.judge.verdict import choose_merge_first
 from collector.policy import load_policy, resolve
 from collector.results import Comparison, Pair, Verdict
-from collector.rules import loss_shortfall
 from collector.schedule import CONFIRM_SLOTS
-from collector.stats import bootstrap_ratio_ci, session_sds, session_spread
-from collector.verdict import choose_merge_first
 
 CPU_POLICY = resolve(load_policy(), "cpu")
 # The rules on exact numbers: no calibrated box noise on top of what each test states.

@@ -8,9 +8,9 @@ import os
 import sys
 from pathlib import Path
 
-from collector.outcome import judge
 from collector.policy import load_policy, resolve
-from collector.runner import Place, Request, run_request
+from collector.run.outcome import judge
+from collector.run.runner import Place, Request, run_request
 from collector.schedule import Task
 
 DOC = {

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from collector.runner import Place, Request, _command
-from collector.sandbox import BoxGuard
+from collector.run.runner import Place, Request, _command
+from collector.run.sandbox import BoxGuard
 from collector.schedule import Task
 from engine.harness.sandbox import Sandbox
 from engine.harness.timing import EngineSpec
@@ -65,7 +65,7 @@ def test_the_engine_child_compiles_into_its_own_cache(tmp_path: Path) -> None:
 
 @pytest.fixture
 def guard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> BoxGuard:
-    monkeypatch.setattr("collector.sandbox.trusted_roots", lambda: [])
+    monkeypatch.setattr("collector.run.sandbox.trusted_roots", lambda: [])
     main = tmp_path / "main"
     main.mkdir()
     subprocess.run(["git", "init", "-q", str(main)], check=True)

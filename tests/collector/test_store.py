@@ -142,9 +142,9 @@ def test_a_round_stored_by_an_older_collector_is_judged_as_its_pages_read_it(
 
     from synthetic_round import generate
 
+    from collector.judge.verdict import decide_round
     from collector.store.readout import stored_policy
     from collector.store.writer import set_round_policy
-    from collector.verdict import decide_round
 
     db = generate(tmp_path / "old.duckdb", prs=6, rounds=1)
     with open_store(db) as s:

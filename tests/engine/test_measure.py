@@ -16,7 +16,7 @@ import pytest
 from engine_helpers import checkout_with
 from test_harness_units import VOCAB, FakeRunner, corpus
 
-from collector.forgery import clock_problem, timing_problem
+from collector.judge.forgery import clock_problem, timing_problem
 from collector.policy import ForgeryRules, load_policy, resolve
 from engine.errors import EngineOutputError
 from engine.harness.common import log_softmax_rows, top_k

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from engine_helpers import checkout_with
 
-from collector.forgery import diverged_evidence
+from collector.judge.forgery import diverged_evidence
 from collector.policy import load_policy, resolve
 from engine.cli_common import run_group as run_cli
 from engine.harness.bench import bench

@@ -9,7 +9,7 @@
 # layer skipped) in a copy of the tree. Prints, per run: the median of the engine's own figure
 # over the parent's (CUDA events: ~1 honest, ~0.5 patched), the share of generated tokens and
 # prefills that agree with main's model (ties within 0.01 nats), the mean prefill KL, and what
-# collector/forgery.py decides. Logs and documents under $OUT. About 4 minutes on an H200.
+# collector/judge/forgery.py decides. Logs and documents under $OUT. About 4 minutes on an H200.
 set -u
 OUT=${OUT:-/tmp/out}
 RUNS=/tmp/forgery_runs
@@ -57,7 +57,7 @@ run longctx-small "$PWD" llama-1b:f16 longctx --ctx 32768 --tokens 4 --memory-bu
 
 python3 - "$RUNS" <<'EOF' | tee "$OUT/table.txt"
 import glob, json, statistics, sys
-from collector.forgery import ForgeryRules, output_problem, timing_problem
+from collector.judge.forgery import ForgeryRules, output_problem, timing_problem
 from engine.harness.protocol import parse_document
 rules = ForgeryRules(tie_nats=0.01)
 print(f"{'run':<28} {'own/parent':>10} {'tokens ok':>10} {'prefills ok':>11} {'KL':>9}  verdict")

@@ -106,7 +106,7 @@ timed() {  # $1 tag, then a command: its wall time
   echo "$tag wall $(python3 -c "import time; print(round(time.time() - $t0, 1))") s"
 }
 
-sessions() {  # one PR's sessions as the gpu profile runs them (collector/commands.py), this tree;
+sessions() {  # one PR's sessions as the gpu profile runs them (collector/run/commands.py), this tree;
   # sweep and concurrent in the old tree too
   assemble
   local conc=(concurrent --model llama-1b:f16 --widths 2,4,8,16,32 --tokens 32 --runs 3 --prompt-len 128)

@@ -17,7 +17,7 @@ from sitegen.build import build_site
 from sitegen.cli import build
 from sitegen.escape import text
 
-from collector.report import render_markdown
+from collector.report.render import render_markdown
 from collector.store.readout import Readout
 
 
@@ -377,7 +377,7 @@ def test_unexpected_rows_still_build(tmp_path: Path) -> None:
     assert "pending" in Page((out / "pr" / "102.html").read_text()).plain
     assert "no-such-round" in Page((out / "pr" / "104.html").read_text()).plain
     test_links_are_relative_and_resolve((tmp_path, out))
-    # the comment and `show` too (collector/report_model.py): the odd axis shown as stored
+    # the comment and `show` too (collector/report/page_model.py): the odd axis shown as stored
     odd = [ev for (_, pr), ev in Readout.load(db).evaluations.items() if pr == 103]
     assert len(odd) == 2 and all("| – | bogus&lt;i&gt; |" in render_markdown(ev) for ev in odd)
 

@@ -35,8 +35,8 @@ def git(repo: Path, *args: str) -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(not FAKE.is_dir(), reason="the collector's fake engine is not there")
 def test_site_from_a_collected_round(tmp_path: Path) -> None:
-    from collector.collect import collect
     from collector.policy import default_policy_path
+    from collector.run.collect import collect
 
     repo = tmp_path / "engine-repo"
     shutil.copytree(FAKE, repo)

@@ -1,4 +1,4 @@
-"""A round cut into shards, one per GPU (collector/cluster.py): its page shows main's speed per
+"""A round cut into shards, one per GPU (collector/run/cluster.py): its page shows main's speed per
 GPU (main's engine, timed beside each PR's in the PR's sessions on that GPU) with the spread
 between GPUs, and which shard's main each PR was compared with; its cost shares each shard's
 main among that shard's PRs. A round on one GPU shows none of it. The synthetic round's rows are

@@ -1,5 +1,5 @@
 """The synthetic-round generator (tests/support/synthetic_round.py): the store's schema, verdicts
-from collector.verdict for every PR, each planted case present, deterministic, and a site builds
+from collector.judge.verdict for every PR, each planted case present, deterministic, and a site builds
 from it."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import synthetic_round
 from click.testing import CliRunner
 from sitegen.cli import build
 
+from collector.judge.verdict import decide_round
 from collector.manifest import round_kind
 from collector.store import SCHEMA_VERSION, open_store
-from collector.verdict import decide_round
 
 TABLES = ["rounds", "prs", "candidates", "sessions", "samples", "score_dumps", "prefill_checks",
           "comparisons", "gates", "verdicts", "accuracy", "strikes"]  # fmt: skip

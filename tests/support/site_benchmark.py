@@ -3,7 +3,7 @@
     .venv/bin/python tests/support/site_benchmark.py --prs 1000 --rounds 20
 
 Prints the seconds of each stage (the synthetic database includes its verdicts, judged by
-collector.verdict) and the weight of the heaviest PR page (its HTML plus the files only it
+collector.judge.verdict) and the weight of the heaviest PR page (its HTML plus the files only it
 references, i.e. beyond the assets every page shares).
 """
 

@@ -1,6 +1,6 @@
 """The raw evidence of one synthetic harness session, as the collector stores it: the session
 row, its samples, its score dump, its prefill checks or its long-context document. Numbers
-only: no verdict rule lives here (the verdict is collector.verdict.decide_round's, run on these
+only: no verdict rule lives here (the verdict is collector.judge.verdict.decide_round's, run on these
 rows afterwards).
 
 A PR's speed session (sweep, concurrent, guard) times main's engine beside the PR's, turn by

@@ -6,7 +6,7 @@ each PR's speed sessions time main's engine beside the PR's), paired samples (si
 'pr' with the same rep in each PR speed session), each speed session's canary, score dumps,
 prefill checks and long-context documents, into a database opened with
 collector.store.open_store (so the schema and its version are schema.sql's). Then
-collector.verdict.decide_round judges every round, oldest first: comparisons, gates, accuracy,
+collector.judge.verdict.decide_round judges every round, oldest first: comparisons, gates, accuracy,
 strikes, labels and merge-first all come from the rules the collector uses. Deterministic from
 a seed. Some PRs carry hostile titles, authors, labels, branches and log tails. Every round's
 PR code was sealed by 'bubblewrap 0.8.0' (rounds.sandbox) except, with two PR rounds or more,
@@ -32,10 +32,10 @@ from pathlib import Path
 import click
 from synthetic_evidence import Rows, Session, add_session, main_dump, other_dump
 
+from collector.judge.verdict import decide_round
 from collector.policy import ResolvedPolicy, load_policy, resolve
 from collector.schedule import plan_round
 from collector.store import Store, open_store
-from collector.verdict import decide_round
 
 # Strings a PR author controls that have broken other generators: HTML, attribute injection,
 # Markdown link/image injection, template syntax, table pipes, mentions, headings.

@@ -14,8 +14,8 @@ import functools
 import json
 import subprocess
 
-from collector.accuracy import AccuracyError, compare_dumps
-from collector.gates.base import GateContext, GateResult
+from collector.judge.accuracy import AccuracyError, compare_dumps
+from collector.judge.gates.base import GateContext, GateResult
 
 KIND = "reference"
 GIT_TIMEOUT_S = 30

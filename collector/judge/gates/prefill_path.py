@@ -6,9 +6,9 @@ max(kl_factor x main KL, main KL + kl_margin) (policy [prefill_path]).
 
 from __future__ import annotations
 
-from collector.gates.base import GateContext, GateResult
+from collector.judge.gates.base import GateContext, GateResult
+from collector.judge.rules import EPS
 from collector.policy import PrefillPathRules
-from collector.rules import EPS
 
 KIND = "prefill-path"
 

@@ -12,19 +12,19 @@ from pathlib import Path
 
 import click
 
-from collector import verdict as verdict_mod
-from collector.candidates import (
+from collector.errors import RoundError
+from collector.judge import verdict as verdict_mod
+from collector.manifest import LoadedManifest, ManifestError, load_manifest
+from collector.policy import ResolvedPolicy, load_policy, resolve
+from collector.run.candidates import (
     Candidate,
     GitError,
     Workspace,
     build_candidate,
     preflight,
 )
-from collector.errors import RoundError
-from collector.manifest import LoadedManifest, ManifestError, load_manifest
-from collector.policy import ResolvedPolicy, load_policy, resolve
-from collector.round_run import RoundRun
-from collector.sandbox import describe, seal
+from collector.run.round_run import RoundRun
+from collector.run.sandbox import describe, seal
 from collector.schedule import Slot, plan_confirmation, plan_shards
 from collector.store import Store, lookups, open_store, writer
 
@@ -61,10 +61,10 @@ def collect(
 ) -> int:
     """Run (or resume) a round. Returns the number of sessions still failing for infrastructure.
 
-    Every checkout's code runs sealed (collector/sandbox.py): a box that cannot make a sandbox
+    Every checkout's code runs sealed (collector/run/sandbox.py): a box that cannot make a sandbox
     is refused before anything runs, unless `unsandboxed` (the round's pages then say so).
     `cluster` ('local', 'auto' or 'ray://HOST:PORT'): cut the round into shards, one per GPU of
-    a Ray cluster (collector/cluster.py; `gpus`: how many, declared on a local instance); this
+    a Ray cluster (collector/run/cluster.py; `gpus`: how many, declared on a local instance); this
     process stays the only writer of the database. `hook`: called after each session a shard's
     worker hands back (tests kill a worker from it)."""
     loaded = load_manifest(manifest_path)
@@ -83,7 +83,7 @@ def collect(
             args = (store, ws, loaded, policy, scratch, db_path, kind, log, progress)
             if cluster is None:
                 return _collect(*args)
-            from collector import cluster as ray_cluster  # noqa: PLC0415 - Ray only when asked
+            from collector.run import cluster as ray_cluster  # noqa: PLC0415 - Ray only when asked
 
             with ray_cluster.connect(cluster, gpus, log) as conn:
                 return _collect(*args, conn, hook)

@@ -11,8 +11,8 @@ main's and even its least reading is above main's most (compare.compare_memory, 
 
 from __future__ import annotations
 
-from collector.gates.base import GateContext, GateResult
-from collector.rules import pct, pct_of
+from collector.judge.gates.base import GateContext, GateResult
+from collector.judge.rules import pct, pct_of
 
 KIND = "memory"
 

@@ -13,9 +13,9 @@ main's slowest. Load only ever slows a run; a slower path is slow in each.
 
 from __future__ import annotations
 
-from collector.gates.base import GateContext, GateResult
-from collector.gates.memory import mib
-from collector.rules import pct, pct_of
+from collector.judge.gates.base import GateContext, GateResult
+from collector.judge.gates.memory import mib
+from collector.judge.rules import pct, pct_of
 from engine.harness.protocol import LongContextResult
 
 KIND = "long-context"

@@ -3,18 +3,18 @@ per target model and per guard model (sparkinfer #294: a guard model's accuracy 
 target's held).
 
 Top-1 agreement, KL(main || PR) and the perplexity ratio over the evaluation text must each
-stay within the model's bars (policy [accuracy], collector/accuracy.py for the method).
+stay within the model's bars (policy [accuracy], collector/judge/accuracy.py for the method).
 """
 
 from __future__ import annotations
 
 import json
 
-from collector.accuracy import AccuracyError, compare_dumps
-from collector.gates.base import GateContext, GateResult
+from collector.judge.accuracy import AccuracyError, compare_dumps
+from collector.judge.gates.base import GateContext, GateResult
+from collector.judge.rules import EPS
 from collector.policy import AccuracyBars
 from collector.results import AccuracyResult
-from collector.rules import EPS
 
 KIND = "accuracy"
 GUARD_KIND = "guard-accuracy"

@@ -7,7 +7,7 @@ so only a claim beyond main's whole range counts. The gate is written only when 
 
 from __future__ import annotations
 
-from collector.gates.base import GateContext, GateResult
+from collector.judge.gates.base import GateContext, GateResult
 
 KIND = "implausible"
 

@@ -12,13 +12,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from collector.candidates import harness_drift, pin_harness
-from collector.commands import build_request
 from collector.errors import RoundError
-from collector.outcome import Outcome, judge
 from collector.policy import ResolvedPolicy
-from collector.runner import Place, Run, run_request
-from collector.sandbox import BoxGuard
+from collector.run.candidates import harness_drift, pin_harness
+from collector.run.commands import build_request
+from collector.run.outcome import Outcome, judge
+from collector.run.runner import Place, Run, run_request
+from collector.run.sandbox import BoxGuard
 from collector.schedule import Task
 from collector.store.writer import Placement
 

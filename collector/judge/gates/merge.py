@@ -1,12 +1,12 @@
 """merge — the PR must merge onto the round's main without touching the pinned harness.
 
-Decided before anything is measured (collector/candidates.py); a PR that fails it is labelled
+Decided before anything is measured (collector/run/candidates.py); a PR that fails it is labelled
 with the candidate's status (needs-rebase, harness-touched), not REJECT, and is not measured.
 """
 
 from __future__ import annotations
 
-from collector.gates.base import Gate
+from collector.judge.gates.base import Gate
 
 KIND = "merge"
 NOT_MERGED = ("needs-rebase", "harness-touched")

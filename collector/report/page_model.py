@@ -1,5 +1,5 @@
 """The page model of one PR's verdict: sections of rows, built once here and rendered by
-collector/report.py as a terminal table or a GitHub-flavoured Markdown comment; its header
+collector/report/render.py as a terminal table or a GitHub-flavoured Markdown comment; its header
 facts (`headline`) are the site's PR page header too (site/sitegen/pr_pages.py).
 
 Laid out like the reference comments: a metric/value header, then ctx/phase/main/PR/delta rows

@@ -6,8 +6,8 @@ decode and prefill, each held against main's guard sweeps.
 
 from __future__ import annotations
 
-from collector.gates.base import GateContext, GateResult
-from collector.rules import below_floor_words, loss_in_words, loss_shortfall, pct, pct_of
+from collector.judge.gates.base import GateContext, GateResult
+from collector.judge.rules import below_floor_words, loss_in_words, loss_shortfall, pct, pct_of
 
 KIND = "guard"
 

@@ -10,7 +10,7 @@ sandbox and caches).
 from __future__ import annotations
 
 from collector.policy import ResolvedPolicy
-from collector.runner import Request
+from collector.run.runner import Request
 from collector.schedule import Task
 
 

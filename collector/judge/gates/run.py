@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from collector.gates.base import Gate, GateContext, GateResult
+from collector.judge.gates.base import Gate, GateContext, GateResult
 
 KIND = "run"
 

@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from collector.errors import RoundError
-from collector.outcome import Outcome
-from collector.runner import Run
-from collector.sandbox import BoxGuard
+from collector.run.outcome import Outcome
+from collector.run.runner import Run
+from collector.run.sandbox import BoxGuard
+from collector.run.session import SessionKit, here, measure_session, stop_if_box_changed
 from collector.schedule import Task
-from collector.session import SessionKit, here, measure_session, stop_if_box_changed
 from collector.store.writer import Placement
 
 RESTARTS = 2  # a killed worker is restarted (and its session retried) this often per shard

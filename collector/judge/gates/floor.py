@@ -6,8 +6,8 @@ floor x main, its interval wholly below 0, past its noise band, and in each PR s
 
 from __future__ import annotations
 
-from collector.gates.base import GateContext, GateResult
-from collector.rules import below_floor_words, loss_in_words, loss_shortfall, pct, pct_of
+from collector.judge.gates.base import GateContext, GateResult
+from collector.judge.rules import below_floor_words, loss_in_words, loss_shortfall, pct, pct_of
 
 KIND = "floor"
 

@@ -44,7 +44,7 @@ from engine.harness.sandbox import Sandbox, SandboxError, probe
 from engine.harness.sandbox import describe as describe_kind
 
 if TYPE_CHECKING:
-    from collector.runner import Place
+    from collector.run.runner import Place
     from collector.schedule import Task
 
 GIT_TIMEOUT_S = 60
@@ -74,7 +74,7 @@ def trusted_roots() -> list[Path]:
     """The folders every Python process here imports from (the standard library, every site
     folder) and this sparkboard's own code; a folder inside another is walked with it."""
     paths = [sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")]
-    paths += [*site.getsitepackages(), site.getusersitepackages(), str(Path(__file__).parent)]
+    paths += [*site.getsitepackages(), site.getusersitepackages(), str(Path(__file__).parents[1])]
     roots = sorted({Path(p).resolve() for p in paths if p and Path(p).is_dir()})
     return [r for r in roots if not any(o in r.parents for o in roots)]
 
@@ -138,7 +138,7 @@ def describe(kind: str) -> str:
 class BoxGuard:
     """Between sessions: kill what a session left running, and check that main's checkout,
     the other sides' checkouts and kernel caches, and the files every Python process trusts
-    are as they were (collector/sandbox.py)."""
+    are as they were (collector/run/sandbox.py)."""
 
     def __init__(
         self,

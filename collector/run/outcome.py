@@ -2,9 +2,9 @@
 
 A session's evidence comes from three places: the subprocess as it ended (`Run`: its exit, its
 document, the tail of its log; runner.py), the box around it (what the session changed outside
-its own folders: collector/sandbox.py), and the document's own evidence that the numbers are the
+its own folders: collector/run/sandbox.py), and the document's own evidence that the numbers are the
 engine's honest work (the timing parent's cross-checks and the verification against main's model:
-collector/forgery.py). `judge` reads all of it, once, in this order:
+collector/judge/forgery.py). `judge` reads all of it, once, in this order:
 
   infra        the box: too little disk, the harness could not start, an infrastructure error
                message, no usable device, main's engine beside the PR's failed, or the box's own
@@ -33,14 +33,14 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from collector.forgery import (
+from collector.judge.forgery import (
     canary_problem,
     clock_problem,
     diverged_evidence,
     idle_problem,
     implausible_claim,
 )
-from collector.runner import Request, Run
+from collector.run.runner import Request, Run
 from collector.samples import compared_widths
 from engine.cli_common import EXIT_BASELINE, EXIT_HARNESS, EXIT_USER_ERROR
 from engine.harness.protocol import (

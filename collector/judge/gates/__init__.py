@@ -7,17 +7,17 @@ Adding a gate: one function in one module here, its kind in results.GATE_ORDER, 
 verdict.PR_GATES. Every gate's text states the rule that decided it with the numbers it read.
 """
 
-from collector.gates.accuracy import accuracy_gate
-from collector.gates.base import GateContext, GateResult
-from collector.gates.floor import floor_gate
-from collector.gates.guard import guard_gate
-from collector.gates.implausible import implausible_gate
-from collector.gates.long_context import long_context_gate
-from collector.gates.memory import memory_gate
-from collector.gates.merge import NOT_MERGED, merge_gate
-from collector.gates.prefill_path import prefill_path_gate
-from collector.gates.reference import reference_gate
-from collector.gates.run import run_gate
+from collector.judge.gates.accuracy import accuracy_gate
+from collector.judge.gates.base import GateContext, GateResult
+from collector.judge.gates.floor import floor_gate
+from collector.judge.gates.guard import guard_gate
+from collector.judge.gates.implausible import implausible_gate
+from collector.judge.gates.long_context import long_context_gate
+from collector.judge.gates.memory import memory_gate
+from collector.judge.gates.merge import NOT_MERGED, merge_gate
+from collector.judge.gates.prefill_path import prefill_path_gate
+from collector.judge.gates.reference import reference_gate
+from collector.judge.gates.run import run_gate
 from collector.results import GATE_ORDER
 
 __all__ = [

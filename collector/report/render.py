@@ -1,6 +1,6 @@
 """A verdict as a terminal table, a GitHub-flavoured Markdown comment, or JSON.
 
-One model of the page (sections of rows, built in collector/report_model.py) renders three
+One model of the page (sections of rows, built in collector/report/page_model.py) renders three
 ways, laid out like the reference comments. Hostile strings (title, author, labels, failure
 details) are escaped for Markdown and stripped of control characters for a terminal.
 """
@@ -11,7 +11,7 @@ import re
 import unicodedata
 from typing import Any
 
-from collector.report_model import Section, build_sections, emoji, num, pct
+from collector.report.page_model import Section, build_sections, emoji, num, pct
 from collector.store.readout import Evaluation, ReadoutError
 from collector.store.writer import COMPARISON_COLUMNS
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from collector.accuracy import AccuracyError, compare_dumps
 from collector.axes import axis, axis_sort_key, is_memory_axis, parse_axis
-from collector.compare import compare_axis, compare_memory
-from collector.gates import (
+from collector.judge.accuracy import AccuracyError, compare_dumps
+from collector.judge.compare import compare_axis, compare_memory
+from collector.judge.gates import (
     NOT_MERGED,
     GateContext,
     GateResult,
@@ -28,12 +28,12 @@ from collector.gates import (
     reference_gate,
     run_gate,
 )
-from collector.gates.long_context import KIND as LONG_CONTEXT
+from collector.judge.gates.long_context import KIND as LONG_CONTEXT
+from collector.judge.rules import gain_shortfall, pct, pct_of
+from collector.judge.stats import session_sds
 from collector.policy import TIER_NAMES, Policy, ResolvedPolicy, resolve
 from collector.results import Comparison, Gate, Verdict
-from collector.rules import gain_shortfall, pct, pct_of
 from collector.schedule import CONFIRM_SLOTS, guards_of
-from collector.stats import session_sds
 from collector.store import Store, lookups, writer
 from collector.store.combine import DUMPS_LEFT_OUT
 from collector.store.evidence import RoundData

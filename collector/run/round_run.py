@@ -15,15 +15,15 @@ from pathlib import Path
 
 import click
 
-from collector.candidates import Workspace
-from collector.commands import build_request
-from collector.outcome import FINISHED, Outcome, judge, skipped
 from collector.policy import ResolvedPolicy
 from collector.results import Candidate
-from collector.runner import Place, Run
-from collector.sandbox import BoxGuard
+from collector.run.candidates import Workspace
+from collector.run.commands import build_request
+from collector.run.outcome import FINISHED, Outcome, judge, skipped
+from collector.run.runner import Place, Run
+from collector.run.sandbox import BoxGuard
+from collector.run.session import SessionKit, here, measure_session, stop_if_box_changed
 from collector.schedule import Slot, Task
-from collector.session import SessionKit, here, measure_session, stop_if_box_changed
 from collector.store import Store, lookups, writer
 from collector.store.writer import Placement
 
@@ -116,7 +116,7 @@ class RoundRun:
             if conn is None:
                 tasks = [t for shard in todo for t in shard]
                 return run_here(self.kit_of(0, False), tasks, self.by_pr, done, self.skip, self.log)
-            from collector import cluster as ray_cluster  # noqa: PLC0415 - Ray only when asked
+            from collector.run import cluster as ray_cluster  # noqa: PLC0415 - Ray only when asked
 
             return ray_cluster.run_shards(
                 conn,

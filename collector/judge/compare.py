@@ -16,11 +16,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from collector.policy import ResolvedPolicy
-from collector.results import Comparison
-from collector.rules import EPS, gain_shortfall, loss_shortfall
-from collector.schedule import is_confirmation
-from collector.stats import (
+from collector.judge.rules import EPS, gain_shortfall, loss_shortfall
+from collector.judge.stats import (
     Pair,
     bootstrap_ratio_ci,
     is_implausible,
@@ -30,6 +27,9 @@ from collector.stats import (
     seed_for,
     session_ratios,
 )
+from collector.policy import ResolvedPolicy
+from collector.results import Comparison
+from collector.schedule import is_confirmation
 
 
 def compare_axis(

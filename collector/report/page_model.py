@@ -13,12 +13,12 @@ from dataclasses import dataclass
 
 from collector.axes import is_axis, parse_axis, short_ctx
 from collector.policy import ResolvedPolicy
+from collector.results import Comparison
 from collector.store.readout import (
     STATUS_ICONS,
     UNKNOWN_ICON,
     Evaluation,
     ReadoutError,
-    Row,
     prefill_bars,
     real_weights,
 )
@@ -101,7 +101,7 @@ def headline(ev: Evaluation) -> list[Fact]:
         Fact("targets", ", ".join(targets) or "–", "models", tuple(targets)),
     ]
     facts += scored(ev)
-    facts += [Fact(_gate_title(g["gate"]), g["reason"], "gate", (g["status"],)) for g in ev.gates]
+    facts += [Fact(_gate_title(g.gate), g.reason, "gate", (g.status,)) for g in ev.gates]
     facts += perplexity(ev)
     facts += commits(ev)
     return facts
@@ -118,9 +118,9 @@ def scored(ev: Evaluation) -> list[Fact]:
     """'scored at' (the target axes) and the best axis with its interval."""
     out: list[Fact] = []
     v = ev.verdict or {}
-    tcomps = [c for c in ev.comparisons if c["role"] == "target"]
+    tcomps = [c for c in ev.comparisons if c.role == "target"]
     if tcomps:
-        known = [parse_axis(c["axis"]) for c in tcomps if is_axis(c["axis"])]  # stored: any text
+        known = [parse_axis(c.axis) for c in tcomps if is_axis(c.axis)]  # stored: any text
         ctxs = sorted({n for kind, n in known if kind != "concurrent"})
         widths = sorted({n for kind, n in known if kind == "concurrent"})
         out.append(
@@ -184,21 +184,21 @@ def commits(ev: Evaluation) -> list[Fact]:
 
 def comparison_sections(ev: Evaluation, role: str, pol: ResolvedPolicy) -> list[Section]:
     """Per model of `role` (target or guard): its ctx/phase rows, then its concurrency rows."""
-    by_model: dict[str, list[Row]] = {}
+    by_model: dict[str, list[Comparison]] = {}
     for c in ev.comparisons:
-        if c["role"] == role:
-            by_model.setdefault(c["model"], []).append(c)
+        if c.role == role:
+            by_model.setdefault(c.model, []).append(c)
     sections = []
     for model, cs in by_model.items():
         rows = []
         crow = []
         for c in cs:
-            kind, n = parse_axis(c["axis"]) if is_axis(c["axis"]) else (c["axis"], None)
+            kind, n = parse_axis(c.axis) if is_axis(c.axis) else (c.axis, None)
             cells = [
-                num(c["main_value"]),
-                num(c["pr_value"]),
-                f"{pct(c['delta'])} [{pct(c['ci_low'])}, {pct(c['ci_high'])}]",
-                c["tier"] if c["significant"] else ("below floor" if c["below_floor"] else "–"),
+                num(c.main_value),
+                num(c.pr_value),
+                f"{pct(c.delta)} [{pct(c.ci_low)}, {pct(c.ci_high)}]",
+                c.tier if c.significant else ("below floor" if c.below_floor else "–"),
             ]
             if kind == "concurrent":
                 crow.append([f"c{n}", *cells])

@@ -13,7 +13,7 @@ from typing import Any
 
 from collector.report.page_model import Section, build_sections, emoji, num, pct
 from collector.store.readout import Evaluation, ReadoutError
-from collector.store.writer import COMPARISON_COLUMNS
+from collector.store.writer import COMPARISON_COLUMNS, GATE_COLUMNS
 
 __all__ = [
     "ReportError",
@@ -147,8 +147,8 @@ def to_json(ev: Evaluation) -> dict[str, Any]:
         "expect": info.get("expect"),
         "candidate": cand.get("status"),
         "best": None if not v.get("best_axis") else {k: v[c] for k, c in _BEST.items()},
-        "gates": [{k: g[k] for k in ("gate", "status", "reason")} for g in ev.gates],
-        "comparisons": [{k: c[k] for k in COMPARISON_COLUMNS} for c in ev.comparisons],
+        "gates": [{k: getattr(g, k) for k in GATE_COLUMNS} for g in ev.gates],
+        "comparisons": [{k: getattr(c, k) for k in COMPARISON_COLUMNS} for c in ev.comparisons],
         "accuracy": [
             {k: a[k] for k in ("model", "n_tokens", "top1", "kl", "ppl_main", "ppl_pr")}
             for a in ev.accuracy

@@ -32,7 +32,7 @@ from typing import Any
 import duckdb
 
 from collector.manifest import round_kind
-from collector.results import Pair
+from collector.results import Comparison, Gate, Pair
 from collector.store.catalog import (
     connect,
     has_columns,
@@ -57,6 +57,7 @@ from collector.store.readout_model import (
 )
 from collector.store.stored_policy import prefill_bars, stored_policy
 from collector.store.which_round import pick_round
+from collector.store.writer import COMPARISON_COLUMNS, GATE_COLUMNS
 
 __all__ = [
     "STATUS_ICONS",
@@ -262,8 +263,10 @@ def _attach_evidence(t: _Tables, evaluations: dict[tuple[str, int], Evaluation])
 
     attach("SELECT * FROM candidates {where} ORDER BY round_id, pr", _set("candidate"))
     attach("SELECT * FROM verdicts {where} ORDER BY round_id, pr", _set("verdict"))
-    attach("SELECT * FROM comparisons {where} ORDER BY round_id, pr", _add("comparisons"))
-    attach("SELECT * FROM gates {where} ORDER BY round_id, pr, gate", _add("gates"))
+    attach(
+        "SELECT * FROM comparisons {where} ORDER BY round_id, pr", _add("comparisons", _comparison)
+    )
+    attach("SELECT * FROM gates {where} ORDER BY round_id, pr, gate", _add("gates", _gate))
     attach(
         "SELECT * FROM accuracy {where} AND pr <> 0 ORDER BY round_id, pr, model",
         _add("accuracy"),
@@ -281,8 +284,8 @@ def _attach_evidence(t: _Tables, evaluations: dict[tuple[str, int], Evaluation])
         "SELECT * FROM strikes {where} ORDER BY pr, commit, failure_key, round_id", _add("strikes")
     )
     for ev in evaluations.values():
-        ev.comparisons.sort(key=lambda c: (c["role"] != "target", c["model"], axis_key(c["axis"])))
-        ev.gates.sort(key=lambda g: gate_key(g["gate"]))
+        ev.comparisons.sort(key=lambda c: (c.role != "target", c.model, axis_key(c.axis)))
+        ev.gates.sort(key=lambda g: gate_key(g.gate))
         for model in sorted({p["model"] for p in ev.prefill}):
             ev.prefill.extend(main_prefill.get((ev.round_id, model), []))
 
@@ -359,8 +362,23 @@ def _set(name: str) -> Any:
     return lambda ev, row: setattr(ev, name, row)
 
 
-def _add(name: str) -> Any:
-    return lambda ev, row: getattr(ev, name).append(row)
+def _add(name: str, typed: Any = None) -> Any:
+    return lambda ev, row: getattr(ev, name).append(typed(row) if typed else row)
+
+
+def _comparison(row: Row) -> Comparison:
+    """A stored comparison as the verdict made it (what it did not store keeps its default)."""
+    return Comparison(**{k: row.get(k) for k in COMPARISON_COLUMNS})
+
+
+def _gate(row: Row) -> Gate:
+    return Gate(**{k: row[k] for k in GATE_COLUMNS})
+
+
+def as_stored(ev: Evaluation, record: Comparison | Gate) -> Row:
+    """A comparison or a gate of `ev` as its stored row: round, PR, then its columns."""
+    columns = COMPARISON_COLUMNS if isinstance(record, Comparison) else GATE_COLUMNS
+    return {"round_id": ev.round_id, "pr": ev.pr, **{k: getattr(record, k) for k in columns}}
 
 
 PAIRS_SQL = """

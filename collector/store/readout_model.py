@@ -9,7 +9,7 @@ from typing import Any
 
 from collector.axes import axis_sort_key, is_axis
 from collector.policy import ResolvedPolicy
-from collector.results import GATE_ORDER
+from collector.results import GATE_ORDER, Comparison, Gate
 
 Row = dict[str, Any]
 
@@ -86,8 +86,8 @@ class Evaluation:
     info: Row  # the prs row: title, author, labels, targets, source, branch, expect
     candidate: Row | None = None
     verdict: Row | None = None
-    comparisons: list[Row] = field(default_factory=list)  # targets first, by model and axis
-    gates: list[Row] = field(default_factory=list)  # in GATE_ORDER
+    comparisons: list[Comparison] = field(default_factory=list)  # targets first, by model and axis
+    gates: list[Gate] = field(default_factory=list)  # in GATE_ORDER
     accuracy: list[Row] = field(default_factory=list)
     prefill: list[Row] = field(default_factory=list)  # per model, prefix, side (mean of sessions)
     failures: list[Row] = field(default_factory=list)  # sessions that did not end 'ok'
@@ -126,13 +126,11 @@ class Evaluation:
         that did, the best axis is only the largest change: it gave no tier."""
         v = self.verdict or {}
         return any(
-            c["model"] == v.get("best_model")
-            and c["axis"] == v.get("best_axis")
-            and bool(c.get("significant"))
+            c.model == v.get("best_model") and c.axis == v.get("best_axis") and bool(c.significant)
             for c in self.comparisons
         )
 
     @property
     def target_models(self) -> list[str]:
-        models = [c["model"] for c in self.comparisons if c["role"] == "target"]
+        models = [c.model for c in self.comparisons if c.role == "target"]
         return sorted(set(models), key=models.index)

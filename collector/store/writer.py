@@ -90,8 +90,9 @@ def write_verdicts(
                 _comparison(con, round_id, v.pr, c)
             for g in v.gates:
                 con.execute(
-                    "INSERT INTO gates VALUES (?, ?, ?, ?, ?)",
-                    [round_id, v.pr, g.gate, g.status, g.reason],
+                    f"INSERT INTO gates (round_id, pr, {', '.join(GATE_COLUMNS)}) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    [round_id, v.pr, *(getattr(g, k) for k in GATE_COLUMNS)],
                 )
             _verdict(con, round_id, v, decided_at)
             for s in v.strikes:
@@ -106,6 +107,7 @@ def _accuracy(con: Connection, round_id: str, pr: int, model: str, acc: Accuracy
 
 
 # The stored columns of a comparison (beside round_id and pr), in order: what `show --json` gives too
+GATE_COLUMNS = ("gate", "status", "reason")  # a stored Gate (`timed` is the verdict's alone)
 COMPARISON_COLUMNS = [
     "model",
     "role",

@@ -20,6 +20,7 @@ from markupsafe import Markup
 from collector.axes import is_axis, is_memory_axis
 from collector.judge.stats import session_spread
 from collector.policy import AccuracyBars, ResolvedPolicy
+from collector.results import Comparison
 from collector.store.readout import Evaluation, Readout, Round, Row
 from sitegen import fmt
 
@@ -220,26 +221,24 @@ def measured_spreads(data: Readout, round_id: str) -> dict[str, tuple[float, str
 
 def _speed_rows(data: Readout, rnd: Round, evs: list[Evaluation]) -> list[SpeedRow]:
     spreads = measured_spreads(data, rnd.round_id)
-    by_model: dict[str, list[tuple[Evaluation, Row]]] = {}
+    by_model: dict[str, list[tuple[Evaluation, Comparison]]] = {}
     for ev in evs:
         for c in ev.comparisons:
-            by_model.setdefault(c["model"], []).append((ev, c))
+            by_model.setdefault(c.model, []).append((ev, c))
     rows = []
     for model in sorted(by_model):
         cells: dict[str, KindCell] = {}
         flagged: list[str] = []
         for kind in KINDS:
             comps = [
-                (ev, c)
-                for ev, c in by_model[model]
-                if (fmt.split_axis(c["axis"]) or ("",))[0] == kind
+                (ev, c) for ev, c in by_model[model] if (fmt.split_axis(c.axis) or ("",))[0] == kind
             ]
             if not comps:
                 continue
             noise: dict[str, float] = {}  # per axis: main's noise, the same for every PR
             for _, c in comps:
-                noise[c["axis"]] = max(noise.get(c["axis"], 0.0), c["noise"])
-            ev, big = max(comps, key=lambda p: (abs(p[1]["delta"]), -p[0].pr))
+                noise[c.axis] = max(noise.get(c.axis, 0.0), c.noise)
+            ev, big = max(comps, key=lambda p: (abs(p[1].delta), -p[0].pr))
             top, top_axis = max((v, a) for a, v in noise.items())
             floor_noise = rnd.policy.profile.noise_floor(top_axis) if rnd.policy else None
             cells[kind] = KindCell(
@@ -247,26 +246,24 @@ def _speed_rows(data: Readout, rnd: Round, evs: list[Evaluation]) -> list[SpeedR
                 noise_max=top,
                 noise_axis=top_axis,
                 at_floor=floor_noise is not None and abs(top - floor_noise) < _EPS,
-                delta=big["delta"],
-                axis=big["axis"],
+                delta=big.delta,
+                axis=big.axis,
                 pr=ev.pr,
             )
-        for ev, c in sorted(by_model[model], key=lambda p: (p[0].pr, fmt.axis_order(p[1]["axis"]))):
+        for ev, c in sorted(by_model[model], key=lambda p: (p[0].pr, fmt.axis_order(p[1].axis))):
             what = []
-            if c.get("tier") not in (None, "none"):
-                what.append(str(c["tier"]))
-            if c.get("below_floor"):
+            if c.tier not in (None, "none"):
+                what.append(str(c.tier))
+            if c.below_floor:
                 what.append("below floor")
-            if c.get("implausible"):
+            if c.implausible:
                 what.append("implausible")
             if what:
-                flagged.append(f"{' '.join(what)} {fmt.axis_label(c['axis'])} #{ev.pr}")
+                flagged.append(f"{' '.join(what)} {fmt.axis_label(c.axis)} #{ev.pr}")
         measured = spreads.get(model)
         # speed axes only: a memory axis has no noise band (it has its growth bar instead)
         deltas = [
-            (c["axis"], ev.pr, c["delta"])
-            for ev, c in by_model[model]
-            if not is_memory_axis(c["axis"])
+            (c.axis, ev.pr, c.delta) for ev, c in by_model[model] if not is_memory_axis(c.axis)
         ]
         rows.append(SpeedRow(model, rnd.round_id, cells, flagged, measured, deltas))
     return rows

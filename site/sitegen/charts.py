@@ -16,6 +16,7 @@ from typing import Any
 
 import altair as alt
 
+from collector.results import Comparison
 from sitegen import tiers
 
 DATA = "rows"
@@ -232,11 +233,11 @@ def svg(spec: dict[str, Any]) -> str:
 
 
 def comparison_svg(
-    comparisons: list[dict[str, Any]], kind: str = "decode", pr_colour: str | None = None
+    comparisons: list[Comparison], kind: str = "decode", pr_colour: str | None = None
 ) -> str:
     """A static SVG of main vs PR across contexts (kind 'decode'/'prefill') or widths
-    ('concurrent'), from rows shaped like the `comparisons` table (axis, main_value,
-    pr_value, ci_low, ci_high). Light background, for a GitHub comment or an <img>."""
+    ('concurrent'), from a PR's comparisons (axis, main_value,
+    pr_value, ci_low, ci_high, noise). Light background, for a GitHub comment or an <img>."""
     rows = versus_rows(comparisons, kind)
     title = "concurrency" if kind == "concurrent" else "context"
     spec = versus(rows, title, pr_colour or tiers.colour("L"))
@@ -244,18 +245,18 @@ def comparison_svg(
     return svg(_themed(spec, LIGHT))
 
 
-def versus_rows(comparisons: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+def versus_rows(comparisons: list[Comparison], kind: str) -> list[dict[str, Any]]:
     """Chart rows of one kind of axis: main's median and the PR's median with its interval."""
     rows: list[dict[str, Any]] = []
     picked = []
     for c in comparisons:
-        k, _, n = str(c["axis"]).partition("@")
+        k, _, n = str(c.axis).partition("@")
         if k == kind and n.isdigit():
             picked.append((int(n), c))
     for order, (n, c) in enumerate(sorted(picked, key=lambda p: p[0])):
         label = f"c{n}" if kind == "concurrent" else short_ctx(n)
-        main, pr = c["main_value"], c["pr_value"]
-        noise = c.get("noise") or 0.0
+        main, pr = c.main_value, c.pr_value
+        noise = c.noise or 0.0
         rows.append(
             {
                 "x": label,
@@ -274,8 +275,8 @@ def versus_rows(comparisons: list[dict[str, Any]], kind: str) -> list[dict[str, 
                 "order": order,
                 "side": "PR",
                 "value": round(pr, 3),
-                "lo": round(main * (1 + c["ci_low"]), 3),
-                "hi": round(main * (1 + c["ci_high"]), 3),
+                "lo": round(main * (1 + c.ci_low), 3),
+                "hi": round(main * (1 + c.ci_high), 3),
             }
         )
     return rows

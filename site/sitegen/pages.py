@@ -18,7 +18,7 @@ import jinja2
 from markupsafe import Markup
 
 from collector.store.readout import EXPORT_FORMATS as READOUT_EXPORT_FORMATS
-from collector.store.readout import Evaluation, Round, Row
+from collector.store.readout import Evaluation, Round, Row, as_stored
 from sitegen import calibration, fmt, tiers
 from sitegen.escape import finalize, text
 from sitegen.pr_pages import PRPages
@@ -157,14 +157,14 @@ class Site(RoundPages, PRPages):
     def gate_summary(self, ev: Evaluation) -> Markup:
         """'(pass) 5 · (fail) 1 (floor)': counts per status (the theme's icons), and the gates
         that did not pass by name."""
-        counts = Counter(g["status"] for g in ev.gates)
+        counts = Counter(g.status for g in ev.gates)
         parts = []
         for status in ("pass", "fail", "warn", "skip"):
             if not counts[status]:
                 continue
             part = f"{fmt.icon(status)} {counts[status]}"
             if status in ("fail", "warn"):
-                names = ", ".join(str(text(g["gate"])) for g in ev.gates if g["status"] == status)
+                names = ", ".join(str(text(g.gate)) for g in ev.gates if g.status == status)
                 part += f" ({names})"
             parts.append(part)
         return Markup(" · ".join(parts)) if parts else fmt.DASH
@@ -205,8 +205,8 @@ class Site(RoundPages, PRPages):
                     "pr": ev.info,
                     "candidate": ev.candidate,
                     "verdict": ev.verdict,
-                    "comparisons": ev.comparisons,
-                    "gates": ev.gates,
+                    "comparisons": [as_stored(ev, c) for c in ev.comparisons],
+                    "gates": [as_stored(ev, g) for g in ev.gates],
                     "accuracy": ev.accuracy,
                     "prefill_checks": ev.prefill,
                     "failed_sessions": ev.failures,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from markupsafe import Markup
 
 from collector.report import page_model
+from collector.results import Comparison
 from collector.store.readout import Evaluation, Row, prefill_bars, real_weights
 from sitegen import charts, fmt, tiers
 from sitegen.escape import block, script_json, text
@@ -32,39 +33,39 @@ class PRPages:
     author_slug: dict[str, str]
 
     # --- per-PR ----------------------------------------------------------------------------
-    def context_rows(self, ev: Evaluation, model: str) -> list[Row]:
+    def context_rows(self, ev: Evaluation, model: str) -> list[Comparison]:
         rows = [
             c
             for c in ev.comparisons
-            if c["model"] == model
-            and c["role"] != "memory"
-            and (fmt.split_axis(c["axis"]) or ("",))[0] != "concurrent"
+            if c.model == model
+            and c.role != "memory"
+            and (fmt.split_axis(c.axis) or ("",))[0] != "concurrent"
         ]
-        return sorted(rows, key=lambda c: fmt.axis_order(c["axis"]))
+        return sorted(rows, key=lambda c: fmt.axis_order(c.axis))
 
-    def width_rows(self, ev: Evaluation, model: str) -> list[Row]:
+    def width_rows(self, ev: Evaluation, model: str) -> list[Comparison]:
         rows = [
             c
             for c in ev.comparisons
-            if c["model"] == model and (fmt.split_axis(c["axis"]) or ("",))[0] == "concurrent"
+            if c.model == model and (fmt.split_axis(c.axis) or ("",))[0] == "concurrent"
         ]
-        return sorted(rows, key=lambda c: fmt.axis_order(c["axis"]))
+        return sorted(rows, key=lambda c: fmt.axis_order(c.axis))
 
     def target_models(self, ev: Evaluation) -> list[str]:
-        models = [c["model"] for c in ev.comparisons if c["role"] == "target"]
+        models = [c.model for c in ev.comparisons if c.role == "target"]
         return sorted(set(models), key=models.index)
 
-    def guard_rows(self, ev: Evaluation) -> list[Row]:
+    def guard_rows(self, ev: Evaluation) -> list[Comparison]:
         return sorted(
-            (c for c in ev.comparisons if c["role"] == "guard"),
-            key=lambda c: (c["model"], fmt.axis_order(c["axis"])),
+            (c for c in ev.comparisons if c.role == "guard"),
+            key=lambda c: (c.model, fmt.axis_order(c.axis)),
         )
 
-    def memory_rows(self, ev: Evaluation) -> list[Row]:
+    def memory_rows(self, ev: Evaluation) -> list[Comparison]:
         """Memory of the engine process (bytes, lower is better), read from outside it."""
         return sorted(
-            (c for c in ev.comparisons if c["role"] == "memory"),
-            key=lambda c: (c["model"], fmt.axis_order(c["axis"])),
+            (c for c in ev.comparisons if c.role == "memory"),
+            key=lambda c: (c.model, fmt.axis_order(c.axis)),
         )
 
     def prefill_rows(self, ev: Evaluation) -> list[dict[str, Any]]:
@@ -134,7 +135,7 @@ class PRPages:
         colour = tiers.colour(ev.label)
         tag = self.rslug(ev.round_id)
         for model in self.target_models(ev):
-            comps = [c for c in ev.comparisons if c["model"] == model]
+            comps = [c for c in ev.comparisons if c.model == model]
             for kind, title in (
                 ("decode", "context"),
                 ("prefill", "context"),
@@ -156,7 +157,7 @@ class PRPages:
         model = v.get("best_model") or next(iter(self.target_models(ev)), None)
         parsed = fmt.split_axis(v.get("best_axis") or "")
         kind = parsed[0] if parsed else "decode"
-        comps = [c for c in ev.comparisons if c["model"] == model]
+        comps = [c for c in ev.comparisons if c.model == model]
         if not comps or not charts.versus_rows(comps, kind):
             return None
         return charts.comparison_svg(comps, kind, tiers.colour(ev.label))

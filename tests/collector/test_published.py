@@ -71,7 +71,7 @@ def test_the_gates_round_gives_every_pr_its_expected_verdict(store) -> None:
     assert tomllib.loads(rnd["manifest_toml"]) == tomllib.loads(GATES.read_text())
     got = {ev.pr: ev for ev in Readout.from_connection(store.con).by_round[m.round]}
     assert {n: ev.label for n, ev in got.items()} == {p.number: p.expect for p in m.pr}
-    failed = {n: {g["gate"] for g in ev.gates if g["status"] == "fail"} for n, ev in got.items()}
+    failed = {n: {g.gate for g in ev.gates if g.status == "fail"} for n, ev in got.items()}
     assert {n: f for n, f in failed.items() if f} == GATES_FAILED
     statuses = dict(
         store.query(

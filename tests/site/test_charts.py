@@ -4,13 +4,18 @@ import json
 
 from sitegen import charts, tiers
 
+from collector.results import Comparison
+
 
 def test_comparison_svg_for_a_comment_is_deterministic() -> None:
     rows = [
-        {"axis": f"decode@{n}", "main_value": 100.0 - i, "pr_value": 110.0 - i}
-        | {"ci_low": 0.09, "ci_high": 0.11, "noise": 0.005}
+        Comparison(
+            model="tiny", role="target", axis=f"decode@{n}", main_value=100.0 - i,
+            pr_value=110.0 - i, delta=0.1, ci_low=0.09, ci_high=0.11, noise=0.005, tier="L",
+            significant=True, below_floor=False, implausible=False, n_main=3, n_pr=3,
+        )
         for i, n in enumerate((128, 512, 4096))
-    ]
+    ]  # fmt: skip
     svg = charts.comparison_svg(rows, "decode")
     assert svg.startswith("<svg") and svg == charts.comparison_svg(rows, "decode")
     assert "4k" in svg and "tok/s" in svg

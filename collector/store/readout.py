@@ -32,7 +32,7 @@ from typing import Any
 import duckdb
 
 from collector.manifest import round_kind
-from collector.results import Comparison, Gate, Pair
+from collector.results import Pair
 from collector.store.catalog import (
     connect,
     has_columns,
@@ -51,13 +51,15 @@ from collector.store.readout_model import (
     ReadoutError,
     Round,
     Row,
+    as_stored,
     axis_key,
+    comparison_of,
     gate_key,
+    gate_of,
     real_weights,
 )
 from collector.store.stored_policy import prefill_bars, stored_policy
 from collector.store.which_round import pick_round
-from collector.store.writer import COMPARISON_COLUMNS, GATE_COLUMNS
 
 __all__ = [
     "STATUS_ICONS",
@@ -69,6 +71,7 @@ __all__ = [
     "ReadoutError",
     "Round",
     "Row",
+    "as_stored",
     "axis_key",
     "connect",
     "export_tables",
@@ -264,9 +267,10 @@ def _attach_evidence(t: _Tables, evaluations: dict[tuple[str, int], Evaluation])
     attach("SELECT * FROM candidates {where} ORDER BY round_id, pr", _set("candidate"))
     attach("SELECT * FROM verdicts {where} ORDER BY round_id, pr", _set("verdict"))
     attach(
-        "SELECT * FROM comparisons {where} ORDER BY round_id, pr", _add("comparisons", _comparison)
+        "SELECT * FROM comparisons {where} ORDER BY round_id, pr",
+        _add("comparisons", comparison_of),
     )
-    attach("SELECT * FROM gates {where} ORDER BY round_id, pr, gate", _add("gates", _gate))
+    attach("SELECT * FROM gates {where} ORDER BY round_id, pr, gate", _add("gates", gate_of))
     attach(
         "SELECT * FROM accuracy {where} AND pr <> 0 ORDER BY round_id, pr, model",
         _add("accuracy"),
@@ -364,21 +368,6 @@ def _set(name: str) -> Any:
 
 def _add(name: str, typed: Any = None) -> Any:
     return lambda ev, row: getattr(ev, name).append(typed(row) if typed else row)
-
-
-def _comparison(row: Row) -> Comparison:
-    """A stored comparison as the verdict made it (what it did not store keeps its default)."""
-    return Comparison(**{k: row.get(k) for k in COMPARISON_COLUMNS})
-
-
-def _gate(row: Row) -> Gate:
-    return Gate(**{k: row[k] for k in GATE_COLUMNS})
-
-
-def as_stored(ev: Evaluation, record: Comparison | Gate) -> Row:
-    """A comparison or a gate of `ev` as its stored row: round, PR, then its columns."""
-    columns = COMPARISON_COLUMNS if isinstance(record, Comparison) else GATE_COLUMNS
-    return {"round_id": ev.round_id, "pr": ev.pr, **{k: getattr(record, k) for k in columns}}
 
 
 PAIRS_SQL = """

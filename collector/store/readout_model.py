@@ -10,6 +10,7 @@ from typing import Any
 from collector.axes import axis_sort_key, is_axis
 from collector.policy import ResolvedPolicy
 from collector.results import GATE_ORDER, Comparison, Gate
+from collector.store.writer import COMPARISON_COLUMNS, GATE_COLUMNS
 
 Row = dict[str, Any]
 
@@ -134,3 +135,18 @@ class Evaluation:
     def target_models(self) -> list[str]:
         models = [c.model for c in self.comparisons if c.role == "target"]
         return sorted(set(models), key=models.index)
+
+
+def comparison_of(row: Row) -> Comparison:
+    """A stored comparison as the verdict made it (what it did not store keeps its default)."""
+    return Comparison(**{k: row.get(k) for k in COMPARISON_COLUMNS})
+
+
+def gate_of(row: Row) -> Gate:
+    return Gate(**{k: row[k] for k in GATE_COLUMNS})
+
+
+def as_stored(ev: Evaluation, record: Comparison | Gate) -> Row:
+    """A comparison or a gate of `ev` as its stored row: round, PR, then its columns."""
+    columns = COMPARISON_COLUMNS if isinstance(record, Comparison) else GATE_COLUMNS
+    return {"round_id": ev.round_id, "pr": ev.pr, **{k: getattr(record, k) for k in columns}}

@@ -117,7 +117,6 @@ def headline_rows(ev: Evaluation) -> list[list[str]]:
 def scored(ev: Evaluation) -> list[Fact]:
     """'scored at' (the target axes) and the best axis with its interval."""
     out: list[Fact] = []
-    v = ev.verdict or {}
     tcomps = [c for c in ev.comparisons if c.role == "target"]
     if tcomps:
         known = [parse_axis(c.axis) for c in tcomps if is_axis(c.axis)]  # stored: any text
@@ -131,12 +130,12 @@ def scored(ev: Evaluation) -> list[Fact]:
                 + f" — {len(tcomps)} axes, each also a regression floor; the label is the best",
             )
         )
-    if v.get("best_axis"):
+    if (b := ev.best) is not None:
         significant = ev.best_significant
         out.append(
             Fact(
                 "tier from" if significant else "largest change",
-                f"{v['best_model']} {v['best_axis']} ({pct(v['best_delta'])}, 95% CI {pct(v['ci_low'])}..{pct(v['ci_high'])})"
+                f"{b.model} {b.axis} ({pct(b.delta)}, 95% CI {pct(b.ci_low)}..{pct(b.ci_high)})"
                 + ("" if significant else ", not significant"),
             )
         )

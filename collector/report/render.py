@@ -128,7 +128,7 @@ def render_markdown(ev: Evaluation) -> str:
 
 def to_json(ev: Evaluation) -> dict[str, Any]:
     """One PR's verdict as plain data (hostile strings verbatim: JSON escapes them)."""
-    v = ev.verdict or {}
+    b = ev.best
     info = ev.info
     cand = ev.candidate or {}
     return {
@@ -146,7 +146,7 @@ def to_json(ev: Evaluation) -> dict[str, Any]:
         "merge_first": ev.merge_first,
         "expect": info.get("expect"),
         "candidate": cand.get("status"),
-        "best": None if not v.get("best_axis") else {k: v[c] for k, c in _BEST.items()},
+        "best": None if b is None else {k: getattr(b, a) for k, a in _BEST.items()},
         "gates": [{k: getattr(g, k) for k in GATE_COLUMNS} for g in ev.gates],
         "comparisons": [{k: getattr(c, k) for k in COMPARISON_COLUMNS} for c in ev.comparisons],
         "accuracy": [
@@ -156,9 +156,8 @@ def to_json(ev: Evaluation) -> dict[str, Any]:
     }
 
 
-_BEST = {"model": "best_model", "axis": "best_axis", "delta": "best_delta"} | {
-    k: k for k in ("ci_low", "ci_high")
-}
+# the best axis's keys in the JSON -> its Comparison's fields
+_BEST = {k: k for k in ("model", "axis", "delta", "ci_low", "ci_high")}
 
 # --- cost ---------------------------------------------------------------------------------------
 

@@ -2,23 +2,18 @@
 
     rd = Readout.load("data/sparkboard.duckdb")        # or Readout.from_connection(con)
     rnd = rd.round_by_id["2026-11-30-h200"]            # Round: kind, device, ResolvedPolicy
-    ev = rd.evaluation("2026-11-30-h200", 201)         # Evaluation: verdict, comparisons, gates …
+    ev = rd.evaluation("2026-11-30-h200", 201)         # Evaluation: Verdict, Comparisons, Gates …
     rid = pick_round(con, round_id=None, pr=201)       # which round a command means by default
 
-`sparkboard show`/`comment` (collector/report/render.py) and every page of the site (site/sitegen)
-read rounds through this module. Each table is fetched once, ordered (the same database gives
-the same structures), and grouped in Python: a thousand PRs are a handful of queries. It only
-reads; columns the collector adds later are ignored, columns it has not written read as None.
-Its types (`Round`, `Evaluation`) live in readout_model.py, the stored policy's reading in
-stored_policy.py, a round's rows as files in export.py; all are importable from here. Beside
-the rounds it reads the pairs of the A/A rounds' PR sessions (`aa_pairs`: main's engine timed
-beside the PR's, the calibration's measured spread) and every round's canary (`canaries`); a
-database whose schema predates a column (`rounds.sandbox`, `sessions.canary_*`) reads it as
-None.
-
-Rules are never re-derived here: a round's policy is the validated `ResolvedPolicy` it was
-judged under (noise floors, bars, tiers come from it), significance and tiers are the stored
-columns of `comparisons`, and a round's kind is `collector.manifest.round_kind`.
+`show`/`comment` (collector/report/) and every site page read rounds through this module; a
+verdict, its comparisons and gates come back as the records the verdict made (results.py).
+Each table is fetched once, ordered, and grouped in Python: a thousand PRs are a handful of
+queries. Columns added later are ignored; columns not yet written (an older schema) read as
+None. Its types live in readout_model.py, the stored policy's reading in stored_policy.py, a
+round's rows as files in export.py, all importable from here; beside the rounds it reads the A/A
+rounds' pairs (`aa_pairs`) and every round's canary (`canaries`). Rules are never re-derived
+here: a round is shown under the `ResolvedPolicy` it was judged under, with the stored
+significance and tiers, and its kind from `collector.manifest.round_kind`.
 """
 
 from __future__ import annotations
@@ -57,6 +52,8 @@ from collector.store.readout_model import (
     gate_key,
     gate_of,
     real_weights,
+    verdict_of,
+    verdict_row,
 )
 from collector.store.stored_policy import prefill_bars, stored_policy
 from collector.store.which_round import pick_round
@@ -80,6 +77,7 @@ __all__ = [
     "prefill_bars",
     "newest_time",
     "real_weights",
+    "verdict_row",
     "recorded_version",
     "schema_tables",
     "schema_sql",
@@ -265,7 +263,11 @@ def _attach_evidence(t: _Tables, evaluations: dict[tuple[str, int], Evaluation])
                 put(ev, row)
 
     attach("SELECT * FROM candidates {where} ORDER BY round_id, pr", _set("candidate"))
-    attach("SELECT * FROM verdicts {where} ORDER BY round_id, pr", _set("verdict"))
+    verdicts: dict[tuple[str, int], Row] = {}
+    attach(
+        "SELECT * FROM verdicts {where} ORDER BY round_id, pr",
+        lambda ev, row: verdicts.update({(ev.round_id, ev.pr): row}),
+    )
     attach(
         "SELECT * FROM comparisons {where} ORDER BY round_id, pr",
         _add("comparisons", comparison_of),
@@ -290,6 +292,8 @@ def _attach_evidence(t: _Tables, evaluations: dict[tuple[str, int], Evaluation])
     for ev in evaluations.values():
         ev.comparisons.sort(key=lambda c: (c.role != "target", c.model, axis_key(c.axis)))
         ev.gates.sort(key=lambda g: gate_key(g.gate))
+        if (row := verdicts.get((ev.round_id, ev.pr))) is not None:
+            ev.verdict, ev.decided_at = verdict_of(row, ev), row["decided_at"]
         for model in sorted({p["model"] for p in ev.prefill}):
             ev.prefill.extend(main_prefill.get((ev.round_id, model), []))
 

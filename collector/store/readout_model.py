@@ -9,7 +9,7 @@ from typing import Any
 
 from collector.axes import axis_sort_key, is_axis
 from collector.policy import ResolvedPolicy
-from collector.results import GATE_ORDER, Comparison, Gate
+from collector.results import GATE_ORDER, Comparison, Gate, Verdict
 from collector.store.writer import COMPARISON_COLUMNS, GATE_COLUMNS
 
 Row = dict[str, Any]
@@ -86,7 +86,8 @@ class Evaluation:
     pr: int
     info: Row  # the prs row: title, author, labels, targets, source, branch, expect
     candidate: Row | None = None
-    verdict: Row | None = None
+    verdict: Verdict | None = None  # as the verdict made it (its best one of `comparisons`)
+    decided_at: Any = None  # when it was made (the stored verdict row's time)
     comparisons: list[Comparison] = field(default_factory=list)  # targets first, by model and axis
     gates: list[Gate] = field(default_factory=list)  # in GATE_ORDER
     accuracy: list[Row] = field(default_factory=list)
@@ -101,35 +102,38 @@ class Evaluation:
 
     @property
     def label(self) -> str:
-        return self.verdict["label"] if self.verdict else "pending"
+        return self.verdict.label if self.verdict else "pending"
 
     @property
     def reason(self) -> str:
-        return (self.verdict or {}).get("reason") or "no verdict yet (run sparkboard verdict)"
+        return (
+            self.verdict.reason if self.verdict else ""
+        ) or "no verdict yet (run sparkboard verdict)"
 
     @property
     def merge_first(self) -> bool:
-        return bool((self.verdict or {}).get("merge_first"))
+        return bool(self.verdict and self.verdict.merge_first)
 
     @property
     def commit(self) -> str | None:
-        if self.verdict and self.verdict.get("commit"):
-            return self.verdict["commit"]
+        if self.verdict and self.verdict.commit:
+            return self.verdict.commit
         return self.candidate.get("pr_commit") if self.candidate else None
 
     @property
+    def best(self) -> Comparison | None:
+        """The verdict's best target axis (None without a verdict or a measured axis)."""
+        return self.verdict.best if self.verdict else None
+
+    @property
     def best_delta(self) -> float | None:
-        return (self.verdict or {}).get("best_delta")
+        return self.best.delta if self.best else None
 
     @property
     def best_significant(self) -> bool:
         """Whether the verdict's best axis cleared significance (the stored column). With none
         that did, the best axis is only the largest change: it gave no tier."""
-        v = self.verdict or {}
-        return any(
-            c.model == v.get("best_model") and c.axis == v.get("best_axis") and bool(c.significant)
-            for c in self.comparisons
-        )
+        return bool(self.best and self.best.significant)
 
     @property
     def target_models(self) -> list[str]:
@@ -150,3 +154,31 @@ def as_stored(ev: Evaluation, record: Comparison | Gate) -> Row:
     """A comparison or a gate of `ev` as its stored row: round, PR, then its columns."""
     columns = COMPARISON_COLUMNS if isinstance(record, Comparison) else GATE_COLUMNS
     return {"round_id": ev.round_id, "pr": ev.pr, **{k: getattr(record, k) for k in columns}}
+
+
+def verdict_of(row: Row, ev: Evaluation) -> Verdict:
+    """A stored verdict row of `ev` (its comparisons and gates attached) as the verdict made it:
+    its best axis is the comparison the row names (written in the same transaction)."""
+    best = next(
+        (c for c in ev.comparisons if (c.model, c.axis) == (row["best_model"], row["best_axis"])),
+        None,
+    )
+    return Verdict(
+        pr=row["pr"], commit=row["commit"], label=row["label"], reason=row["reason"],
+        merge_first=bool(row["merge_first"]), best=best, comparisons=ev.comparisons,
+        gates=ev.gates,
+    )  # fmt: skip
+
+
+def verdict_row(ev: Evaluation) -> Row | None:
+    """`ev`'s verdict as its stored row, for the data files."""
+    v, b = ev.verdict, ev.best
+    if v is None:
+        return None
+    return {
+        "round_id": ev.round_id, "pr": ev.pr, "commit": v.commit, "label": v.label,
+        "best_model": b.model if b else None, "best_axis": b.axis if b else None,
+        "best_delta": b.delta if b else None, "ci_low": b.ci_low if b else None,
+        "ci_high": b.ci_high if b else None, "reason": v.reason, "merge_first": v.merge_first,
+        "decided_at": ev.decided_at,
+    }  # fmt: skip

@@ -18,7 +18,7 @@ import jinja2
 from markupsafe import Markup
 
 from collector.store.readout import EXPORT_FORMATS as READOUT_EXPORT_FORMATS
-from collector.store.readout import Evaluation, Round, Row, as_stored
+from collector.store.readout import Evaluation, Round, Row, as_stored, verdict_row
 from sitegen import calibration, fmt, tiers
 from sitegen.escape import finalize, text
 from sitegen.pr_pages import PRPages
@@ -146,10 +146,10 @@ class Site(RoundPages, PRPages):
 
     def best_axis(self, ev: Evaluation) -> Markup:
         """'model axis' of the verdict's best target axis, marked when it is not significant."""
-        v = ev.verdict or {}
-        if not v.get("best_axis"):
+        best = ev.best
+        if best is None:
             return fmt.DASH
-        cell = Markup("{} {}").format(v.get("best_model") or "", fmt.axis_label(v["best_axis"]))
+        cell = Markup("{} {}").format(best.model, fmt.axis_label(best.axis))
         if not ev.best_significant:
             cell += Markup(" <em>(not significant)</em>")
         return cell
@@ -204,7 +204,7 @@ class Site(RoundPages, PRPages):
                     "round_id": ev.round_id,
                     "pr": ev.info,
                     "candidate": ev.candidate,
-                    "verdict": ev.verdict,
+                    "verdict": verdict_row(ev),
                     "comparisons": [as_stored(ev, c) for c in ev.comparisons],
                     "gates": [as_stored(ev, g) for g in ev.gates],
                     "accuracy": ev.accuracy,

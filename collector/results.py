@@ -1,8 +1,9 @@
 """The records of a round that every stage shares and the store keeps: a PR resolved to a
 commit (`Candidate`), one repetition of a paired session (`Pair`), one axis compared
 (`Comparison`), one gate's finding (`Gate`, kinds in `GATE_ORDER`), one model's accuracy
-(`AccuracyResult`), one PR's verdict (`Verdict`). Plain data, importing nothing of the stages:
-the writer stores these types and the readers return them."""
+(`AccuracyResult`), a session as stored (`SessionRecord`), a possibly-flaky failure (`Strike`),
+one PR's verdict (`Verdict`). Plain data, importing nothing of the stages: the writer stores
+these types and the readers return them."""
 
 from __future__ import annotations
 
@@ -91,6 +92,35 @@ class Gate:
 
 
 @dataclass
+class SessionRecord:
+    """One session of a round as stored: whose engine, which work, and how it ended."""
+
+    session_id: str
+    side: str  # main | pr
+    pr: int  # 0 for main's
+    slot: int
+    kind: str  # sweep | concurrent | guard | score | prefill-check | longctx
+    model: str
+    status: str  # ok | skipped | crash | timeout | forged | diverged | ... (run/outcome.py)
+    fault: str | None  # none | pr | infra (run/outcome.py)
+    detail: str | None
+    exit_code: int | None
+    log_tail: str | None = None  # the engine's last words, for a failed session's page
+
+
+@dataclass(frozen=True)
+class Strike:
+    """A failure that may be the box's (a timeout, a death by signal, lost tokens): a REJECT only
+    when the same failure recurs at the same commit in `strikes_to_reject` rounds."""
+
+    pr: int
+    commit: str
+    failure_key: str  # '<status>:<kind>:<model>', e.g. 'timeout:sweep:llama-1b:f16'
+    round_id: str
+    detail: str | None
+
+
+@dataclass
 class Verdict:
     pr: int
     commit: str | None
@@ -100,5 +130,5 @@ class Verdict:
     best: Comparison | None = None
     comparisons: list[Comparison] = field(default_factory=list)
     gates: list[Gate] = field(default_factory=list)
-    accuracy: list[tuple] = field(default_factory=list)
-    strikes: list[tuple] = field(default_factory=list)
+    accuracy: dict[str, AccuracyResult] = field(default_factory=dict)  # model -> against main
+    strikes: list[Strike] = field(default_factory=list)

@@ -32,7 +32,7 @@ from collector.judge.gates.long_context import KIND as LONG_CONTEXT
 from collector.judge.rules import gain_shortfall, pct, pct_of
 from collector.judge.stats import session_sds
 from collector.policy import TIER_NAMES, Policy, ResolvedPolicy, resolve
-from collector.results import Comparison, Gate, Verdict
+from collector.results import AccuracyResult, Comparison, Gate, Verdict
 from collector.schedule import CONFIRM_SLOTS, guards_of
 from collector.store import Store, lookups, writer
 from collector.store.combine import DUMPS_LEFT_OUT
@@ -113,10 +113,10 @@ def _not_judged_after_stop(ctx: GateContext, result: GateResult) -> None:
     sessions left without evidence say so instead of 'pending'."""
     if not result.hard:
         return
-    skipped = [s for s in ctx.sessions if s["status"] == "skipped"]
+    skipped = [s for s in ctx.sessions if s.status == "skipped"]
     if not skipped:
         return
-    why = "not judged: " + skipped[0]["detail"].removeprefix("not run: ")
+    why = "not judged: " + (skipped[0].detail or "").removeprefix("not run: ")
     result.gates = [g if g.status != "warn" else Gate(g.gate, "skip", why) for g in result.gates]
     result.soft = []
 
@@ -174,15 +174,15 @@ def choose_merge_first(
     return max(eligible, key=lambda v: (v.best.delta, -v.pr)).pr  # type: ignore[union-attr]
 
 
-def main_against_main(data: RoundData) -> list[tuple]:
-    """Main against main for every model main scored twice: the accuracy row with pr = 0."""
+def main_against_main(data: RoundData) -> dict[str, AccuracyResult]:
+    """Main against main for every model main scored twice (stored as the accuracy of pr 0)."""
     import json
 
-    out = []
+    out = {}
     for (side, _pr, model), docs in sorted(data.dumps.items()):
         if side == "main" and len(docs) >= 2:
             try:
-                out.append((0, model, compare_dumps(json.loads(docs[0]), json.loads(docs[1]))))
+                out[model] = compare_dumps(json.loads(docs[0]), json.loads(docs[1]))
             except AccuracyError:
                 continue
     return out

@@ -145,13 +145,13 @@ def scored(ev: Evaluation) -> list[Fact]:
 def perplexity(ev: Evaluation) -> list[Fact]:
     """The perplexity ratio per model (absolute perplexity only with trained weights)."""
     out: list[Fact] = []
-    for a in ev.accuracy:
-        ratio = a["ppl_pr"] / a["ppl_main"] if a["ppl_main"] else float("nan")
-        if real_weights(a["model"]):
-            value = f"{ratio:.4f} ({a['ppl_pr']:.4f} / {a['ppl_main']:.4f})"
+    for model, a in ev.accuracy.items():
+        ratio = a.ppl_ratio if a.ppl_main else float("nan")
+        if real_weights(model):
+            value = f"{ratio:.4f} ({a.ppl_pr:.4f} / {a.ppl_main:.4f})"
         else:
             value = f"{ratio:.4f} (dummy weights: absolute perplexity is meaningless)"
-        out.append(Fact(f"PPL PR / main — {a['model']}", value))
+        out.append(Fact(f"PPL PR / main — {model}", value))
     return out
 
 
@@ -228,9 +228,7 @@ def prefill_sections(ev: Evaluation, pol: ResolvedPolicy) -> list[Section]:
     """The prefill-path checks of main and the PR beside the bars the gate allows."""
     by: dict[tuple[str, int], dict[str, tuple[float, float]]] = {}
     for r in ev.prefill:
-        by.setdefault((r["model"], r["prefix"]), {}).setdefault(
-            r["side"], (r["top1"], r["kl_mean"])
-        )
+        by.setdefault((r.model, r.prefix), {}).setdefault(r.side, (r.top1, r.kl_mean))
     rows = []
     for (model, prefix), sides in sorted(by.items()):
         if "main" not in sides or "pr" not in sides:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from dataclasses import asdict
 from typing import Any
 
 from collector.report.page_model import Section, build_sections, emoji, num, pct
@@ -149,10 +150,7 @@ def to_json(ev: Evaluation) -> dict[str, Any]:
         "best": None if b is None else {k: getattr(b, a) for k, a in _BEST.items()},
         "gates": [{k: getattr(g, k) for k in GATE_COLUMNS} for g in ev.gates],
         "comparisons": [{k: getattr(c, k) for k in COMPARISON_COLUMNS} for c in ev.comparisons],
-        "accuracy": [
-            {k: a[k] for k in ("model", "n_tokens", "top1", "kl", "ppl_main", "ppl_pr")}
-            for a in ev.accuracy
-        ],
+        "accuracy": [{"model": model, **asdict(a)} for model, a in ev.accuracy.items()],
     }
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from collector.results import Pair
+from collector.results import Pair, SessionRecord
 from collector.schedule import CONFIRM_SLOTS
 from collector.store import Store
 from collector.store.stored_policy import stored_policy
@@ -36,11 +36,14 @@ class RoundData:
             c["pr"]: c
             for c in store.query_dicts("SELECT * FROM candidates WHERE round_id = ?", [round_id])
         }
-        self.sessions = store.query_dicts(
-            "SELECT session_id, side, pr, slot, kind, model, status, fault, detail, exit_code "
-            f"FROM sessions x WHERE round_id = ? AND {scope} ORDER BY slot, session_id",
-            [round_id, shard],
-        )
+        self.sessions = [
+            SessionRecord(**row)
+            for row in store.query_dicts(
+                "SELECT session_id, side, pr, slot, kind, model, status, fault, detail, exit_code "
+                f"FROM sessions x WHERE round_id = ? AND {scope} ORDER BY slot, session_id",
+                [round_id, shard],
+            )
+        ]
         # each repetition of a PR's speed session is a pair, main's engine and the PR's timed
         # turn by turn; keyed by the shape of the run too: a guard sweep (one context in a fresh
         # process) and a full sweep reach the same context in different process states

@@ -27,7 +27,7 @@ from typing import Any
 import duckdb
 
 from collector.manifest import round_kind
-from collector.results import Pair
+from collector.results import AccuracyResult, Pair, SessionRecord, Strike
 from collector.store.catalog import (
     connect,
     has_columns,
@@ -43,15 +43,18 @@ from collector.store.readout_model import (
     STATUS_ICONS,
     UNKNOWN_ICON,
     Evaluation,
+    PrefillCheck,
     ReadoutError,
     Round,
     Row,
+    accuracy_rows,
     as_stored,
     axis_key,
     comparison_of,
     gate_key,
     gate_of,
     real_weights,
+    row_of,
     verdict_of,
     verdict_row,
 )
@@ -64,10 +67,12 @@ __all__ = [
     "EXPORT_FORMATS",
     "Evaluation",
     "Pair",
+    "PrefillCheck",
     "Readout",
     "ReadoutError",
     "Round",
     "Row",
+    "accuracy_rows",
     "as_stored",
     "axis_key",
     "connect",
@@ -77,6 +82,7 @@ __all__ = [
     "prefill_bars",
     "newest_time",
     "real_weights",
+    "row_of",
     "verdict_row",
     "recorded_version",
     "schema_tables",
@@ -94,7 +100,7 @@ class Readout:
     by_round: dict[str, list[Evaluation]]  # by PR number
     by_pr: dict[int, list[Evaluation]]  # oldest round first
     main_trend: list[Row]  # round_id, model, axis, value (median of main's samples), lo, hi, n
-    main_accuracy: dict[str, list[Row]]  # round -> main against main (pr = 0)
+    main_accuracy: dict[str, dict[str, AccuracyResult]]  # round -> model -> main against main
     costs: dict[str, RoundCost]  # round -> device time of its sessions
     # A/A rounds only: (round, PR, model, axis) -> the pairs (slot, main's value, the PR's) of
     # the PR's speed sessions, main's engine timed beside the PR's (one per repetition; the same
@@ -275,32 +281,34 @@ def _attach_evidence(t: _Tables, evaluations: dict[tuple[str, int], Evaluation])
     attach("SELECT * FROM gates {where} ORDER BY round_id, pr, gate", _add("gates", gate_of))
     attach(
         "SELECT * FROM accuracy {where} AND pr <> 0 ORDER BY round_id, pr, model",
-        _add("accuracy"),
+        lambda ev, row: ev.accuracy.update({row["model"]: _accuracy(row)}),
     )
     main_prefill = _attach_prefill(t, evaluations)
     attach(
         """
-        SELECT round_id, pr, session_id, kind, model, status, fault, exit_code, detail, log_tail
+        SELECT round_id, session_id, side, pr, slot, kind, model, status, fault, detail,
+               exit_code, log_tail
         FROM sessions {where} AND pr <> 0 AND status NOT IN ('ok', 'skipped')
         ORDER BY round_id, pr, session_id
         """,
-        _add("failures"),
+        _add("failures", lambda row: SessionRecord(**_without_round(row))),
     )
     attach(
-        "SELECT * FROM strikes {where} ORDER BY pr, commit, failure_key, round_id", _add("strikes")
+        "SELECT * FROM strikes {where} ORDER BY pr, commit, failure_key, round_id",
+        _add("strikes", lambda row: Strike(**row)),
     )
     for ev in evaluations.values():
         ev.comparisons.sort(key=lambda c: (c.role != "target", c.model, axis_key(c.axis)))
         ev.gates.sort(key=lambda g: gate_key(g.gate))
         if (row := verdicts.get((ev.round_id, ev.pr))) is not None:
             ev.verdict, ev.decided_at = verdict_of(row, ev), row["decided_at"]
-        for model in sorted({p["model"] for p in ev.prefill}):
+        for model in sorted({p.model for p in ev.prefill}):
             ev.prefill.extend(main_prefill.get((ev.round_id, model), []))
 
 
 def _attach_prefill(
     t: _Tables, evaluations: dict[tuple[str, int], Evaluation]
-) -> dict[tuple[str, str], list[Row]]:
+) -> dict[tuple[str, str], list[PrefillCheck]]:
     """Prefill-path checks, mean over a side's sessions per model and prefix: a PR's onto its
     Evaluation; main's (pr = 0) returned per (round, model), shared by every PR of the round."""
     prefill_sql = """
@@ -308,18 +316,19 @@ def _attach_prefill(
                max(kl_max) AS kl_max, count(*) AS runs
         FROM prefill_checks {where} GROUP BY ALL ORDER BY round_id, pr, model, prefix, side
     """
-    main_prefill: dict[tuple[str, str], list[Row]] = defaultdict(list)
+    main_prefill: dict[tuple[str, str], list[PrefillCheck]] = defaultdict(list)
     for row in t.rows(prefill_sql):
         if row["pr"] == 0:
-            main_prefill[(row["round_id"], row["model"])].append({**row, "side": "main"})
+            check = PrefillCheck(**{**_without_round(row), "side": "main"})
+            main_prefill[(row["round_id"], row["model"])].append(check)
         elif (ev := evaluations.get((row["round_id"], row["pr"]))) is not None:
-            ev.prefill.append(row)
+            ev.prefill.append(PrefillCheck(**_without_round(row)))
     return main_prefill
 
 
 def _read_main(
     t: _Tables, rounds: list[Round]
-) -> tuple[list[Row], dict[str, list[Row]], dict[str, RoundCost]]:
+) -> tuple[list[Row], dict[str, dict[str, AccuracyResult]], dict[str, RoundCost]]:
     """Per round: main's trend (median of its samples per model and axis), main against main
     accuracy (pr = 0), and the device time of its sessions."""
     main_trend = t.rows(
@@ -329,9 +338,9 @@ def _read_main(
         FROM samples {where} AND side = 'main' GROUP BY ALL ORDER BY round_id, model, axis
         """
     )
-    main_accuracy: dict[str, list[Row]] = defaultdict(list)
+    main_accuracy: dict[str, dict[str, AccuracyResult]] = defaultdict(dict)
     for row in t.rows("SELECT * FROM accuracy {where} AND pr = 0 ORDER BY round_id, model"):
-        main_accuracy[row["round_id"]].append(row)
+        main_accuracy[row["round_id"]][row["model"]] = _accuracy(row)
     sessions: dict[str, list[Row]] = defaultdict(list)
     for row in t.rows(SESSIONS_SQL):
         sessions[row["round_id"]].append(row)
@@ -364,6 +373,14 @@ MAIN_BY_GPU_SQL = """
     FROM (SELECT * FROM samples {where} AND side = 'main' AND list_contains($several, round_id)) s
     JOIN sessions x USING (session_id) GROUP BY ALL ORDER BY ALL
 """
+
+
+def _accuracy(row: Row) -> AccuracyResult:
+    return AccuracyResult(*(row[k] for k in ("n_tokens", "top1", "kl", "ppl_main", "ppl_pr")))
+
+
+def _without_round(row: Row) -> Row:
+    return {k: v for k, v in row.items() if k != "round_id"}
 
 
 def _set(name: str) -> Any:

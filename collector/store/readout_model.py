@@ -3,13 +3,21 @@ it, and the orders and icons every view of them shares (the comment, `show`, the
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
 from collector.axes import axis_sort_key, is_axis
 from collector.policy import ResolvedPolicy
-from collector.results import GATE_ORDER, Comparison, Gate, Verdict
+from collector.results import (
+    GATE_ORDER,
+    AccuracyResult,
+    Comparison,
+    Gate,
+    SessionRecord,
+    Strike,
+    Verdict,
+)
 from collector.store.writer import COMPARISON_COLUMNS, GATE_COLUMNS
 
 Row = dict[str, Any]
@@ -78,6 +86,21 @@ class Round:
         return self.sandbox == "none"
 
 
+@dataclass(frozen=True)
+class PrefillCheck:
+    """Batched prefill against the token loop on one model and prefix, one side's sessions
+    averaged (the prefill_checks rows of a PR, or of main: pr 0)."""
+
+    pr: int
+    model: str
+    prefix: int
+    side: str  # main | pr
+    top1: float
+    kl_mean: float
+    kl_max: float  # the largest of its sessions'
+    runs: int  # how many sessions it averages
+
+
 @dataclass
 class Evaluation:
     """One PR as seen in one round: what was measured and what was decided."""
@@ -90,10 +113,10 @@ class Evaluation:
     decided_at: Any = None  # when it was made (the stored verdict row's time)
     comparisons: list[Comparison] = field(default_factory=list)  # targets first, by model and axis
     gates: list[Gate] = field(default_factory=list)  # in GATE_ORDER
-    accuracy: list[Row] = field(default_factory=list)
-    prefill: list[Row] = field(default_factory=list)  # per model, prefix, side (mean of sessions)
-    failures: list[Row] = field(default_factory=list)  # sessions that did not end 'ok'
-    strikes: list[Row] = field(default_factory=list)
+    accuracy: dict[str, AccuracyResult] = field(default_factory=dict)  # model -> against main
+    prefill: list[PrefillCheck] = field(default_factory=list)  # by model, prefix, side
+    failures: list[SessionRecord] = field(default_factory=list)  # ended neither ok nor skipped
+    strikes: list[Strike] = field(default_factory=list)  # of this PR, in any round
     shard: int | None = None  # whose main it was compared with (None: never measured)
 
     @property
@@ -154,6 +177,16 @@ def as_stored(ev: Evaluation, record: Comparison | Gate) -> Row:
     """A comparison or a gate of `ev` as its stored row: round, PR, then its columns."""
     columns = COMPARISON_COLUMNS if isinstance(record, Comparison) else GATE_COLUMNS
     return {"round_id": ev.round_id, "pr": ev.pr, **{k: getattr(record, k) for k in columns}}
+
+
+def row_of(round_id: str, record: Any) -> Row:
+    """A record of the read model as a row of the data files: its round, then its fields."""
+    return {"round_id": round_id, **asdict(record)}
+
+
+def accuracy_rows(round_id: str, pr: int, accuracy: dict[str, AccuracyResult]) -> list[Row]:
+    """Accuracy per model as its stored rows (pr 0: main against main)."""
+    return [{"round_id": round_id, "pr": pr, "model": m, **asdict(a)} for m, a in accuracy.items()]
 
 
 def verdict_of(row: Row, ev: Evaluation) -> Verdict:

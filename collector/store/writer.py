@@ -9,7 +9,6 @@ across rounds (INSERT OR IGNORE: judging a round twice counts it once).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Protocol
@@ -75,16 +74,17 @@ def write_verdicts(
     store: Store,
     round_id: str,
     verdicts: list[Verdict],
-    main_rows: Iterable[tuple[int, str, AccuracyResult]],
+    main_accuracy: dict[str, AccuracyResult],
     decided_at: datetime,
 ) -> None:
     """A round's judgement in one transaction: its derived tables replaced, strikes added.
-    `main_rows`: (0, model, result) of main scored against itself (its own noise floor)."""
+    `main_accuracy`: per model, main scored against itself (its own noise floor), stored as pr 0."""
     with store.transaction() as con:
         for table in DERIVED_TABLES:
             con.execute(f"DELETE FROM {table} WHERE round_id = ?", [round_id])
-        for pr, model, acc in [*main_rows, *(a for v in verdicts for a in v.accuracy)]:
-            _accuracy(con, round_id, pr, model, acc)
+        for pr, accuracy in [(0, main_accuracy), *((v.pr, v.accuracy) for v in verdicts)]:
+            for model, acc in accuracy.items():
+                _accuracy(con, round_id, pr, model, acc)
         for v in verdicts:
             for c in v.comparisons:
                 _comparison(con, round_id, v.pr, c)
@@ -96,7 +96,10 @@ def write_verdicts(
                 )
             _verdict(con, round_id, v, decided_at)
             for s in v.strikes:
-                con.execute("INSERT OR IGNORE INTO strikes VALUES (?, ?, ?, ?, ?)", list(s))
+                con.execute(
+                    "INSERT OR IGNORE INTO strikes VALUES (?, ?, ?, ?, ?)",
+                    [s.pr, s.commit, s.failure_key, s.round_id, s.detail],
+                )
 
 
 def _accuracy(con: Connection, round_id: str, pr: int, model: str, acc: AccuracyResult) -> None:

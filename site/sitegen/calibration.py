@@ -20,8 +20,8 @@ from markupsafe import Markup
 from collector.axes import is_axis, is_memory_axis
 from collector.judge.stats import session_spread
 from collector.policy import AccuracyBars, ResolvedPolicy
-from collector.results import Comparison
-from collector.store.readout import Evaluation, Readout, Round, Row
+from collector.results import AccuracyResult, Comparison
+from collector.store.readout import Evaluation, Readout, Round
 from sitegen import fmt
 
 KINDS = ("decode", "prefill", "concurrent")
@@ -78,8 +78,8 @@ class BigDelta:
 class AccuracyRow:
     model: str
     round_id: str
-    main: Row | None  # main against main (pr = 0)
-    prs: list[Row]  # the A/A PRs' rows
+    main: AccuracyResult | None  # main against main (pr = 0)
+    prs: list[AccuracyResult]  # the A/A PRs' against main
     bars: AccuracyBars  # in force for the model
 
     @property
@@ -92,8 +92,8 @@ class AccuracyRow:
         if not self.prs:
             return None
         return {
-            "top1": min(a["top1"] for a in self.prs),
-            "kl": max(a["kl"] for a in self.prs),
+            "top1": min(a.top1 for a in self.prs),
+            "kl": max(a.kl for a in self.prs),
             "ppl_ratio": max(ppl_ratio(a) or 0.0 for a in self.prs),
         }
 
@@ -104,8 +104,8 @@ class AccuracyRow:
         if not rows:
             return None
         return all(
-            a["top1"] >= self.bars.top1_min - _EPS
-            and a["kl"] <= self.bars.kl_max + _EPS
+            a.top1 >= self.bars.top1_min - _EPS
+            and a.kl <= self.bars.kl_max + _EPS
             and (ppl_ratio(a) or 1.0) <= self.bars.ppl_ratio_max + _EPS
             for a in rows
         )
@@ -195,8 +195,8 @@ class ProfileCalibration:
         return sum(len(r.flagged) for r in self.speed)
 
 
-def ppl_ratio(a: Row) -> float | None:
-    return a["ppl_pr"] / a["ppl_main"] if a.get("ppl_main") else None
+def ppl_ratio(a: AccuracyResult) -> float | None:
+    return a.ppl_ratio if a.ppl_main else None
 
 
 def measured_spreads(data: Readout, round_id: str) -> dict[str, tuple[float, str, int]]:
@@ -281,11 +281,11 @@ def profiles(data: Readout) -> list[ProfileCalibration]:
         for rnd in rounds:
             evs = data.by_round.get(rnd.round_id, [])
             cal.speed.extend(_speed_rows(data, rnd, evs))
-            main_rows = {a["model"]: a for a in data.main_accuracy.get(rnd.round_id, [])}
-            pr_rows: dict[str, list[Row]] = {}
+            main_rows = data.main_accuracy.get(rnd.round_id, {})
+            pr_rows: dict[str, list[AccuracyResult]] = {}
             for ev in evs:
-                for a in ev.accuracy:
-                    pr_rows.setdefault(a["model"], []).append(a)
+                for model, a in ev.accuracy.items():
+                    pr_rows.setdefault(model, []).append(a)
             for model in sorted(set(main_rows) | set(pr_rows)):
                 policy = gate_round.policy or rnd.policy
                 bars = policy.accuracy.bars(model) if policy else AccuracyBars()

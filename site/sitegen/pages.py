@@ -11,6 +11,7 @@ import json
 import re
 import statistics
 from collections import Counter, defaultdict
+from dataclasses import asdict
 from importlib import resources
 from typing import Any
 
@@ -18,7 +19,15 @@ import jinja2
 from markupsafe import Markup
 
 from collector.store.readout import EXPORT_FORMATS as READOUT_EXPORT_FORMATS
-from collector.store.readout import Evaluation, Round, Row, as_stored, verdict_row
+from collector.store.readout import (
+    Evaluation,
+    Round,
+    Row,
+    accuracy_rows,
+    as_stored,
+    row_of,
+    verdict_row,
+)
 from sitegen import calibration, fmt, tiers
 from sitegen.escape import finalize, text
 from sitegen.pr_pages import PRPages
@@ -207,10 +216,10 @@ class Site(RoundPages, PRPages):
                     "verdict": verdict_row(ev),
                     "comparisons": [as_stored(ev, c) for c in ev.comparisons],
                     "gates": [as_stored(ev, g) for g in ev.gates],
-                    "accuracy": ev.accuracy,
-                    "prefill_checks": ev.prefill,
-                    "failed_sessions": ev.failures,
-                    "strikes": ev.strikes,
+                    "accuracy": accuracy_rows(ev.round_id, ev.pr, ev.accuracy),
+                    "prefill_checks": [row_of(ev.round_id, p) for p in ev.prefill],
+                    "failed_sessions": [row_of(ev.round_id, f) for f in ev.failures],
+                    "strikes": [asdict(s) for s in ev.strikes],
                 }
             )
         return {"pr": pr, "evaluations": out}

@@ -4,13 +4,14 @@ static chart of its comment, author pages and the find-a-PR index. A mixin of pa
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from markupsafe import Markup
 
 from collector.report import page_model
 from collector.results import Comparison
-from collector.store.readout import Evaluation, Row, prefill_bars, real_weights
+from collector.store.readout import Evaluation, PrefillCheck, prefill_bars, real_weights
 from sitegen import charts, fmt, tiers
 from sitegen.escape import block, script_json, text
 
@@ -70,22 +71,22 @@ class PRPages:
 
     def prefill_rows(self, ev: Evaluation) -> list[dict[str, Any]]:
         policy = ev.round.policy
-        cells: dict[tuple[str, int], dict[str, Row]] = defaultdict(dict)
+        cells: dict[tuple[str, int], dict[str, PrefillCheck]] = defaultdict(dict)
         for p in ev.prefill:
-            cells[(p["model"], p["prefix"])][p["side"]] = p
+            cells[(p.model, p.prefix)][p.side] = p
         rows = []
         for (model, prefix), sides in sorted(cells.items()):
             main, pr = sides.get("main"), sides.get("pr")
-            bars = prefill_bars(policy, main["top1"], main["kl_mean"]) if main and policy else None
+            bars = prefill_bars(policy, main.top1, main.kl_mean) if main and policy else None
             rows.append(
                 {
                     "model": model,
                     "prefix": prefix,
-                    "main_top1": main["top1"] if main else None,
-                    "pr_top1": pr["top1"] if pr else None,
+                    "main_top1": main.top1 if main else None,
+                    "pr_top1": pr.top1 if pr else None,
                     "top1_bar": bars[0] if bars else None,
-                    "main_kl": main["kl_mean"] if main else None,
-                    "pr_kl": pr["kl_mean"] if pr else None,
+                    "main_kl": main.kl_mean if main else None,
+                    "pr_kl": pr.kl_mean if pr else None,
                     "kl_bar": bars[1] if bars else None,
                 }
             )
@@ -169,7 +170,7 @@ class PRPages:
 
     def failures(self, ev: Evaluation) -> list[dict[str, Any]]:
         return [
-            {**f, "log": block(f.get("log_tail"), 2000) if f.get("log_tail") else None}
+            {**asdict(f), "log": block(f.log_tail, 2000) if f.log_tail else None}
             for f in ev.failures
         ]
 
@@ -177,7 +178,7 @@ class PRPages:
         return real_weights(model)
 
     def dummy_accuracy(self, ev: Evaluation) -> bool:
-        return any(not real_weights(a["model"]) for a in ev.accuracy)
+        return any(not real_weights(model) for model in ev.accuracy)
 
     def tier_meaning(self, label: str) -> str:
         """What a label means; a tier's gate from the policy in force."""

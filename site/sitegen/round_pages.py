@@ -308,10 +308,9 @@ class RoundPages:
             axes=axes,
             table=table,
             accuracy=[
-                a
+                (r.round_id, a)
                 for r in self.rounds
-                for a in self.data.main_accuracy.get(r.round_id, [])
-                if a["model"] == model
+                if (a := self.data.main_accuracy.get(r.round_id, {}).get(model)) is not None
             ],
         )
 

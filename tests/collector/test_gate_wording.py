@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pytest
@@ -28,7 +29,7 @@ from collector.judge.gates import (
 from collector.judge.rules import gain_shortfall, loss_shortfall
 from collector.judge.verdict import label
 from collector.policy import LABELS, TIER_NAMES, ResolvedPolicy, load_policy, resolve
-from collector.results import Comparison
+from collector.results import Comparison, SessionRecord, Strike
 
 CPU = resolve(load_policy(), "cpu")
 # Exact numbers: no calibrated noise but a GPU-like 35% floor on prefill@128.
@@ -49,7 +50,7 @@ class FakeRound:
     """What the gates read of store.evidence.RoundData."""
 
     policy: ResolvedPolicy = POLICY
-    sessions: list[dict] = field(default_factory=list)
+    sessions: list[SessionRecord] = field(default_factory=list)
     dumps: dict = field(default_factory=dict)
     checks: dict = field(default_factory=dict)
     prior_strikes: dict = field(default_factory=dict)
@@ -167,11 +168,12 @@ def test_implausible_fail_and_silence() -> None:
 # --- run --------------------------------------------------------------------------------------
 
 
-def session(kind: str, status: str, side: str = "pr", model: str = "tiny", **kw: object) -> dict:
+def session(
+    kind: str, status: str, side: str = "pr", model: str = "tiny", **kw: Any
+) -> SessionRecord:
     fault = kw.get("fault", "none" if status == "ok" else "pr")
-    return {"side": side, "pr": 7 if side == "pr" else 0, "kind": kind, "model": model,
-            "status": status, "fault": fault, "detail": kw.get("detail", ""),
-            "exit_code": kw.get("exit_code")}  # fmt: skip
+    return SessionRecord(f"{side}/{kind}/{model}", side, 7 if side == "pr" else 0, 1, kind, model,
+                         status, fault, kw.get("detail", ""), kw.get("exit_code"))  # fmt: skip
 
 
 FINISHED = [
@@ -183,7 +185,7 @@ FINISHED = [
 ]
 
 
-def run(*extra: dict, prior: dict | None = None) -> GateResult:
+def run(*extra: SessionRecord, prior: dict | None = None) -> GateResult:
     return run_gate(ctx(data=FakeRound(sessions=FINISHED + list(extra), prior_strikes=prior or {})))
 
 
@@ -214,7 +216,7 @@ def test_run_failures_say_which_rule_applies() -> None:
         "run:tiny warn: sweep timeout: no answer in 300 s (strike 1 of 2: may be flaky, a REJECT "
         "only if it recurs at this commit)"
     )
-    assert first.strikes == [(7, "c0ffee", "timeout:sweep:tiny", "r2", "no answer in 300 s")]
+    assert first.strikes == [Strike(7, "c0ffee", "timeout:sweep:tiny", "r2", "no answer in 300 s")]
     assert first.soft == [
         "tiny sweep timeout (strike 1 of 2; the same failure at this commit next round is a REJECT)"
     ]
@@ -275,7 +277,7 @@ def test_accuracy_pass_fail_warn_skip() -> None:
     )
     assert said(bad) == [f"accuracy:tiny fail: outside the bar on top-1, KL: {measures}"]
     assert bad.hard == [f"accuracy vs main broke on tiny (top-1, KL): {measures}"]
-    assert bad.accuracy[0][:2] == (7, "tiny")
+    assert list(bad.accuracy) == ["tiny"] and bad.accuracy["tiny"].top1 == 0.5
     no_main = accuracy(None, [1, 2])
     assert said(no_main) == [
         "accuracy:tiny warn: not judged yet: main's score dump is missing (infrastructure, pending)"

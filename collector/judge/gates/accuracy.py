@@ -46,7 +46,7 @@ def accuracy_gate(ctx: GateContext) -> GateResult:
                 gate, f"the score dumps cannot be compared: {e}", f"accuracy on {model}: {e}"
             )
             continue
-        out.accuracy.append((ctx.pr, model, acc))
+        out.accuracy[model] = acc
         missed, txt = judge(acc, ctx.policy.accuracy.bars(model))
         if missed:
             what = (

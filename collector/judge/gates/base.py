@@ -9,7 +9,7 @@ from collector.results import Gate
 
 if TYPE_CHECKING:
     from collector.policy import ResolvedPolicy
-    from collector.results import Comparison
+    from collector.results import AccuracyResult, Comparison, SessionRecord, Strike
     from collector.store.evidence import RoundData
 
 
@@ -29,9 +29,9 @@ class GateContext:
         return self.data.policy
 
     @property
-    def sessions(self) -> list[dict]:
+    def sessions(self) -> list[SessionRecord]:
         """This PR's sessions (main's are in data.sessions)."""
-        return [s for s in self.data.sessions if s["side"] == "pr" and s["pr"] == self.pr]
+        return [s for s in self.data.sessions if s.side == "pr" and s.pr == self.pr]
 
     def compared(self, role: str, model: str | None = None) -> list[Comparison]:
         return [
@@ -47,8 +47,8 @@ class GateResult:
     gates: list[Gate] = field(default_factory=list)
     hard: list[str] = field(default_factory=list)
     soft: list[str] = field(default_factory=list)
-    strikes: list[tuple] = field(default_factory=list)
-    accuracy: list[tuple] = field(default_factory=list)
+    strikes: list[Strike] = field(default_factory=list)
+    accuracy: dict[str, AccuracyResult] = field(default_factory=dict)  # model -> against main
 
     def passed(self, gate: str, text: str) -> None:
         self.gates.append(Gate(gate, "pass", text))
@@ -72,4 +72,4 @@ class GateResult:
         self.hard += other.hard
         self.soft += other.soft
         self.strikes += other.strikes
-        self.accuracy += other.accuracy
+        self.accuracy |= other.accuracy

@@ -11,14 +11,15 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from collector.judge.gates.base import Gate, GateContext, GateResult
+from collector.results import SessionRecord, Strike
 
 KIND = "run"
 
 
-def is_flaky(session: dict) -> bool:
+def is_flaky(session: SessionRecord) -> bool:
     """A failure the box can cause and that may not recur."""
-    return session["status"] in ("timeout", "incomplete") or (
-        session["status"] == "crash" and (session["exit_code"] is None or session["exit_code"] < 0)
+    return session.status in ("timeout", "incomplete") or (
+        session.status == "crash" and (session.exit_code is None or session.exit_code < 0)
     )
 
 
@@ -44,15 +45,15 @@ class Failure(NamedTuple):
     rejects: bool  # a REJECT now, else pending
     reason: str  # for the verdict's reason
     words: str  # for the gate's text
-    strike: tuple | None = None  # a strikes row to record
+    strike: Strike | None = None  # to record
 
 
 def _one_model(ctx: GateContext, model: str, out: GateResult) -> None:
     gate = f"{KIND}:{model}"
-    every = [s for s in ctx.sessions if s["model"] == model]
-    ran = [s for s in every if s["status"] != "skipped"]
+    every = [s for s in ctx.sessions if s.model == model]
+    ran = [s for s in every if s.status != "skipped"]
     if every and not ran:
-        out.skipped(gate, every[0]["detail"])
+        out.skipped(gate, every[0].detail or "")
         return
     if not ran:
         out.warned(
@@ -61,7 +62,7 @@ def _one_model(ctx: GateContext, model: str, out: GateResult) -> None:
             f"{model} not measured yet",
         )
         return
-    failures = [_failure(ctx, model, s) for s in ran if s["status"] != "ok"]
+    failures = [_failure(ctx, model, s) for s in ran if s.status != "ok"]
     failures += [
         Failure(
             False,
@@ -102,40 +103,40 @@ def _first_of_each(ctx: GateContext, model: str, failures: list[Failure]) -> lis
     ]
 
 
-def _failure(ctx: GateContext, model: str, s: dict) -> Failure:
-    what = f"{s['kind']} {s['status']}: {s['detail']}"
-    if s["fault"] == "infra":
+def _failure(ctx: GateContext, model: str, s: SessionRecord) -> Failure:
+    what = f"{s.kind} {s.status}: {s.detail}"
+    if s.fault == "infra":
         return Failure(
             False,
-            f"{model} {s['kind']}: infrastructure ({s['detail']})",
+            f"{model} {s.kind}: infrastructure ({s.detail})",
             f"{what} (infrastructure, never a REJECT: retried)",
         )
     if is_flaky(s) and ctx.commit:
         return _strike(ctx, model, s, what)
-    if s["status"] == "implausible":
-        reason = f"{model} {s['kind']}: broken measurement, {s['detail']}"
+    if s.status == "implausible":
+        reason = f"{model} {s.kind}: broken measurement, {s.detail}"
     else:
-        reason = f"{model} {s['kind']} {s['status']}: {s['detail']}"
-    return Failure(True, reason, f"{what} ({AT_ONCE.get(s['status'], 'a REJECT at once')})")
+        reason = f"{model} {s.kind} {s.status}: {s.detail}"
+    return Failure(True, reason, f"{what} ({AT_ONCE.get(s.status, 'a REJECT at once')})")
 
 
-def _strike(ctx: GateContext, model: str, s: dict, what: str) -> Failure:
+def _strike(ctx: GateContext, model: str, s: SessionRecord, what: str) -> Failure:
     """A failure that may be flaky: a strike; enough of them at this commit, a REJECT."""
-    key = f"{s['status']}:{s['kind']}:{model}"
-    strike = (ctx.pr, ctx.commit, key, ctx.data.round["round_id"], s["detail"])
+    key = f"{s.status}:{s.kind}:{model}"
+    strike = Strike(ctx.pr, ctx.commit, key, ctx.data.round["round_id"], s.detail)
     count = ctx.data.prior_strikes.get((ctx.pr, ctx.commit, key), 0) + 1  # this round's too
     need = ctx.policy.verdict.strikes_to_reject
     if count >= need:
         return Failure(
             True,
-            f"{model} {s['kind']} {s['status']} in {count} rounds at this commit ({s['detail']})",
+            f"{model} {s.kind} {s.status} in {count} rounds at this commit ({s.detail})",
             f"{what} (strike {count} of {need}: the same failure in {count} rounds at this "
             "commit is a REJECT)",
             strike,
         )
     return Failure(
         False,
-        f"{model} {s['kind']} {s['status']} (strike {count} of {need}; the same failure at this "
+        f"{model} {s.kind} {s.status} (strike {count} of {need}; the same failure at this "
         "commit next round is a REJECT)",
         f"{what} (strike {count} of {need}: may be flaky, a REJECT only if it recurs at this "
         "commit)",
@@ -145,6 +146,6 @@ def _strike(ctx: GateContext, model: str, s: dict, what: str) -> Failure:
 
 def _main_kinds_missing(ctx: GateContext, model: str) -> list[str]:
     """Kinds main failed on this model without a finished session of the same kind."""
-    main = [s for s in ctx.data.sessions if s["side"] == "main" and s["model"] == model]
-    ok = {s["kind"] for s in main if s["status"] == "ok"}
-    return sorted({s["kind"] for s in main if s["status"] != "ok"} - ok)
+    main = [s for s in ctx.data.sessions if s.side == "main" and s.model == model]
+    ok = {s.kind for s in main if s.status == "ok"}
+    return sorted({s.kind for s in main if s.status != "ok"} - ok)

@@ -63,6 +63,9 @@ GATES_FAILED = {
 }
 
 
+SEALED_GATES = ROOT / "data" / "demo" / "gpu" / "gates-h200-sealed.toml"
+
+
 def test_the_gates_round_gives_every_pr_its_expected_verdict(store) -> None:
     m = load_manifest(GATES).manifest
     (rnd,) = store.query_dicts("SELECT * FROM rounds WHERE round_id = ?", [m.round])
@@ -83,6 +86,24 @@ def test_the_gates_round_gives_every_pr_its_expected_verdict(store) -> None:
     # caught once, a PR's later sessions were skipped, not measured
     assert statuses[305] == ["forged", "ok", "skipped"] and "diverged" in statuses[306]
     assert "skipped" not in statuses[303] and "skipped" not in statuses[301]
+
+
+def test_the_sealed_gates_round_catches_what_the_gates_round_caught(store) -> None:
+    """The gates round's PRs again (but 303), each engine sealed by bubblewrap and timed beside
+    main's turn by turn (2026-12-04): every PR fails the gates it failed unsealed, and main
+    itself as the PR (#1) passes every gate."""
+    m = load_manifest(SEALED_GATES).manifest
+    (rnd,) = store.query_dicts("SELECT * FROM rounds WHERE round_id = ?", [m.round])
+    assert rnd["device_name"] == "NVIDIA H200" and rnd["finished_at"] is not None
+    assert rnd["sandbox"].startswith("bubblewrap")
+    assert tomllib.loads(rnd["manifest_toml"]) == tomllib.loads(SEALED_GATES.read_text())
+    got = {ev.pr: ev for ev in Readout.from_connection(store.con).by_round[m.round]}
+    assert {n: ev.label for n, ev in got.items()} == {p.number: p.expect for p in m.pr}
+    failed = {n: {g.gate for g in ev.gates if g.status == "fail"} for n, ev in got.items()}
+    assert {n: f for n, f in failed.items() if f} == {
+        n: f for n, f in GATES_FAILED.items() if n in got
+    }
+    assert all(g.status == "pass" for g in got[1].gates)
 
 
 def test_the_aa_rounds_are_none_on_every_axis(store) -> None:
@@ -111,8 +132,8 @@ def test_rounds_are_judged_under_the_calibrated_gpu_policy(store) -> None:
     2026-12-03 in four legs each (pairs of engine processes, one repetition in each)."""
     for rid, pj in store.query("SELECT round_id, policy_json FROM rounds"):
         prof = json.loads(pj)["profile"]
-        assert prof.get("legs", 1) == (4 if "-legs" in rid else 1)
-        if "paired" in rid or "-legs" in rid:
+        assert prof.get("legs", 1) == (4 if "-legs" in rid or "-sealed" in rid else 1)
+        if "paired" in rid or "-legs" in rid or "-sealed" in rid:
             assert prof["min_noise"] == pytest.approx(0.005)
             assert prof["min_noise_axes"]["prefill@128"] == pytest.approx(0.015)
             assert prof["min_noise_axes"]["prefill@512"] == pytest.approx(0.015)
@@ -184,7 +205,7 @@ def test_commands_default_to_the_newest_leaderboard_round() -> None:
     newest round that measured that PR (a leaderboard round before a newer A/A round)."""
     rid = load_manifest(DEMO).manifest.round
     store = SimpleNamespace(con=connect(PUBLISHED))
-    newest = "2026-12-03-h200-legs4"
+    newest = load_manifest(SEALED_GATES).manifest.round
     assert pick_round(store.con) == newest
     assert pick_round(store.con, pr=201) == pick_round(store.con, pr=202) == rid
     assert pick_round(store.con, pr=1) == newest
@@ -202,8 +223,9 @@ def test_show_and_comment_find_the_pr_without_a_round() -> None:
     from collector.cli import main
 
     runner = CliRunner()
-    shown = runner.invoke(main, ["show", "--db", str(PUBLISHED)])  # the newest round: legs4
-    assert shown.exit_code == 0 and "PR #403 — REJECT" in shown.output
+    # the newest round: the sealed gates round, which left 303 out
+    shown = runner.invoke(main, ["show", "--db", str(PUBLISHED)])
+    assert shown.exit_code == 0 and "PR #307 — REJECT" in shown.output
     assert "PR #303 " not in shown.output
     one = runner.invoke(main, ["show", "--db", str(PUBLISHED), "--pr", "202"])
     assert one.exit_code == 0 and "PR #202 — REJECT" in one.output

@@ -5,6 +5,7 @@ long-context documents and earlier rounds' strikes; in a sharded round, one shar
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 
 from collector.results import Pair, SessionRecord
 from collector.schedule import CONFIRM_SLOTS
@@ -13,6 +14,38 @@ from collector.store.stored_policy import stored_policy
 from engine.harness.protocol import LongContextResult
 
 OF_SHARD = "(x.side <> 'main' OR x.shard = ?)"
+
+# A PR's speed samples, both engines' values of each repetition (x: its session, `scope` a
+# condition on it): the verdict's pairs and the A/A calibration's (readout.aa_pairs) alike
+PAIR_SAMPLES_SQL = """
+    SELECT s.session_id, x.pr, x.slot, s.model, s.axis, x.kind, s.side, s.rep, s.value
+    FROM samples s JOIN sessions x USING (session_id) WHERE s.round_id = ?
+    AND x.side = 'pr' AND {scope} AND x.status IN ('ok', 'implausible', 'incomplete')
+    ORDER BY x.slot, s.session_id, s.axis, s.rep
+"""
+
+Query = Callable[[str, list], list[tuple]]
+
+
+def read_pairs(
+    query: Query, round_id: str, scope: str = "true", params: list | None = None
+) -> dict[tuple[int, str, str, str], list[Pair]]:
+    """(PR, model, axis, shape) -> its pairs: each repetition of the PR's speed sessions that
+    holds both engines' values, main's engine timed turn by turn beside the PR's. Keyed by the
+    shape of the run too: a guard sweep (one context in a fresh process) and a full sweep reach
+    the same context in different process states."""
+    by_rep: dict[tuple, dict[str, float]] = defaultdict(dict)
+    where: dict[tuple, tuple] = {}
+    sql = PAIR_SAMPLES_SQL.format(scope=scope)
+    for sid, pr, slot, model, ax, kind, side, rep, val in query(sql, [round_id, *(params or [])]):
+        by_rep[(sid, ax, rep)][side] = val
+        where[(sid, ax, rep)] = (pr, model, ax, "guard" if kind == "guard" else "full", slot)
+    pairs: dict[tuple[int, str, str, str], list[Pair]] = defaultdict(list)
+    for key, sides in by_rep.items():
+        if "main" in sides and "pr" in sides:
+            pr, model, ax, shape, slot = where[key]
+            pairs[(pr, model, ax, shape)].append((slot, sides["main"], sides["pr"]))
+    return pairs
 
 
 class RoundData:
@@ -44,25 +77,7 @@ class RoundData:
                 [round_id, shard],
             )
         ]
-        # each repetition of a PR's speed session is a pair, main's engine and the PR's timed
-        # turn by turn; keyed by the shape of the run too: a guard sweep (one context in a fresh
-        # process) and a full sweep reach the same context in different process states
-        by_rep: dict[tuple, dict[str, float]] = defaultdict(dict)
-        where: dict[tuple, tuple] = {}
-        for sid, pr, slot, model, ax, kind, side, rep, val in store.query(
-            "SELECT s.session_id, x.pr, x.slot, s.model, s.axis, x.kind, s.side, s.rep, s.value "
-            "FROM samples s JOIN sessions x USING (session_id) WHERE s.round_id = ? "
-            f"AND x.side = 'pr' AND {scope} AND x.status IN ('ok', 'implausible', 'incomplete') "
-            "ORDER BY x.slot, s.session_id, s.axis, s.rep",
-            [round_id, shard],
-        ):
-            by_rep[(sid, ax, rep)][side] = val
-            where[(sid, ax, rep)] = (pr, model, ax, "guard" if kind == "guard" else "full", slot)
-        self.pairs: dict[tuple, list[Pair]] = defaultdict(list)
-        for key, sides in by_rep.items():
-            if "main" in sides and "pr" in sides:
-                pr, model, ax, shape, slot = where[key]
-                self.pairs[(pr, model, ax, shape)].append((slot, sides["main"], sides["pr"]))
+        self.pairs = read_pairs(store.query, round_id, scope, [shard])
         self.dumps: dict[tuple, list[str]] = defaultdict(list)
         for side, pr, model, doc in store.query(
             "SELECT d.side, d.pr, d.model, d.document FROM score_dumps d JOIN sessions x "

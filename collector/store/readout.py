@@ -37,6 +37,7 @@ from collector.store.catalog import (
 )
 from collector.store.cost import SESSIONS_SQL, RoundCost, round_cost
 from collector.store.db import schema_sql
+from collector.store.evidence import read_pairs
 from collector.store.export import FORMATS as EXPORT_FORMATS
 from collector.store.export import export_tables
 from collector.store.readout_model import (
@@ -391,31 +392,19 @@ def _add(name: str, typed: Any = None) -> Any:
     return lambda ev, row: getattr(ev, name).append(typed(row) if typed else row)
 
 
-PAIRS_SQL = """
-    SELECT s.round_id, x.pr, s.model, s.axis, x.slot, s.session_id, s.rep,
-           max(s.value) FILTER (WHERE s.side = 'main') AS main_value,
-           max(s.value) FILTER (WHERE s.side = 'pr') AS pr_value
-    FROM (SELECT * FROM samples {where} AND list_contains($aa, round_id)) s
-    JOIN sessions x USING (session_id)
-    WHERE x.side = 'pr' AND x.status IN ('ok', 'implausible', 'incomplete')
-    GROUP BY s.round_id, x.pr, s.model, s.axis, x.slot, s.session_id, s.rep
-    HAVING count(*) FILTER (WHERE s.side = 'main') > 0 AND count(*) FILTER (WHERE s.side = 'pr') > 0
-    ORDER BY s.round_id, x.pr, s.model, s.axis, x.slot, s.session_id, s.rep
-"""
-
-
 def _pairs(t: _Tables, aa: list[str]) -> dict[tuple[str, int, str, str], list[Pair]]:
-    """The pairs of the A/A rounds `aa`, as the verdict reads them (collector/judge/verdict.py:
-    RoundData): each repetition of a PR's speed session that holds both engines' values. A PR
-    times a model either in full sweeps (a target) or in guard sweeps (a guard), never both, so
-    (round, PR, model, axis) names one shape of run."""
-    if not aa:
-        return {}
-    out: dict[tuple[str, int, str, str], list[Pair]] = defaultdict(list)
-    for row in t.rows(PAIRS_SQL, aa=aa):
-        key = (row["round_id"], row["pr"], row["model"], row["axis"])
-        out[key].append((row["slot"], row["main_value"], row["pr_value"]))
-    return dict(out)
+    """The pairs of the A/A rounds `aa`, read as the verdict reads them (evidence.read_pairs). A
+    PR times a model either in full sweeps (a target) or in guard sweeps (a guard), never both,
+    so (round, PR, model, axis) names one shape of run."""
+
+    def query(sql: str, params: list) -> list[tuple]:
+        return t.con.execute(sql, params).fetchall()
+
+    out: dict[tuple[str, int, str, str], list[Pair]] = {}
+    for rid in aa:
+        for (pr, model, axis, _shape), pairs in sorted(read_pairs(query, rid).items()):
+            out.setdefault((rid, pr, model, axis), []).extend(pairs)
+    return out
 
 
 def _canaries(t: _Tables) -> dict[str, list[Row]]:

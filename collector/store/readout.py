@@ -18,7 +18,6 @@ significance and tiers, and its kind from `collector.manifest.round_kind`.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +25,6 @@ from typing import Any
 
 import duckdb
 
-from collector.manifest import round_kind
 from collector.results import AccuracyResult, Pair, SessionRecord, Strike
 from collector.store.catalog import (
     connect,
@@ -48,6 +46,7 @@ from collector.store.readout_model import (
     ReadoutError,
     Round,
     Row,
+    accuracy_of,
     accuracy_rows,
     as_stored,
     axis_key,
@@ -55,6 +54,7 @@ from collector.store.readout_model import (
     gate_key,
     gate_of,
     real_weights,
+    round_of,
     row_of,
     verdict_of,
     verdict_row,
@@ -155,28 +155,6 @@ def _dicts(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None)
     return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
 
-def _round(row: Row, pr_labels: list[list[str]]) -> Round:
-    try:
-        raw = json.loads(row["policy_json"]) if row.get("policy_json") else {}
-    except (TypeError, ValueError):
-        raw = {}
-    return Round(
-        round_id=row["round_id"],
-        kind=round_kind(row.get("manifest_toml"), pr_labels),
-        profile=row.get("profile") or "?",
-        created_at=row.get("created_at"),
-        finished_at=row.get("finished_at"),
-        main_commit=row.get("main_commit"),
-        base_ref=row.get("base_ref"),
-        device_name=row.get("device_name"),
-        driver=row.get("driver"),
-        policy=stored_policy(row.get("policy_json"), row.get("profile") or ""),
-        policy_raw=raw if isinstance(raw, dict) else {},
-        row=row,
-        sandbox=row.get("sandbox"),
-    )
-
-
 def _fill_devices(con: duckdb.DuckDBPyConnection, rows: list[Row]) -> None:
     """A round whose device was never recorded (its last session cut off before it finished)
     shows the device and driver of its first main session that recorded one."""
@@ -249,13 +227,13 @@ def _read_rounds(t: _Tables) -> tuple[list[Round], dict[tuple[str, int], Evaluat
     labels: dict[str, list[list[str]]] = defaultdict(list)
     for info in infos:
         labels[info["round_id"]].append(list(info.get("labels") or []))
-    rounds = [_round(r, labels[r["round_id"]]) for r in round_rows]
+    rounds = [round_of(r, labels[r["round_id"]]) for r in round_rows]
     by_id = {r.round_id: r for r in rounds}
     evaluations: dict[tuple[str, int], Evaluation] = {}
     for info in infos:
         rid = info["round_id"]
         if rid not in by_id:  # a PR row of a round missing from `rounds`: shown, never a round
-            by_id[rid] = _round({"round_id": rid}, labels[rid])
+            by_id[rid] = round_of({"round_id": rid}, labels[rid])
         evaluations[(rid, info["pr"])] = Evaluation(by_id[rid], info["pr"], info)
     return rounds, evaluations
 
@@ -282,7 +260,7 @@ def _attach_evidence(t: _Tables, evaluations: dict[tuple[str, int], Evaluation])
     attach("SELECT * FROM gates {where} ORDER BY round_id, pr, gate", _add("gates", gate_of))
     attach(
         "SELECT * FROM accuracy {where} AND pr <> 0 ORDER BY round_id, pr, model",
-        lambda ev, row: ev.accuracy.update({row["model"]: _accuracy(row)}),
+        lambda ev, row: ev.accuracy.update({row["model"]: accuracy_of(row)}),
     )
     main_prefill = _attach_prefill(t, evaluations)
     attach(
@@ -341,7 +319,7 @@ def _read_main(
     )
     main_accuracy: dict[str, dict[str, AccuracyResult]] = defaultdict(dict)
     for row in t.rows("SELECT * FROM accuracy {where} AND pr = 0 ORDER BY round_id, model"):
-        main_accuracy[row["round_id"]][row["model"]] = _accuracy(row)
+        main_accuracy[row["round_id"]][row["model"]] = accuracy_of(row)
     sessions: dict[str, list[Row]] = defaultdict(list)
     for row in t.rows(SESSIONS_SQL):
         sessions[row["round_id"]].append(row)
@@ -374,10 +352,6 @@ MAIN_BY_GPU_SQL = """
     FROM (SELECT * FROM samples {where} AND side = 'main' AND list_contains($several, round_id)) s
     JOIN sessions x USING (session_id) GROUP BY ALL ORDER BY ALL
 """
-
-
-def _accuracy(row: Row) -> AccuracyResult:
-    return AccuracyResult(*(row[k] for k in ("n_tokens", "top1", "kl", "ppl_main", "ppl_pr")))
 
 
 def _without_round(row: Row) -> Row:

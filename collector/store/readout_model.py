@@ -3,11 +3,13 @@ it, and the orders and icons every view of them shares (the comment, `show`, the
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
 from collector.axes import axis_sort_key, is_axis
+from collector.manifest import round_kind
 from collector.policy import ResolvedPolicy
 from collector.results import (
     GATE_ORDER,
@@ -18,6 +20,7 @@ from collector.results import (
     Strike,
     Verdict,
 )
+from collector.store.stored_policy import stored_policy
 from collector.store.writer import COMPARISON_COLUMNS, GATE_COLUMNS
 
 Row = dict[str, Any]
@@ -162,6 +165,33 @@ class Evaluation:
     def target_models(self) -> list[str]:
         models = [c.model for c in self.comparisons if c.role == "target"]
         return sorted(set(models), key=models.index)
+
+
+def round_of(row: Row, pr_labels: list[list[str]]) -> Round:
+    """A stored rounds row as a Round; `pr_labels`: its PRs' labels (an A/A round's mark)."""
+    try:
+        raw = json.loads(row["policy_json"]) if row.get("policy_json") else {}
+    except (TypeError, ValueError):
+        raw = {}
+    return Round(
+        round_id=row["round_id"],
+        kind=round_kind(row.get("manifest_toml"), pr_labels),
+        profile=row.get("profile") or "?",
+        created_at=row.get("created_at"),
+        finished_at=row.get("finished_at"),
+        main_commit=row.get("main_commit"),
+        base_ref=row.get("base_ref"),
+        device_name=row.get("device_name"),
+        driver=row.get("driver"),
+        policy=stored_policy(row.get("policy_json"), row.get("profile") or ""),
+        policy_raw=raw if isinstance(raw, dict) else {},
+        row=row,
+        sandbox=row.get("sandbox"),
+    )
+
+
+def accuracy_of(row: Row) -> AccuracyResult:
+    return AccuracyResult(*(row[k] for k in ("n_tokens", "top1", "kl", "ppl_main", "ppl_pr")))
 
 
 def comparison_of(row: Row) -> Comparison:

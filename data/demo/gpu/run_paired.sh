@@ -21,8 +21,9 @@
 # .gguf/head.gguf is the SmolLM2 file's header alone (its metadata: the tokenizer the dummy
 # models' prompts come from); the legs rounds' model, llama-8b:q4_0, has dummy weights. A round
 # that measures smollm2-135m (the gates round) needs the whole 98 MB file, which is larger than a
-# call may carry: split here with `split -b 40M -d FILE .gguf/N/smol.` into folders carried by
-# one call each, the last folder also holding `sha256sum FILE` as sha256.
+# call may carry: split here into folders .gguf/a, b, c carried by one call each (pieces named
+# smol.N in order), the last folder also holding `sha256sum FILE` as sha256 (README.md here has
+# the recipe, with the wheels of .whl/).
 set -u
 OUT=${OUT:-/tmp/out}
 SB=/tmp/sb

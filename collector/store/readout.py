@@ -273,7 +273,8 @@ def _attach_evidence(t: _Tables, evaluations: dict[tuple[str, int], Evaluation])
         _add("failures", lambda row: SessionRecord(**_without_round(row))),
     )
     attach(
-        "SELECT * FROM strikes {where} ORDER BY pr, commit, failure_key, round_id",
+        "SELECT pr, commit, failure_key, round_id, detail FROM strikes {where} "
+        "ORDER BY pr, commit, failure_key, round_id",
         _add("strikes", lambda row: Strike(**row)),
     )
     for ev in evaluations.values():

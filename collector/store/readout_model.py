@@ -4,7 +4,7 @@ it, and the orders and icons every view of them shares (the comment, `show`, the
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -191,7 +191,8 @@ def round_of(row: Row, pr_labels: list[list[str]]) -> Round:
 
 
 def accuracy_of(row: Row) -> AccuracyResult:
-    return AccuracyResult(*(row[k] for k in ("n_tokens", "top1", "kl", "ppl_main", "ppl_pr")))
+    """A stored accuracy row as the verdict's record (its columns are the record's fields)."""
+    return AccuracyResult(**{f.name: row[f.name] for f in fields(AccuracyResult)})
 
 
 def comparison_of(row: Row) -> Comparison:

@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from collector.axes import is_axis, is_known_model
+from collector.axes import SPEED_KINDS, is_axis, is_known_model
 
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
 PosInt = Annotated[int, Field(gt=0)]
@@ -207,8 +207,10 @@ class Profile(_Strict):
     # happens to be: what a pair of processes of identical code shows on this class of box,
     # calibrated from A/A rounds (policy.toml says which).
     min_noise: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
-    # Axes that need a higher floor than min_noise (a short prefill on the GPU is a few
-    # milliseconds of host-bound launches; the long-context check's single prefill).
+    # Axes that need a floor other than min_noise (a short prefill on the GPU is a few
+    # milliseconds of host-bound launches; the long-context check's single prefill), each named
+    # as an axis ('prefill@128') or a kind of axis ('concurrent': every width); an axis's own
+    # entry wins over its kind's.
     min_noise_axes: dict[str, Annotated[float, Field(ge=0.0, lt=1.0)]] = {}
     # Prompt tokens one timed prefill region holds at least: a shorter context is timed several
     # fresh prompts to a region (the harness's --prefill-tokens; 0: one prompt per region).
@@ -243,9 +245,12 @@ class Profile(_Strict):
             raise ValueError(f"guard_ctx {self.guard_ctx} must be one of contexts {self.contexts}")
         if len(set(self.guard_widths)) != len(self.guard_widths):
             raise ValueError(f"guard_widths {self.guard_widths}: a width appears twice")
-        bad_axes = [a for a in self.min_noise_axes if not is_axis(a)]
+        bad_axes = [a for a in self.min_noise_axes if not (is_axis(a) or a in SPEED_KINDS)]
         if bad_axes:
-            raise ValueError(f"min_noise_axes: not an axis name: {', '.join(bad_axes)}")
+            raise ValueError(
+                f"min_noise_axes: not an axis name or a kind of axis ({', '.join(SPEED_KINDS)}): "
+                f"{', '.join(bad_axes)}"
+            )
         strange = [m for m in self.max_context if m not in self.models]
         if strange:
             raise ValueError(f"max_context names model(s) not in models: {', '.join(strange)}")
@@ -275,8 +280,14 @@ class Profile(_Strict):
         return self
 
     def noise_floor(self, axis: str) -> float:
-        """The least noise `axis` is credited with, whatever a round's main sessions show."""
-        return self.min_noise_axes.get(axis, self.min_noise)
+        """The least noise `axis` is credited with, whatever a round's sessions show: its own
+        floor, else its kind's, else min_noise."""
+        kind = axis.partition("@")[0]
+        return self.min_noise_axes.get(axis, self.min_noise_axes.get(kind, self.min_noise))
+
+    def has_own_floor(self, axis: str) -> bool:
+        """Whether `axis` (or its kind) has a floor of its own in min_noise_axes."""
+        return axis in self.min_noise_axes or axis.partition("@")[0] in self.min_noise_axes
 
     def contexts_for(self, model: str) -> tuple[int, ...]:
         """The contexts a sweep of `model` measures: those that fit its window."""

@@ -8,7 +8,8 @@ prefill path), and a last main slot that scores again (main against itself: the 
 calibration) and repeats the long-context check.
 
 Confirmation (`plan_confirmation`): once the planned sessions are in, each PR whose verdict
-rests on speed alone (a tier, or a REJECT for a loss of speed) is measured again after the plan,
+rests on speed alone (a tier, or a REJECT for a loss of speed), or that they left open on speed
+(judge.verdict.left_open), is measured again after the plan,
 in slots from CONFIRM_SLOTS; collector/README.md ("Verdict rules") says how they count.
 
 Every task has a stable id '<round>/<side>/<pr>/<slot>/<kind>/<model>': a re-run of the same

@@ -29,9 +29,9 @@ from collector.judge.gates import (
     run_gate,
 )
 from collector.judge.gates.long_context import KIND as LONG_CONTEXT
-from collector.judge.rules import gain_shortfall, pct, pct_of
+from collector.judge.rules import EPS, gain_shortfall, pct, pct_of
 from collector.judge.stats import session_sds
-from collector.policy import TIER_NAMES, Policy, ResolvedPolicy, resolve
+from collector.policy import TIER_NAMES, Policy, ResolvedPolicy, VerdictRules, resolve
 from collector.results import AccuracyResult, Comparison, Gate, Verdict
 from collector.schedule import CONFIRM_SLOTS, guards_of
 from collector.store import Store, lookups, writer
@@ -248,10 +248,31 @@ def rests_on_speed(v: Verdict) -> bool:
     return v.label == "REJECT" and bool(failing) and all(g.timed for g in failing)
 
 
+def left_open(v: Verdict, rules: VerdictRules) -> bool:
+    """Whether the planned sessions left a verdict of `none` open on speed: a target axis past
+    the first gate with its interval above 0, or an axis below the floor with its interval
+    below 0, that its noise band (or one session) kept from counting. A session more narrows
+    the band (sessions_z: the standard error of the mean of the PR's sessions) and the same
+    rules decide, over every session: a small real change is resolved where the box allows,
+    and a PR of main's speed must clear the band of all its sessions, as any tier must."""
+    if v.label != "none":
+        return False
+    speed = [c for c in v.comparisons if c.role != "memory" and not c.implausible]
+    gain = any(
+        c.role == "target" and c.delta >= rules.gate - EPS and c.ci_low > 0 and not c.significant
+        for c in speed
+    )
+    loss = any(
+        1 + c.delta < rules.floor - EPS and c.ci_high < 0 and not c.below_floor for c in speed
+    )
+    return gain or loss
+
+
 def to_confirm(store: Store, round_id: str, shard: int, prs: list[int]) -> dict[int, list[str]]:
-    """Those of `prs` (measured in `shard`) whose verdict on the planned sessions rests on speed:
-    they get confirmation sessions (schedule.plan_confirmation). Each maps to the models whose
-    long-context prefill it fell short on: that check is measured again in its confirmation."""
+    """Those of `prs` (measured in `shard`) whose verdict on the planned sessions rests on speed,
+    or that they left open on speed (`left_open`): they get confirmation sessions
+    (schedule.plan_confirmation). Each maps to the models whose long-context prefill it fell
+    short on: that check is measured again in its confirmation."""
     if not prs:
         return {}
     data = RoundData(store, round_id, shard, planned=True)
@@ -259,7 +280,7 @@ def to_confirm(store: Store, round_id: str, shard: int, prs: list[int]) -> dict[
     out = {}
     for n in prs:
         v = decide_pr(data, rows[n])
-        if rests_on_speed(v):
+        if rests_on_speed(v) or left_open(v, data.policy.verdict):
             out[n] = [
                 g.gate.split(":", 1)[1]
                 for g in v.gates

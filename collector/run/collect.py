@@ -137,7 +137,10 @@ def _collect(
         todo = r.still_to_run(confirm)
         if any(todo):
             prs = sorted({s.pr for plan in confirm for s in plan if s.side == "pr"})
-            log(f"confirming PR {', '.join(f'#{n}' for n in prs)}: verdicts that rest on speed")
+            log(
+                f"confirming PR {', '.join(f'#{n}' for n in prs)}: verdicts that rest on speed "
+                "or that it left open"
+            )
             infra_left = r.run(todo, "confirming", progress, conn, hook)
     _finish(store, m.round, infra_left, log)
     return infra_left
@@ -183,7 +186,7 @@ def _confirmation_plans(
     policy: ResolvedPolicy,
 ) -> list[list[Slot]]:
     """Each shard's confirmation sessions (schedule.plan_confirmation): its PRs whose verdict on
-    its planned sessions rests on speed, each with the long-context checks it fell short on.
+    its planned sessions rests on speed or was left open on it, each with the long-context checks it fell short on.
     Chosen again on a resume from the same planned sessions, so the same plan."""
     targets = dict(measurable)
     out = []

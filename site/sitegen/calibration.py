@@ -123,9 +123,8 @@ class ProfileCalibration:
     def policy(self) -> ResolvedPolicy | None:
         return self.gate_round.policy
 
-    @property
-    def min_noise_axes(self) -> dict[str, float]:
-        return dict(self.policy.profile.min_noise_axes) if self.policy else {}
+    def has_own_floor(self, axis: str) -> bool:
+        return self.policy is not None and self.policy.profile.has_own_floor(axis)
 
     def noise_floor(self, axis: str) -> float | None:
         """The noise floor the gate in force credits `axis` with."""
@@ -138,7 +137,7 @@ class ProfileCalibration:
 
     def floor_words(self, axis: str) -> Markup:
         """Which floor `axis` is judged at: 'min_noise 2.0%' or 'prefill@128's floor 35.0%'."""
-        if axis in self.min_noise_axes:
+        if self.has_own_floor(axis):
             return fmt.axis_name(axis) + Markup(f"'s floor {fmt.share(self.noise_floor(axis))}")
         return Markup(f"min_noise {fmt.share(self.noise_floor(axis))}")
 
@@ -170,7 +169,7 @@ class ProfileCalibration:
         best = None
         for row in self.speed:
             for axis, pr, delta in row.deltas:
-                if at_min_noise and axis in self.min_noise_axes:
+                if at_min_noise and self.has_own_floor(axis):
                     continue
                 if best is None or abs(delta) > abs(best.delta):
                     best = BigDelta(delta, axis, pr, row.model, row.round_id)
@@ -185,7 +184,7 @@ class ProfileCalibration:
     def largest_delta_at_min_noise(self) -> BigDelta | None:
         """The largest on the axes without a floor of their own, when some axes have one (the
         largest overall may sit on a high-floor axis and hide a small band's overrun)."""
-        if not self.min_noise_axes:
+        if not (self.policy and self.policy.profile.min_noise_axes):
             return None
         best = self._largest_delta(at_min_noise=True)
         return None if best == self.largest_delta else best

@@ -43,8 +43,10 @@ def test_policy_text(hang_timeout: int = 8, long_context: bool = False) -> str:
     text = text.replace("retry_wait_s = 2.0", "retry_wait_s = 0.0")
     text = text.replace("min_free_disk_mb = 200", "min_free_disk_mb = 1")
     # the fake engine's speeds are exact: no box noise to credit
-    assert "min_noise = 0.04" in text
-    text = text.replace("min_noise = 0.04", "min_noise = 0.0", 1)
+    for floor in ("min_noise = 0.03", "min_noise_axes = { concurrent = 0.04, "):
+        assert floor in text
+    text = text.replace("min_noise = 0.03", "min_noise = 0.0", 1)
+    text = text.replace("min_noise_axes = { concurrent = 0.04, ", "min_noise_axes = { ", 1)
     cpu_timeouts = 'timeouts = { sweep = 300, concurrent = 300, score = 300, "prefill-check" = 300, guard = 300, longctx = 300 }'
     assert cpu_timeouts in text
     t = hang_timeout

@@ -44,7 +44,7 @@ def test_guard_context_falls_back_to_the_largest_that_fits(tmp_path: Path) -> No
     text = (
         default_policy_path()
         .read_text()
-        .replace("min_noise = 0.04", "min_noise = 0.04\nmax_context = { tiny = 100 }", 1)
+        .replace("min_noise = 0.03", "min_noise = 0.03\nmax_context = { tiny = 100 }", 1)
     )
     f = tmp_path / "p.toml"
     f.write_text(text)
@@ -61,13 +61,14 @@ def test_bad_policies_are_clear_errors(tmp_path: Path) -> None:
     assert "unknown model" in _bad(tmp_path, 'models = ["tiny", "tiny:q8_0"]', 'models = ["gpt-9"]')
     assert "floor" in _bad(tmp_path, "floor = 0.98", "floor = 1.5")
     assert "no context fits the window of: tiny" in _bad(
-        tmp_path, "min_noise = 0.04", "min_noise = 0.04\nmax_context = { tiny = 30 }"
+        tmp_path, "min_noise = 0.03", "min_noise = 0.03\nmax_context = { tiny = 30 }"
     )
-    assert "min_noise_axes: not an axis name: prefill128" in _bad(
-        tmp_path, 'min_noise_axes = { "prefill@8000"', 'min_noise_axes = { "prefill128"'
+    assert (
+        "min_noise_axes: not an axis name or a kind of axis (decode, prefill, concurrent): prefill128"
+        in _bad(tmp_path, "min_noise_axes = { concurrent", "min_noise_axes = { prefill128")
     )
     assert "max_context names model(s) not in models: qwen3-8b" in _bad(
-        tmp_path, "min_noise = 0.04", 'min_noise = 0.04\nmax_context = { "qwen3-8b" = 40 }'
+        tmp_path, "min_noise = 0.03", 'min_noise = 0.04\nmax_context = { "qwen3-8b" = 40 }'
     )
     assert "legs 6 exceeds reps 5" in _bad(
         tmp_path, "pr_sessions = 2 ", "legs = 6\npr_sessions = 2 "
@@ -107,3 +108,14 @@ def test_band_is_the_one_formula_of_how_far_a_ratio_must_leave_one() -> None:
     assert rules.band(0.0) == 1.0
     gpu = resolve(load_policy(), "gpu").profile
     assert gpu.noise_floor("prefill@128") > gpu.noise_floor("decode@128") == gpu.min_noise
+
+
+def test_a_kind_of_axis_has_a_floor_and_an_axis_its_own() -> None:
+    """min_noise_axes names an axis or a kind: the cpu profile credits concurrent decode (every
+    width) more noise than decode and prefill, and an axis's own entry wins over its kind's."""
+    cpu = resolve(load_policy(), "cpu").profile
+    assert cpu.noise_floor("decode@128") == cpu.noise_floor("prefill@32") == cpu.min_noise
+    assert cpu.noise_floor("concurrent@2") == cpu.noise_floor("concurrent@16") > cpu.min_noise
+    assert cpu.has_own_floor("concurrent@4") and not cpu.has_own_floor("decode@32")
+    both = cpu.model_copy(update={"min_noise_axes": {"prefill": 0.1, "prefill@8000": 0.3}})
+    assert both.noise_floor("prefill@8000") == 0.3 and both.noise_floor("prefill@32") == 0.1

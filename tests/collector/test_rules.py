@@ -11,7 +11,7 @@ import pytest
 from collector.judge.compare import compare_axis
 from collector.judge.rules import loss_shortfall
 from collector.judge.stats import bootstrap_ratio_ci, session_sds, session_spread
-from collector.judge.verdict import choose_merge_first
+from collector.judge.verdict import choose_merge_first, left_open
 from collector.policy import load_policy, resolve
 from collector.results import Comparison, Pair, Verdict
 from collector.schedule import CONFIRM_SLOTS
@@ -391,3 +391,27 @@ def test_gpu_floors_per_axis() -> None:
         gpu, "smollm2-135m", "target", "decode@128", by_session(1000.0, [[975.0] * 3, [976.0] * 3])
     )
     assert loss.below_floor
+
+
+def test_a_verdict_left_open_on_speed_is_measured_again() -> None:
+    """A `none` whose target axis is past the +2% gate with its interval above 0, kept from
+    counting only by its band or one session, gets a confirmation session (verdict.to_confirm);
+    so does a loss kept from counting by them. A PR under the gate, one whose interval reaches
+    0, or one whose label is decided already does not."""
+    rules = CPU_POLICY.verdict
+
+    def verdict(label: str, sessions: list[list[float]], role: str = "target") -> Verdict:
+        v = Verdict(1, "c", label, "r")
+        c = compare_axis(CPU_POLICY, "tiny", role, "prefill@128", by_session(100.0, sessions))
+        v.comparisons = [c]
+        return v
+
+    near = verdict("none", [[108.6] * 5, [103.0] * 5])  # +5.8%, its sessions 5.4% apart
+    assert near.comparisons[0].ci_low > 0 and not near.comparisons[0].significant
+    assert left_open(near, rules)
+    assert not left_open(verdict("none", [[101.0] * 5, [101.5] * 5]), rules)  # under the gate
+    assert not left_open(verdict("none", [[95.0, 112.0] * 3, [96.0, 113.0] * 3]), rules)
+    assert not left_open(verdict("REJECT", [[108.6] * 5, [103.0] * 5]), rules)
+    assert not left_open(verdict("none", [[108.6] * 5, [103.0] * 5], role="guard"), rules)
+    loss = verdict("none", [[92.0] * 5, [97.0] * 5], role="guard")  # -5.5%, one session at -3%
+    assert not loss.comparisons[0].below_floor and left_open(loss, rules)

@@ -190,8 +190,10 @@ def test_two_engines_take_turns_a_b_b_a_and_run_as_often() -> None:
         }
         assert runs["main"] == runs["pr"] >= 2
     assert firsts == {"main", "pr"}  # who goes first is drawn, repetition by repetition
-    # each engine gets challenges of its own; only the engine under test is verified
-    assert not set(main.prefills) & set(pr.prefills)
+    # each engine gets challenges of its own (shared draws would make every prompt common; two
+    # fresh ones of this fake's 300-token corpus and 40 ids meet by chance ~1 in 500,000 times,
+    # and a fast box runs ~600 a side); only the engine under test is verified
+    assert len(set(main.prefills) & set(pr.prefills)) <= len(pr.prefills) // 100
     assert b.sides[0].checks.groups == [] and len(b.sides[1].checks.groups) >= 12
 
 

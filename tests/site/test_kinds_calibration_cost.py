@@ -384,7 +384,7 @@ def test_published_calibration_states_its_floors() -> None:
     rules = site.rules_page()
     cal = rules[rules.index("## Calibration") : rules.index("## Cost of a round")]
     gate = next(c for c in calibration.profiles(site.data) if c.profile == "gpu")
-    for axis, floor in gate.min_noise_axes.items():
+    for axis, floor in gate.policy.profile.min_noise_axes.items():
         band = (1 + floor) ** gate.policy.verdict.noise_multiplier - 1
         assert re.search(
             rf"{axis}((, | and )[a-z]+@[0-9]+)*: {floor * 100:.1f}% \(band \+{band * 100:.1f}%\)",

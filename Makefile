@@ -45,6 +45,13 @@ $(TEST_STAMP): $(DEMO_STAMP)
 		echo "note: no chromium here, and installing it needs root and apt-get:"; \
 		echo "      the browser tests (marked browser) will be skipped; install chromium to run them"; \
 	fi
+	@# main's compiler cache for engines built with CMake (collector/run/build.py)
+	@if command -v ccache >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get install -y -qq ccache >/dev/null || (apt-get update -qq && apt-get install -y -qq ccache >/dev/null); \
+	else \
+		echo "note: no ccache here: every build of an engine built with CMake compiles it whole"; \
+	fi
 	touch $(TEST_STAMP)
 
 demo: $(DEMO_STAMP)

@@ -68,6 +68,7 @@ ENV_KEEP = (
     "NVIDIA_",
     "LD_LIBRARY_PATH",
     "SPARKBOARD_",
+    "CCACHE_",
 )
 # System folders every command may read (those missing on a box are skipped; a symbolic link
 # such as /lib -> usr/lib on a merged-/usr system is recreated as the same link)
@@ -127,18 +128,28 @@ class Sandbox:
         writable: Sequence[Path],
         env: Mapping[str, str],
         python_path: Sequence[Path] = (),
+        at: Mapping[Path, str] | None = None,
     ) -> tuple[list[str], dict[str, str] | None]:
         """(argv, environment) that run `argv` in `checkout` inside the sandbox, able to write
         only `writable` (made first), importing from `python_path` (the checkout first, then the
         library folders: the only folders beside the checkout it can read, with the system's and
         `readable`). The first writable folder is its HOME. Sealed, the environment is None
-        (bwrap inherits the caller's and gives the command only ENV_KEEP's, `--setenv`)."""
+        (bwrap inherits the caller's and gives the command only ENV_KEEP's, `--setenv`).
+        `at`: where the checkout or a writable folder appears inside (sealed only; a build at
+        fixed paths compiles every checkout with the same arguments, so their objects share one
+        compiler cache); the rest appear where they are."""
         for w in writable:
             Path(w).mkdir(parents=True, exist_ok=True)
-        paths = [str(checkout), *(str(p) for p in python_path)]
+        inside = {Path(k).resolve(): v for k, v in (at or {}).items()} if self.sealed else {}
+
+        def where(p: Path) -> str:
+            r = Path(p).resolve()
+            return inside.get(r, str(r))
+
+        paths = [where(checkout), *(str(p) for p in python_path)]
         inner = {k: v for k, v in env.items() if keeps(k)}
         inner["PYTHONPATH"] = os.pathsep.join(paths)
-        inner["HOME"] = str(writable[0]) if writable else "/tmp"
+        inner["HOME"] = where(writable[0]) if writable else "/tmp"
         inner["TMPDIR"] = "/tmp"
         if not self.sealed:
             return list(argv), {**env, **{k: inner[k] for k in ("PYTHONPATH",)}}
@@ -161,11 +172,10 @@ class Sandbox:
             r = str(Path(p).resolve())
             if r not in seen:
                 seen.add(r)
-                cmd += ["--ro-bind", r, r]
+                cmd += ["--ro-bind", r, where(Path(r))]
         for w in writable:
-            r = str(Path(w).resolve())
-            cmd += ["--bind", r, r]
-        cmd += ["--remount-ro", "/", "--chdir", str(Path(checkout).resolve()), "--", *argv]
+            cmd += ["--bind", str(Path(w).resolve()), where(w)]
+        cmd += ["--remount-ro", "/", "--chdir", where(checkout), "--", *argv]
         return cmd, None  # bwrap itself inherits this process's environment; inside: `inner`
 
 

@@ -1,0 +1,214 @@
+"""A checkout's build, sealed: CMake from the checkout, main's compiler cache shared read-only.
+
+An engine that is built before it is served (llama.cpp: issue 30; the builtin engine is Python
+and is not) is configured and built by CMake from its own checkout, inside the sandbox that
+seals every checkout's code (engine/harness/sandbox.py): the checkout read-only, no network,
+its build folder the only folder it may write.
+
+The compiler cache (ccache, from the distribution) is written by main's build alone and read by
+every PR's: a PR that touches one file recompiles that file and takes every other object from
+main's. A PR's build sees the cache read-only (bound so, and `CCACHE_READONLY`): were it
+writable, a PR's build could store an object under a key another checkout's build asks for
+later and put its code into a competitor's engine.
+
+A build ends in one of:
+  ok        every target built
+  failed    the compiler (or CMake) refused the checkout: the PR's fault, with the compiler's
+            own first error lines for its page
+  timeout   still building at the deadline (the whole sandbox killed): the PR's
+  infra     the box: no space left, a compiler killed by the kernel (out of memory), no
+            compiler or no CMake: built again, never judged
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from engine.harness.sandbox import Sandbox, exit_status
+
+Status = Literal["ok", "failed", "timeout", "infra"]
+# where a sealed build sees its checkout, its build folder and the compiler cache
+INSIDE = {"src": "/build/src", "build": "/build/out", "cache": "/build/ccache"}
+ERROR_LINES = 8  # the compiler's first error lines kept for a PR's page
+LOG_TAIL = 4000  # characters of the build's log kept beside them
+CCACHE_LOG = "ccache.log"  # in the build folder: which objects were compiled, which taken
+# what the compiler and CMake say when the box, not the code, stopped them
+BOX_SAYS = re.compile(
+    r"no space left on device|ENOSPC|virtual memory exhausted|cannot allocate memory|"
+    r"out of memory|Killed signal terminated program|internal compiler error: Killed|"
+    r"CMAKE_(C|CXX)_COMPILER not set|No CMAKE_(C|CXX)_COMPILER could be found",
+    re.IGNORECASE,
+)
+# a line that states an error: the compiler's (file:line:col: error: ...), the linker's, CMake's
+ERROR_LINE = re.compile(
+    r"(:\d+(:\d+)?: (fatal )?error\b)|(\bundefined reference to\b)|(^CMake Error\b)|"
+    r"(^[\w.+-]+: (fatal )?error:)|(\bld returned \d+ exit status\b)|"
+    r"(^g?make(\[\d+\])?: \*\*\*.*Error)",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How a checkout of one engine kind is built: CMake options and the targets it serves and
+    scores with (llama.cpp: llama-server, llama-perplexity)."""
+
+    options: tuple[str, ...]
+    targets: tuple[str, ...]
+    jobs: int = 0  # parallel compiles; 0: every core this process may use
+
+
+@dataclass(frozen=True)
+class Build:
+    status: Status
+    fault: Literal["none", "pr", "infra"]
+    seconds: float
+    errors: tuple[str, ...] = ()  # the compiler's first error lines (failed), or the box's words
+    log_tail: str = ""
+    binaries: dict[str, Path] = field(default_factory=dict)  # target -> the built executable
+    compiled: int = 0  # objects compiled in this build
+    cached: int = 0  # objects taken from main's compiler cache
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def first_errors(log: str, limit: int = ERROR_LINES, strip: tuple[Path, ...] = ()) -> list[str]:
+    """The first `limit` lines of a build log that state an error, each once, with the build's
+    own folders (`strip`) cut from the paths so a page shows the checkout's file names."""
+    out: list[str] = []
+    for raw in log.splitlines():
+        line = raw.strip()
+        if not line or not ERROR_LINE.search(line):
+            continue
+        for prefix in strip:
+            line = line.replace(f"{prefix}/", "")
+        if line not in out:
+            out.append(line[:400])
+        if len(out) == limit:
+            break
+    return out
+
+
+def box_problem(log: str, code: int | None) -> str | None:
+    """Why a failed build is the box's, or None: the box's own words in its log, or a compiler
+    killed by SIGKILL (the kernel's out-of-memory killer; a deadline is told apart by the
+    caller)."""
+    m = BOX_SAYS.search(log)
+    if m:
+        return m.group(0)
+    if code == -9:
+        return "killed by SIGKILL (out of memory?)"
+    return None
+
+
+def build(
+    checkout: Path,
+    build_dir: Path,
+    cache_dir: Path,
+    recipe: Recipe,
+    sandbox: Sandbox,
+    timeout_s: float,
+    *,
+    writes_cache: bool,
+    env: dict[str, str] | None = None,
+) -> Build:
+    """Configure and build `recipe.targets` of `checkout` into `build_dir`, sealed, within
+    `timeout_s` seconds for both steps. `writes_cache`: main's build, the one that fills the
+    compiler cache `cache_dir`; every other build only reads it."""
+    started = time.monotonic()
+    if shutil.which("cmake") is None:
+        return Build("infra", "infra", 0.0, ("cmake is not installed on this box",))
+    build_dir.mkdir(parents=True, exist_ok=True)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    log_path = build_dir / "build.log"
+    # sealed, every build sees its checkout, build folder and the cache at the same paths, so
+    # the compiler is given the same arguments for the same source in every checkout
+    host = {"src": checkout.resolve(), "build": build_dir.resolve(), "cache": cache_dir.resolve()}
+    at = {host[k]: INSIDE[k] for k in host}
+    path = {k: Path(INSIDE[k]) if sandbox.sealed else host[k] for k in host}
+    base = dict(os.environ if env is None else env)
+    launcher: list[str] = []
+    if shutil.which("ccache"):
+        base["CCACHE_DIR"] = str(path["cache"])
+        base["CCACHE_TEMPDIR"] = str(path["build"] / "ccache-tmp")
+        base.pop("CCACHE_READONLY", None)
+        if not writes_cache:
+            base["CCACHE_READONLY"] = "1"
+        base["CCACHE_NOHASHDIR"] = "true"  # no debug info: the build folder's path is no input
+        base["CCACHE_LOGFILE"] = str(path["build"] / CCACHE_LOG)
+        (build_dir / CCACHE_LOG).unlink(missing_ok=True)
+        launcher = [f"-DCMAKE_{lang}_COMPILER_LAUNCHER=ccache" for lang in ("C", "CXX")]
+    jobs = recipe.jobs or len(os.sched_getaffinity(0))
+    steps = [
+        ["cmake", "-S", str(path["src"]), "-B", str(path["build"]), *launcher, *recipe.options],
+        ["cmake", "--build", str(path["build"]), "-j", str(jobs), "--target", *recipe.targets],
+    ]
+    # the cache is read-only to every build but main's (bound so, and CCACHE_READONLY)
+    readable = () if writes_cache else (str(cache_dir),)
+    sealed = Sandbox(sandbox.kind, gpu=False, readable=(*sandbox.readable, *readable))
+    writable = [build_dir] + ([cache_dir] if writes_cache else [])
+    code: int | None = 0
+    with log_path.open("w") as log:
+        for argv in steps:
+            left = timeout_s - (time.monotonic() - started)
+            cmd, cmd_env = sealed.wrap(argv, checkout=checkout, writable=writable, env=base, at=at)
+            code = _run(cmd, cmd_env, log, left)
+            if code != 0:
+                break
+    text = log_path.read_text(errors="replace")
+    seconds = time.monotonic() - started
+    tail = text[-LOG_TAIL:]
+    if code is None:
+        return Build("timeout", "pr", seconds, (f"still building after {timeout_s:.0f} s",), tail)
+    code = exit_status(sealed, code)
+    if code != 0:
+        why = box_problem(text, code)
+        if why:
+            return Build("infra", "infra", seconds, (why,), tail)
+        errors = first_errors(text, strip=(path["build"], path["src"]))
+        return Build("failed", "pr", seconds, tuple(errors or [f"exit code {code}"]), tail)
+    binaries = {t: build_dir / "bin" / t for t in recipe.targets}
+    absent = [t for t, p in binaries.items() if not p.is_file()]
+    if absent:
+        return Build("failed", "pr", seconds, (f"built no {', '.join(absent)}",), tail)
+    return Build("ok", "none", seconds, (), tail, binaries, *cache_results(build_dir / CCACHE_LOG))
+
+
+def cache_results(log: Path) -> tuple[int, int]:
+    """(objects compiled, objects taken from the cache) in one build, from ccache's log; (0, 0)
+    without one (no ccache on this box, or nothing to compile)."""
+    if not log.is_file():
+        return 0, 0
+    results = re.findall(r"Result: (\w+)", log.read_text(errors="replace"))
+    hits = sum(r.endswith("cache_hit") for r in results)
+    return sum(r == "cache_miss" for r in results), hits
+
+
+def _run(cmd: list[str], env: dict[str, str] | None, log, timeout_s: float) -> int | None:  # noqa: ANN001
+    """One step, its output into `log`; None when it was still running at the deadline (its
+    whole process group killed: bwrap and every compiler it started)."""
+    if timeout_s <= 0:
+        return None
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        return proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        proc.wait()
+        return None

@@ -1,0 +1,125 @@
+"""A checkout's build, sealed (collector/run/build.py), on a CMake project of three C files.
+
+The same mechanism builds llama.cpp's server; a tiny project keeps the suite fast and tests
+what matters: a PR that touches one file recompiles that file alone (main's compiler cache,
+read-only to it), the compiler's own error lines on a failure, and the box's failures told apart.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from collector.run.build import Recipe, box_problem, build, first_errors
+from engine.harness.sandbox import Sandbox, SandboxError, probe
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("cmake") is None or shutil.which("cc") is None, reason="needs cmake and cc"
+)
+RECIPE = Recipe(options=("-DCMAKE_BUILD_TYPE=Release",), targets=("hello",), jobs=2)
+CMAKE = """cmake_minimum_required(VERSION 3.16)
+project(hello C)
+set(CMAKE_RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+add_executable(hello main.c a.c b.c)
+"""
+FILES = {
+    "CMakeLists.txt": CMAKE,
+    "main.c": "int a(void); int b(void);\nint main(void) { return a() + b() - 3; }\n",
+    "a.c": "int a(void) { return 1; }\n",
+    "b.c": "int b(void) { return 2; }\n",
+}
+
+
+def checkout(root: Path, name: str, **changed: str) -> Path:
+    path = root / name
+    path.mkdir()
+    for f, text in {**FILES, **{k.replace("_", "."): v for k, v in changed.items()}}.items():
+        (path / f).write_text(text)
+    return path
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Sandbox:
+    box = Sandbox("bwrap")
+    try:
+        probe(box, tmp_path_factory.mktemp("probe"))
+    except SandboxError as e:
+        pytest.skip(str(e))
+    return box
+
+
+def test_a_pr_recompiles_what_it_touched_and_takes_the_rest_from_mains_cache(
+    tmp_path: Path, sandbox: Sandbox
+) -> None:
+    if shutil.which("ccache") is None:
+        pytest.skip("needs ccache (make test installs it where it can)")
+    cache = tmp_path / "ccache"
+    main = build(
+        checkout(tmp_path, "main"),
+        tmp_path / "b-main",
+        cache,
+        RECIPE,
+        sandbox,
+        120,
+        writes_cache=True,
+    )
+    assert main.ok, main.errors
+    assert (main.compiled, main.cached) == (3, 0)
+    touched = checkout(tmp_path, "pr", b_c="int b(void) { return 2 + 0; }\n")
+    pr = build(touched, tmp_path / "b-pr", cache, RECIPE, sandbox, 120, writes_cache=False)
+    assert pr.ok and pr.binaries["hello"].is_file()
+    assert (pr.compiled, pr.cached) == (1, 2)  # b.c alone; main.c and a.c as main built them
+    # the PR's build stored nothing: the cache is main's alone
+    again = build(touched, tmp_path / "b-pr2", cache, RECIPE, sandbox, 120, writes_cache=False)
+    assert (again.compiled, again.cached) == (1, 2)
+
+
+def test_a_build_that_fails_is_the_prs_with_the_compilers_own_words(
+    tmp_path: Path, sandbox: Sandbox
+) -> None:
+    broken = checkout(tmp_path, "pr", a_c="int a(void) { return 1 }\n")
+    out = build(broken, tmp_path / "b", tmp_path / "cc", RECIPE, sandbox, 120, writes_cache=False)
+    assert (out.status, out.fault) == ("failed", "pr")
+    assert out.errors[0].startswith("a.c:1:") and "error" in out.errors[0]
+    assert "/build/" not in out.errors[0]  # the checkout's own file names, not the sandbox's
+
+
+def test_a_build_cannot_write_its_checkout_or_reach_the_network(
+    tmp_path: Path, sandbox: Sandbox
+) -> None:
+    """A checkout whose CMakeLists writes into its own tree, and one that reaches outside."""
+    writes = CMAKE + 'file(WRITE "${CMAKE_SOURCE_DIR}/planted.txt" "x")\n'
+    src = checkout(tmp_path, "pr", CMakeLists_txt=writes)
+    out = build(src, tmp_path / "b", tmp_path / "cc", RECIPE, sandbox, 120, writes_cache=False)
+    assert out.status == "failed" and not (src / "planted.txt").exists()
+    assert any("CMake Error" in e for e in out.errors)
+
+
+def test_a_build_past_its_deadline_is_killed_and_is_the_prs(
+    tmp_path: Path, sandbox: Sandbox
+) -> None:
+    slow = CMAKE + "execute_process(COMMAND sleep 30)\n"
+    src = checkout(tmp_path, "pr", CMakeLists_txt=slow)
+    out = build(src, tmp_path / "b", tmp_path / "cc", RECIPE, sandbox, 3, writes_cache=False)
+    assert (out.status, out.fault) == ("timeout", "pr") and out.seconds < 15
+
+
+def test_error_lines_and_the_boxs_failures() -> None:
+    log = "\n".join(
+        [
+            "[ 10%] Building C object a.o",
+            "/build/src/a.c:3:5: error: expected ';' before '}' token",
+            "/build/src/a.c:3:5: error: expected ';' before '}' token",
+            "/usr/bin/ld: a.o: in function `main': undefined reference to `b'",
+            "collect2: error: ld returned 1 exit status",
+            "make[2]: *** [CMakeFiles/hello.dir/build.make:76: hello] Error 1",
+        ]
+    )
+    errors = first_errors(log, strip=(Path("/build/src"),))
+    assert errors[0] == "a.c:3:5: error: expected ';' before '}' token" and len(errors) == 4
+    assert box_problem(log, 2) is None
+    assert box_problem("cc1: fatal error: write: No space left on device", 1)
+    assert box_problem("c++: fatal error: Killed signal terminated program cc1plus", 1)
+    assert box_problem("", -9)

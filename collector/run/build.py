@@ -16,8 +16,13 @@ A build ends in one of:
   failed    the compiler (or CMake) refused the checkout: the PR's fault, with the compiler's
             own first error lines for its page
   timeout   still building at the deadline (the whole sandbox killed): the PR's
-  infra     the box: no space left, a compiler killed by the kernel (out of memory), no
-            compiler or no CMake: built again, never judged
+  infra     the box: no CMake or no compiler on it, or too little free space left on the build
+            disk (read from outside after the failure): built again, never judged
+
+Only what the collector reads itself makes a failure the box's. The build's log is the PR's to
+write (a CMakeLists can print "No space left on device", a compiler quotes the PR's source
+lines) and its sandbox may kill its own compiler: were either believed, a PR could have its
+failing build retried as the box's for ever and keep its round from finishing.
 """
 
 from __future__ import annotations
@@ -39,13 +44,6 @@ INSIDE = {"src": "/build/src", "build": "/build/out", "cache": "/build/ccache"}
 ERROR_LINES = 8  # the compiler's first error lines kept for a PR's page
 LOG_TAIL = 4000  # characters of the build's log kept beside them
 CCACHE_LOG = "ccache.log"  # in the build folder: which objects were compiled, which taken
-# what the compiler and CMake say when the box, not the code, stopped them
-BOX_SAYS = re.compile(
-    r"no space left on device|ENOSPC|virtual memory exhausted|cannot allocate memory|"
-    r"out of memory|Killed signal terminated program|internal compiler error: Killed|"
-    r"CMAKE_(C|CXX)_COMPILER not set|No CMAKE_(C|CXX)_COMPILER could be found",
-    re.IGNORECASE,
-)
 # a line that states an error: the compiler's (file:line:col: error: ...), the linker's, CMake's
 ERROR_LINE = re.compile(
     r"(:\d+(:\d+)?: (fatal )?error\b)|(\bundefined reference to\b)|(^CMake Error\b)|"
@@ -98,15 +96,12 @@ def first_errors(log: str, limit: int = ERROR_LINES, strip: tuple[Path, ...] = (
     return out
 
 
-def box_problem(log: str, code: int | None) -> str | None:
-    """Why a failed build is the box's, or None: the box's own words in its log, or a compiler
-    killed by SIGKILL (the kernel's out-of-memory killer; a deadline is told apart by the
-    caller)."""
-    m = BOX_SAYS.search(log)
-    if m:
-        return m.group(0)
-    if code == -9:
-        return "killed by SIGKILL (out of memory?)"
+def box_problem(build_dir: Path, min_free_mb: int) -> str | None:
+    """Why a failed build is the box's, from what this process reads itself: the free space
+    left on the build disk; None otherwise."""
+    free_mb = shutil.disk_usage(build_dir).free // 2**20
+    if free_mb < min_free_mb:
+        return f"{free_mb} MiB free on the build disk (under {min_free_mb})"
     return None
 
 
@@ -120,13 +115,16 @@ def build(
     *,
     writes_cache: bool,
     env: dict[str, str] | None = None,
+    min_free_mb: int = 200,
 ) -> Build:
     """Configure and build `recipe.targets` of `checkout` into `build_dir`, sealed, within
     `timeout_s` seconds for both steps. `writes_cache`: main's build, the one that fills the
-    compiler cache `cache_dir`; every other build only reads it."""
+    compiler cache `cache_dir`; every other build only reads it. `min_free_mb`: a failure with
+    less free space than this on the build disk is the box's (policy `min_free_disk_mb`)."""
     started = time.monotonic()
-    if shutil.which("cmake") is None:
-        return Build("infra", "infra", 0.0, ("cmake is not installed on this box",))
+    absent = [tool for tool in ("cmake", "cc", "c++") if shutil.which(tool) is None]
+    if absent:
+        return Build("infra", "infra", 0.0, (f"{', '.join(absent)}: not installed on this box",))
     build_dir.mkdir(parents=True, exist_ok=True)
     cache_dir.mkdir(parents=True, exist_ok=True)
     log_path = build_dir / "build.log"
@@ -171,7 +169,7 @@ def build(
         return Build("timeout", "pr", seconds, (f"still building after {timeout_s:.0f} s",), tail)
     code = exit_status(sealed, code)
     if code != 0:
-        why = box_problem(text, code)
+        why = box_problem(build_dir, min_free_mb)
         if why:
             return Build("infra", "infra", seconds, (why,), tail)
         errors = first_errors(text, strip=(path["build"], path["src"]))

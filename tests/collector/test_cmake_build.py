@@ -2,7 +2,8 @@
 
 The same mechanism builds llama.cpp's server; a tiny project keeps the suite fast and tests
 what matters: a PR that touches one file recompiles that file alone (main's compiler cache,
-read-only to it), the compiler's own error lines on a failure, and the box's failures told apart.
+read-only to it), the compiler's own error lines on a failure, and a failure the box's only on
+what the collector reads itself.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.run.build import Recipe, box_problem, build, first_errors
+from collector.run.build import Recipe, build, first_errors
 from engine.harness.sandbox import Sandbox, SandboxError, probe
 
 pytestmark = pytest.mark.skipif(
@@ -106,7 +107,30 @@ def test_a_build_past_its_deadline_is_killed_and_is_the_prs(
     assert (out.status, out.fault) == ("timeout", "pr") and out.seconds < 15
 
 
-def test_error_lines_and_the_boxs_failures() -> None:
+def test_the_builds_own_words_never_make_its_failure_the_boxs(
+    tmp_path: Path, sandbox: Sandbox
+) -> None:
+    """A build that says the box failed it (a CMakeLists printing the words of a full disk, a
+    compiler killed in its own sandbox) is still the PR's: only the free space the collector
+    reads itself makes a failure the box's."""
+    says = CMAKE + 'message(FATAL_ERROR "cc1: fatal error: No space left on device")\n'
+    out = build(checkout(tmp_path, "pr", CMakeLists_txt=says), tmp_path / "b", tmp_path / "cc",
+                RECIPE, sandbox, 120, writes_cache=False)  # fmt: skip
+    assert (out.status, out.fault) == ("failed", "pr")
+    kills = CMAKE + 'execute_process(COMMAND sh -c "kill -9 $PPID")\n'
+    out = build(checkout(tmp_path, "pr2", CMakeLists_txt=kills), tmp_path / "b2", tmp_path / "cc",
+                RECIPE, sandbox, 120, writes_cache=False)  # fmt: skip
+    assert (out.status, out.fault) == ("failed", "pr"), out
+    broken = checkout(tmp_path, "pr3", a_c="int a(void) { return 1 }\n")
+    full = build(broken, tmp_path / "b3", tmp_path / "cc", RECIPE, sandbox, 120,
+                 writes_cache=False, min_free_mb=2**40)  # fmt: skip
+    assert (full.status, full.fault) == (
+        "infra",
+        "infra",
+    ) and "free on the build disk" in full.errors[0]
+
+
+def test_error_lines() -> None:
     log = "\n".join(
         [
             "[ 10%] Building C object a.o",
@@ -119,7 +143,3 @@ def test_error_lines_and_the_boxs_failures() -> None:
     )
     errors = first_errors(log, strip=(Path("/build/src"),))
     assert errors[0] == "a.c:3:5: error: expected ';' before '}' token" and len(errors) == 4
-    assert box_problem(log, 2) is None
-    assert box_problem("cc1: fatal error: write: No space left on device", 1)
-    assert box_problem("c++: fatal error: Killed signal terminated program cc1plus", 1)
-    assert box_problem("", -9)

@@ -183,7 +183,8 @@ def build(
 
 def cache_results(log: Path) -> tuple[int, int]:
     """(objects compiled, objects taken from the cache) in one build, from ccache's log; (0, 0)
-    without one (no ccache on this box, or nothing to compile)."""
+    without one (no ccache on this box, or nothing to compile). Words for a page, never
+    evidence: the log lies in the build folder, which the PR's build writes."""
     if not log.is_file():
         return 0, 0
     results = re.findall(r"Result: (\w+)", log.read_text(errors="replace"))

@@ -48,7 +48,8 @@ $(TEST_STAMP): $(DEMO_STAMP)
 	@# main's compiler cache for engines built with CMake (collector/run/build.py)
 	@if command -v ccache >/dev/null; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		apt-get install -y -qq ccache >/dev/null || (apt-get update -qq && apt-get install -y -qq ccache >/dev/null); \
+		apt-get install -y -qq ccache >/dev/null || (apt-get update -qq && apt-get install -y -qq ccache >/dev/null) || \
+		echo "note: ccache could not be installed: every build of an engine built with CMake compiles it whole"; \
 	else \
 		echo "note: no ccache here: every build of an engine built with CMake compiles it whole"; \
 	fi

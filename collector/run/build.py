@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from collector.run.runner import run_bounded
 from engine.harness.sandbox import Sandbox, exit_status
 
 Status = Literal["ok", "failed", "timeout", "infra"]
@@ -159,7 +160,7 @@ def build(
         for argv in steps:
             left = timeout_s - (time.monotonic() - started)
             cmd, cmd_env = sealed.wrap(argv, checkout=checkout, writable=writable, env=base, at=at)
-            code = _run(cmd, cmd_env, log, left)
+            code = run_bounded(cmd, cmd_env, None, log, subprocess.STDOUT, left)
             if code != 0:
                 break
     text = log_path.read_text(errors="replace")
@@ -190,24 +191,3 @@ def cache_results(log: Path) -> tuple[int, int]:
     results = re.findall(r"Result: (\w+)", log.read_text(errors="replace"))
     hits = sum(r.endswith("cache_hit") for r in results)
     return sum(r == "cache_miss" for r in results), hits
-
-
-def _run(cmd: list[str], env: dict[str, str] | None, log, timeout_s: float) -> int | None:  # noqa: ANN001
-    """One step, its output into `log`; None when it was still running at the deadline (its
-    whole process group killed: bwrap and every compiler it started)."""
-    if timeout_s <= 0:
-        return None
-    proc = subprocess.Popen(
-        cmd,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        return proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, 9)
-        proc.wait()
-        return None

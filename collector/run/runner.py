@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import IO, Any
 
 from pydantic import ValidationError
 
@@ -220,24 +221,39 @@ def _run(
     timeout_s: float,
     core: int | None = None,
 ) -> int | None:
-    """The subprocess, bounded by `timeout_s` (its whole process group killed then), on `core`
-    alone when given (every process it starts inherits that); its exit code, or None when it was
-    killed on timeout."""
+    """The subprocess, its stderr into `err_file` (`run_bounded`)."""
     with open(err_file, "wb") as err:
-        proc = subprocess.Popen(
-            argv,
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            start_new_session=True,  # its own process group: a timeout kills all of it
-            preexec_fn=None if core is None else (lambda: os.sched_setaffinity(0, {core})),
-        )
-        try:
-            return proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            return None
+        return run_bounded(argv, env, cwd, subprocess.DEVNULL, err, timeout_s, core)
+
+
+def run_bounded(
+    argv: list[str],
+    env: dict[str, str] | None,
+    cwd: Path | None,
+    stdout: int | IO[Any],
+    stderr: int | IO[Any],
+    timeout_s: float,
+    core: int | None = None,
+) -> int | None:
+    """A subprocess bounded by `timeout_s` (its whole process group killed then), on `core`
+    alone when given (every process it starts inherits that); its exit code, or None when it was
+    killed on timeout (or had no time left to start)."""
+    if timeout_s <= 0:
+        return None
+    proc = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=stderr,
+        start_new_session=True,  # its own process group: a timeout kills all of it
+        preexec_fn=None if core is None else (lambda: os.sched_setaffinity(0, {core})),
+    )
+    try:
+        return proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return None

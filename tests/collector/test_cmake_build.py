@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.run.build import Recipe, build, first_errors
+from collector.run.build import Build, Recipe, build, first_errors
 from engine.harness.sandbox import Sandbox, SandboxError, probe
 
 pytestmark = pytest.mark.skipif(
@@ -41,6 +41,12 @@ def checkout(root: Path, name: str, **changed: str) -> Path:
     return path
 
 
+def build_pr(src: Path, sandbox: Sandbox, timeout_s: float = 120, **kw: int) -> Build:
+    """A PR's build of checkout `src`: its own build folder, main's cache beside it, read-only."""
+    return build(src, src.parent / f"b-{src.name}", src.parent / "cc", RECIPE, sandbox, timeout_s,
+                 writes_cache=False, **kw)  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Sandbox:
     box = Sandbox("bwrap")
@@ -56,24 +62,16 @@ def test_a_pr_recompiles_what_it_touched_and_takes_the_rest_from_mains_cache(
 ) -> None:
     if shutil.which("ccache") is None:
         pytest.skip("needs ccache (make test installs it where it can)")
-    cache = tmp_path / "ccache"
-    main = build(
-        checkout(tmp_path, "main"),
-        tmp_path / "b-main",
-        cache,
-        RECIPE,
-        sandbox,
-        120,
-        writes_cache=True,
-    )
+    main = build(checkout(tmp_path, "main"), tmp_path / "b-main", tmp_path / "cc", RECIPE,
+                 sandbox, 120, writes_cache=True)  # fmt: skip
     assert main.ok, main.errors
     assert (main.compiled, main.cached) == (3, 0)
-    touched = checkout(tmp_path, "pr", b_c="int b(void) { return 2 + 0; }\n")
-    pr = build(touched, tmp_path / "b-pr", cache, RECIPE, sandbox, 120, writes_cache=False)
+    touched = "int b(void) { return 2 + 0; }\n"
+    pr = build_pr(checkout(tmp_path, "pr", b_c=touched), sandbox)
     assert pr.ok and pr.binaries["hello"].is_file()
     assert (pr.compiled, pr.cached) == (1, 2)  # b.c alone; main.c and a.c as main built them
     # the PR's build stored nothing: the cache is main's alone
-    again = build(touched, tmp_path / "b-pr2", cache, RECIPE, sandbox, 120, writes_cache=False)
+    again = build_pr(checkout(tmp_path, "pr2", b_c=touched), sandbox)
     assert (again.compiled, again.cached) == (1, 2)
 
 
@@ -81,7 +79,7 @@ def test_a_build_that_fails_is_the_prs_with_the_compilers_own_words(
     tmp_path: Path, sandbox: Sandbox
 ) -> None:
     broken = checkout(tmp_path, "pr", a_c="int a(void) { return 1 }\n")
-    out = build(broken, tmp_path / "b", tmp_path / "cc", RECIPE, sandbox, 120, writes_cache=False)
+    out = build_pr(broken, sandbox)
     assert (out.status, out.fault) == ("failed", "pr")
     assert out.errors[0].startswith("a.c:1:") and "error" in out.errors[0]
     assert "/build/" not in out.errors[0]  # the checkout's own file names, not the sandbox's
@@ -93,7 +91,7 @@ def test_a_build_cannot_write_its_checkout_or_reach_the_network(
     """A checkout whose CMakeLists writes into its own tree, and one that reaches outside."""
     writes = CMAKE + 'file(WRITE "${CMAKE_SOURCE_DIR}/planted.txt" "x")\n'
     src = checkout(tmp_path, "pr", CMakeLists_txt=writes)
-    out = build(src, tmp_path / "b", tmp_path / "cc", RECIPE, sandbox, 120, writes_cache=False)
+    out = build_pr(src, sandbox)
     assert out.status == "failed" and not (src / "planted.txt").exists()
     assert any("CMake Error" in e for e in out.errors)
 
@@ -103,7 +101,7 @@ def test_a_build_past_its_deadline_is_killed_and_is_the_prs(
 ) -> None:
     slow = CMAKE + "execute_process(COMMAND sleep 30)\n"
     src = checkout(tmp_path, "pr", CMakeLists_txt=slow)
-    out = build(src, tmp_path / "b", tmp_path / "cc", RECIPE, sandbox, 3, writes_cache=False)
+    out = build_pr(src, sandbox, timeout_s=3)
     assert (out.status, out.fault) == ("timeout", "pr") and out.seconds < 15
 
 
@@ -114,16 +112,13 @@ def test_the_builds_own_words_never_make_its_failure_the_boxs(
     compiler killed in its own sandbox) is still the PR's: only the free space the collector
     reads itself makes a failure the box's."""
     says = CMAKE + 'message(FATAL_ERROR "cc1: fatal error: No space left on device")\n'
-    out = build(checkout(tmp_path, "pr", CMakeLists_txt=says), tmp_path / "b", tmp_path / "cc",
-                RECIPE, sandbox, 120, writes_cache=False)  # fmt: skip
+    out = build_pr(checkout(tmp_path, "pr", CMakeLists_txt=says), sandbox)
     assert (out.status, out.fault) == ("failed", "pr")
     kills = CMAKE + 'execute_process(COMMAND sh -c "kill -9 $PPID")\n'
-    out = build(checkout(tmp_path, "pr2", CMakeLists_txt=kills), tmp_path / "b2", tmp_path / "cc",
-                RECIPE, sandbox, 120, writes_cache=False)  # fmt: skip
+    out = build_pr(checkout(tmp_path, "pr2", CMakeLists_txt=kills), sandbox)
     assert (out.status, out.fault) == ("failed", "pr"), out
     broken = checkout(tmp_path, "pr3", a_c="int a(void) { return 1 }\n")
-    full = build(broken, tmp_path / "b3", tmp_path / "cc", RECIPE, sandbox, 120,
-                 writes_cache=False, min_free_mb=2**40)  # fmt: skip
+    full = build_pr(broken, sandbox, min_free_mb=2**40)
     assert (full.status, full.fault) == (
         "infra",
         "infra",

@@ -70,7 +70,7 @@ def test_bad_policies_are_clear_errors(tmp_path: Path) -> None:
     assert "max_context names model(s) not in models: qwen3-8b" in _bad(
         tmp_path, "min_noise = 0.03", 'min_noise = 0.04\nmax_context = { "qwen3-8b" = 40 }'
     )
-    assert "legs 6 exceeds reps 5" in _bad(
+    assert "legs 6 exceeds reps 9 or concurrent_runs 5" in _bad(
         tmp_path, "pr_sessions = 2 ", "legs = 6\npr_sessions = 2 "
     )
     with pytest.raises(PolicyError, match="profile 'tpu' not in the policy"):

@@ -17,6 +17,7 @@ from fake_repo import FakeRepo, git, pr, test_policy_text
 
 from collector.cli import main
 from collector.manifest import ManifestError
+from collector.policy import load_policy, resolve
 from collector.run.collect import collect
 from collector.run.outcome import TIMED
 from collector.schedule import CONFIRM_SLOTS
@@ -102,9 +103,10 @@ def test_verdicts_of_a_mixed_round(fake_repo: FakeRepo, tmp_path: Path) -> None:
             "SELECT side, count(*) FROM samples WHERE pr = 1 AND axis = 'decode@128' "
             "AND model = ? GROUP BY side ORDER BY side"
         )
-        # two planned sessions of five repetitions (the cpu profile), and a confirmation session
-        assert s.query(n, ["tiny"]) == [("main", 3 * 5), ("pr", 3 * 5)]
-        assert s.query(n, ["tiny:q8_0"]) == [("main", 3 * 5), ("pr", 3 * 5)]  # the guard too
+        # two planned sessions of the cpu profile's repetitions, and a confirmation session
+        reps = 3 * resolve(load_policy(), "cpu").profile.reps
+        assert s.query(n, ["tiny"]) == [("main", reps), ("pr", reps)]
+        assert s.query(n, ["tiny:q8_0"]) == [("main", reps), ("pr", reps)]  # the guard too
         # main's own sessions time nothing: its speed is in the PRs' sessions, beside theirs
         mains = "SELECT DISTINCT kind FROM sessions WHERE side = 'main' ORDER BY kind"
         assert [k for (k,) in s.query(mains)] == ["prefill-check", "score"]

@@ -109,6 +109,12 @@ def _gguf_path(spec: ModelSpec) -> Path:
     return spec.path if spec.path is not None else smollm2_path()
 
 
+def model_file(name: str) -> Path | None:
+    """The GGUF file a named model is read from (None for a dummy model, made in memory)."""
+    spec = resolve(name)
+    return None if spec.kind == "dummy" else _gguf_path(spec).resolve()
+
+
 def model_config(name: str) -> ModelConfig:
     """A model's config without loading its weights."""
     spec = resolve(name)

@@ -205,8 +205,13 @@ def sweep(
         return per_side
 
     b = Bench([], Challenges(), np.zeros(1, dtype=np.int64), min_time, prefill_tokens)
+    # a server's slots: the most sequences one operation holds, each the most tokens
+    slots = max([b.prompts_per_region(c) for c in ctxs] + widths)
+    slot_ctx = max(ctxs) + tokens + 1
+    if widths:
+        slot_ctx = max(slot_ctx, prompt_len + width_tokens + max(widths) + 1)
     (mine, baseline), measured, fields = run_session(
-        model, backend, Engines.of(session), verify, b, body, clock, legs
+        model, backend, Engines.of(session), verify, b, body, clock, legs, (slots, slot_ctx)
     )
     extra = {"widths": mine["widths"], "width_tokens": width_tokens} if widths else {}
     doc = SweepResult(
@@ -292,8 +297,9 @@ def concurrent(
         return per_side
 
     b = Bench([], Challenges(), np.zeros(1, dtype=np.int64), min_time)
+    room = (max(widths), prompt_len + tokens + max(widths) + 1)  # a server's slots
     (mine, baseline), measured, fields = run_session(
-        model, backend, Engines.of(session), verify, b, body, clock, legs
+        model, backend, Engines.of(session), verify, b, body, clock, legs, room
     )
     doc = ConcurrentResult(
         **fields, tokens=tokens, widths=mine["widths"], measured=measured, baseline=baseline

@@ -12,6 +12,7 @@ import click
 from engine.errors import EngineError
 from engine.harness.common import config_of, require_positive
 from engine.harness.sandbox import KINDS, SANDBOX_ENV
+from engine.harness.server_engine import KINDS as SERVER_KINDS
 
 MODEL_HELP = "Model name, e.g. tiny, smollm2-135m, llama-8b:q4_0."
 WARMUP_HELP = "Untimed repetitions of the same shape before the timed ones"
@@ -51,6 +52,21 @@ def session_options(f: Callable) -> Callable:
             default=None,
             help="Folder for each engine's home and this process's caches (default: a temporary "
             "one); the only place an engine may write, with its kernel cache.",
+        ),
+        click.option(
+            "--server",
+            type=click.Choice(sorted(SERVER_KINDS)),
+            default=None,
+            help="The engines are servers of this kind (llama.cpp: llama-server), and the "
+            "checkouts are their builds (bin/ inside); needs --baseline-checkout, main's server "
+            "being the reference its outputs are verified against.",
+        ),
+        click.option(
+            "--server-threads",
+            default=1,
+            show_default=True,
+            help="--server: compute threads of each server (the two take turns: each has them "
+            "all during its own).",
         ),
         click.option(
             "--engine-cache",

@@ -29,6 +29,7 @@ from engine.harness.common import (
     DEFAULT_CORPUS,
     REPO_ROOT,
     Clock,
+    config_of,
     corpus_prompt_ids,
     engine_commit,
     header,
@@ -37,10 +38,19 @@ from engine.harness.common import (
     require_positive,
 )
 from engine.harness.measure import Bench, Side, idle_report, timing_report, warm_up, watch_engine
-from engine.harness.protocol import Baseline, ContextSample, Measured, MemoryReport, WidthSample
+from engine.harness.protocol import (
+    Baseline,
+    ContextSample,
+    Measured,
+    MemoryReport,
+    VerificationReport,
+    WidthSample,
+)
 from engine.harness.reaper import become_subreaper, kill_leftovers
 from engine.harness.sandbox import Sandbox
 from engine.harness.sandbox import describe as describe_sandbox
+from engine.harness.server_engine import ServerEngine, server_kind
+from engine.harness.server_verify import verify_on
 from engine.harness.timing import EngineProcess, EngineSpec
 from engine.harness.turns import DeviceProbe
 from engine.harness.verify import verify as verify_outputs
@@ -57,20 +67,31 @@ class Engines:
     scratch: Path | None
     cache: Path | None
     baseline_cache: Path | None
+    server: str | None = None  # a server kind (server_engine.py): the checkouts are its builds
+    server_threads: int = 1
 
     @classmethod
     def of(cls, o: dict) -> Engines:
         def path(k: str) -> Path | None:
             return Path(o[k]).resolve() if o.get(k) else None
 
-        return cls(
+        engines = cls(
             checkout=path("engine_checkout") or REPO_ROOT,
             baseline=path("baseline_checkout"),
             sandbox=o["sandbox"],
             scratch=path("scratch"),
             cache=path("engine_cache"),
             baseline_cache=path("baseline_cache"),
+            server=o.get("server"),
+            server_threads=int(o.get("server_threads") or 1),
         )
+        if engines.server and (engines.baseline is None or o.get("engine_checkout") is None):
+            raise EngineError(
+                "--server needs --engine-checkout and --baseline-checkout (the two builds): "
+                "main's server is the reference the other's outputs are held against"
+            )
+        require_positive(engines.server_threads, "--server-threads")
+        return engines
 
 
 def shares(n: int, legs: int) -> list[int]:
@@ -225,19 +246,41 @@ class Legs:
     steps: Steps
     probe: DeviceProbe | None
     roles: list[Role] = field(default_factory=list)
+    engines: Engines | None = None
+    room: tuple[int, int] = (1, 1)  # a server's slots and tokens per slot, for the command's shapes
+    verify: bool = False  # servers: the measured one's outputs held against main's, each leg
+    reports: list[VerificationReport] = field(default_factory=list)
+
+    def start(self, spec: EngineSpec, baseline: bool) -> EngineProcess | ServerEngine:
+        """One engine: a process of the checkout's engine, or the server of its build."""
+        e = self.engines
+        if e is None or e.server is None:
+            return EngineProcess(
+                spec, self.model, self.backend, probe=self.probe, baseline=baseline
+            )
+        slots, slot_ctx = self.room
+        return ServerEngine(
+            spec, self.model, server_kind(e.server), slots, slot_ctx, e.server_threads,
+            probe=self.probe, baseline=baseline,
+        )  # fmt: skip
+
+    def connect(self, p: EngineProcess | ServerEngine) -> None:
+        if isinstance(p, ServerEngine):
+            p.connect(config_of(self.model).vocab_size)  # the parent reads the model file
+        else:
+            p.connect()
 
     def run(self, b: Bench, body: Callable[[Bench, int], list[dict]], leg: int) -> list[dict]:
         """Start the engines anew (main's beside the measured one; both load at once), warm them
         up, run `body(b, leg)` against them turn by turn, and stop them; per side its results."""
         gpu, last = self.backend == "cupy", len(self.specs) - 1
-        procs = [
-            EngineProcess(spec, self.model, self.backend, probe=self.probe, baseline=i < last)
-            for i, spec in enumerate(self.specs)
-        ]
+        procs: list = []
         b.sides = []
         try:
+            for i, spec in enumerate(self.specs):
+                procs.append(self.start(spec, baseline=i < last))
             for p in procs:
-                p.connect()
+                self.connect(p)
             self.steps.done("engine_loaded")
             if len({p.vocab for p in procs}) != 1:
                 raise EngineOutputError(
@@ -254,11 +297,16 @@ class Legs:
                 side.watch.mark()  # each context's peak counts from here
             results = body(b, leg)
             self.steps.done("measured")
+            if self.verify and isinstance(procs[0], ServerEngine):
+                checks = [g for g in b.sides[-1].checks.groups]
+                progress(f"verifying {len(checks)} timed operations against main's server")
+                reference = f"main's server ({procs[0].kind.name})"
+                self.reports.append(verify_on(procs[0], checks, reference))
         finally:
             for role, side in zip(self.roles, b.sides, strict=False):
                 role.memory.append(side.watch.stop())
                 role.checks += side.checks.groups
-            for role, p in zip(self.roles, procs, strict=True):
+            for role, p in zip(self.roles, procs, strict=False):
                 role.engines.append(p)
                 p.close()
             kill_leftovers()
@@ -275,6 +323,7 @@ def run_session(
     body: Callable[[Bench, int], list[dict]],
     clock: Clock,
     legs: int = 1,
+    room: tuple[int, int] = (1, 1),
 ) -> tuple[tuple[dict, Baseline | None], Measured, dict]:
     """Time the canary; then, `legs` times, start the engines and run `body(b, leg)` against them
     (`Legs.run`); time the canary again, then verify the measured engine's outputs of every leg
@@ -292,6 +341,7 @@ def run_session(
         specs = [engine_spec(engines, resolved, scratch, baseline=True)] if engines.baseline else []
         specs.append(engine_spec(engines, resolved, scratch, baseline=False))
         pairs = Legs(model, resolved, specs, scratch, steps, probe, [Role([], []) for _ in specs])
+        pairs.engines, pairs.room, pairs.verify = engines, room, do_verify and bool(engines.server)
         for leg in range(legs):
             if legs > 1:
                 progress(f"leg {leg + 1} of {legs}: the engines start anew")
@@ -299,7 +349,10 @@ def run_session(
     canary_report = canary.after()
     mine = pairs.roles[-1]
     report = None
-    if do_verify:
+    if do_verify and engines.server:
+        report = joined_reports(pairs.reports)
+        steps.done("verified")
+    elif do_verify:
         progress(f"verifying {len(mine.checks)} timed operations against this checkout's model")
         reference = f"main's engine at {engine_commit()[:12]}"
         report = verify_outputs(open_model(model, resolved), mine.checks, reference)
@@ -323,13 +376,25 @@ def run_session(
     return (per_side[-1], main_beside(pairs.roles, per_side)), measured, header(model, me, clock)
 
 
+def joined_reports(reports: list[VerificationReport]) -> VerificationReport:
+    """Each leg's verification (a server's, against main's server of the same leg) as one."""
+    return VerificationReport(
+        reference=reports[0].reference,
+        decode_margins=[m for r in reports for m in r.decode_margins],
+        prefill_margins=[m for r in reports for m in r.prefill_margins],
+        prefill_kl=[k for r in reports for k in r.prefill_kl],
+    )
+
+
 def main_beside(roles: list[Role], per_side: list[dict]) -> Baseline | None:
     """Main's engine as the document's Baseline, when it was timed beside the measured one."""
     if len(roles) != 2:
         return None
     main = roles[0]
+    first = main.engines[0]
     return Baseline(
-        commit=engine_commit(main.engines[0].spec.checkout),
+        # a server's checkout is its build, no git work tree: the collector knows its commit
+        commit="unknown" if isinstance(first, ServerEngine) else engine_commit(first.spec.checkout),
         timing=timing_report(*main.engines),
         memory=_joined_memory(main.memory),
         idle=idle_report(*main.engines),

@@ -148,7 +148,78 @@ class EngineSpec:
         )
 
 
-class EngineProcess:
+class TakesTurns:
+    """What an engine of a session is to the timing parent, whatever serves it (an engine
+    process over pipes, or a server over a socket: server_engine.py): its processes stopped but
+    during its own turns (`turns`), its timed regions, and each sequence's length as the
+    requests say. A subclass starts its processes and sets `turns`."""
+
+    spec: EngineSpec
+    baseline: bool
+    name: str
+    turns: TurnTaker
+
+    def __init__(self) -> None:
+        self.timeline = Timeline()
+        self.lengths: dict[int, int] = {}  # each sequence's cached tokens, as the requests say
+        self.vocab = 0
+
+    @property
+    def pid(self) -> int:
+        """The engine's own process (inside its sandbox: the command bwrap started)."""
+        return self.turns.tree.engine_pid() or self.turns.tree.root
+
+    @property
+    def ledger(self):  # noqa: ANN201 - turns.Ledger
+        return self.turns.ledger
+
+    def failure(self, why: str) -> Exception:
+        """The error for an answer that cannot be used: main's is never the PR's fault."""
+        return (BaselineError if self.baseline else EngineOutputError)(f"{self.name} {why}")
+
+    @contextlib.contextmanager
+    def turn(self) -> Iterator[None]:
+        """Its turn: continued at the start, every process stopped at the end (turns.py); the
+        requests inside it run back to back."""
+        self.turns.begin()
+        try:
+            yield
+        finally:
+            if self.turns.active:
+                self.turns.end()
+
+    def group_of(self, message: dict) -> str:
+        """The operation and its shape, from the request and the sequences' lengths before it:
+        "prefill n=4096" (" x8": eight prompts in one region; " at=L" when the sequence already
+        held L tokens), "decode ctx=4096 w=1" (ctx: the shortest sequence's length; w: the
+        sequences decoded together)."""
+        op = message.get("op")
+        if op == "prefill":
+            seqs = message["seqs"]
+            start = self.lengths.get(seqs[0], 0)
+            many = f" x{len(seqs)}" if len(seqs) > 1 else ""
+            return f"prefill n={message['n']}{many}" + (f" at={start}" if start else "")
+        if op == "decode":
+            ctx = min((self.lengths.get(s, 0) for s in message["seqs"]), default=0)
+            return f"decode ctx={ctx} w={len(message['seqs'])}"
+        return str(op)
+
+    def _track(self, message: dict) -> None:
+        """Each sequence's length after an operation the engine has answered."""
+        op = message.get("op")
+        if op == "reset":
+            self.lengths = dict.fromkeys(range(message["n_seqs"]), 0)
+        elif op == "truncate":
+            self.lengths[message["seq"]] = message["len"]
+        elif op == "prefill":
+            for s in message["seqs"]:
+                self.lengths[s] = self.lengths.get(s, 0) + message["n"]
+        elif op == "decode":
+            for s in message["seqs"]:
+                self.lengths[s] = self.lengths.get(s, 0) + message["steps"]
+
+
+class EngineProcess(TakesTurns):
     """One engine under test in its own (sandboxed) process, driven over two pipes, stopped but
     during its own requests. Start it, then `connect()` (several engines load side by side).
 
@@ -164,6 +235,7 @@ class EngineProcess:
         probe: DeviceProbe | None = None,
         baseline: bool = False,
     ) -> None:
+        super().__init__()
         self.spec, self.raise_on_death, self.baseline = spec, raise_on_death, baseline
         self.name = "main's engine process" if baseline else "the engine process"
         ctl_r, ctl_w = os.pipe()
@@ -189,9 +261,6 @@ class EngineProcess:
         os.close(rep_w)
         self.ctl, self.rep = ctl_w, rep_r
         self.turns = TurnTaker(ProcessTree(self.proc.pid, not spec.sandbox.sealed), probe)
-        self.timeline = Timeline()
-        self.lengths: dict[int, int] = {}  # each sequence's cached tokens, as the requests say
-        self.vocab = 0
 
     def connect(self) -> None:
         """Wait for the engine's hello (its model loaded), then stop it until its first turn."""
@@ -202,15 +271,6 @@ class EngineProcess:
             raise err(f"{self.name} reported no vocabulary size")
         self.turns.begin()  # loaded: stopped until its first turn
         self.turns.end()
-
-    @property
-    def pid(self) -> int:
-        """The engine's own process (inside its sandbox: the command bwrap started)."""
-        return self.turns.tree.engine_pid() or self.proc.pid
-
-    @property
-    def ledger(self):  # noqa: ANN201 - turns.Ledger
-        return self.turns.ledger
 
     def _last_words(self) -> str:
         """The last line the engine process wrote on stderr (its stderr is copied to ours)."""
@@ -257,17 +317,6 @@ class EngineProcess:
             raise err(f"{self.name} broke the protocol")
         return reply
 
-    @contextlib.contextmanager
-    def turn(self) -> Iterator[None]:
-        """Its turn: continued at the start, every process stopped at the end (turns.py); the
-        requests inside it run back to back."""
-        self.turns.begin()
-        try:
-            yield
-        finally:
-            if self.turns.active:
-                self.turns.end()
-
     def _send(self, message: dict) -> None:
         try:
             send(self.ctl, message)
@@ -304,36 +353,6 @@ class EngineProcess:
         self.timeline.regions.append(Region(seconds, _in_s(first), group))
         self._track(message)
         return [first, *rest], seconds
-
-    def group_of(self, message: dict) -> str:
-        """The operation and its shape, from the request and the sequences' lengths before it:
-        "prefill n=4096" (" x8": eight prompts in one region; " at=L" when the sequence already
-        held L tokens), "decode ctx=4096 w=1" (ctx: the shortest sequence's length; w: the
-        sequences decoded together)."""
-        op = message.get("op")
-        if op == "prefill":
-            seqs = message["seqs"]
-            start = self.lengths.get(seqs[0], 0)
-            many = f" x{len(seqs)}" if len(seqs) > 1 else ""
-            return f"prefill n={message['n']}{many}" + (f" at={start}" if start else "")
-        if op == "decode":
-            ctx = min((self.lengths.get(s, 0) for s in message["seqs"]), default=0)
-            return f"decode ctx={ctx} w={len(message['seqs'])}"
-        return str(op)
-
-    def _track(self, message: dict) -> None:
-        """Each sequence's length after an operation the engine process has answered."""
-        op = message.get("op")
-        if op == "reset":
-            self.lengths = dict.fromkeys(range(message["n_seqs"]), 0)
-        elif op == "truncate":
-            self.lengths[message["seq"]] = message["len"]
-        elif op == "prefill":
-            for s in message["seqs"]:
-                self.lengths[s] = self.lengths.get(s, 0) + message["n"]
-        elif op == "decode":
-            for s in message["seqs"]:
-                self.lengths[s] = self.lengths.get(s, 0) + message["steps"]
 
     # --- the operations ---------------------------------------------------------------------
 

@@ -1,0 +1,362 @@
+"""An engine served over HTTP (llama.cpp's `llama-server` first), as the timing parent sees it.
+
+The server runs from a checkout's build (its `bin/`), in the same sandbox as any engine process
+(sandbox.py): no network, its own PID namespace, everything read-only but its home and one
+folder it shares with the parent, where it listens on a Unix socket (http_unix.py). The parent
+speaks to it as it speaks to an engine process over pipes (timing.py), operation for operation,
+so the speed measurements (measure.py) and the turns (turns.py) are the same:
+
+* a sequence is a server slot (`--parallel` slots, a request pinned to one by `id_slot`, prompt
+  caching on, so a slot keeps what it was fed); the parent keeps each sequence's tokens and
+  sends them whole, and the server reuses the slot's cache for the prefix it already holds;
+* prefill: the sequence's tokens with one token predicted, its top-k log-probs the digest;
+  several prompts to a region are several requests back to back;
+* decode: the sequence's tokens plus the fed first token, `steps` tokens predicted greedily
+  (temperature 0, end-of-generation ignored); sequences decoded together are requests in
+  flight at once, which the server batches;
+* the server's own `timings` (prompt_ms + predicted_ms) are the engine's figure for the
+  clock cross-check, as an engine process's `in_s`.
+
+Every answer is the PR's words: ids outside the vocabulary, a count other than asked, a missing
+or negative timing make an `EngineOutputError` (main's: a `BaselineError`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from engine.harness.http_unix import ServerReplyError, UnixConnection
+from engine.harness.sandbox import exit_status
+from engine.harness.timing import QUIT_GRACE_S, EngineSpec, Region, Sample, TakesTurns
+from engine.harness.turns import DeviceProbe, ProcessTree, TurnTaker
+from engine.models import model_file
+
+LOAD_TIMEOUT_S = 300.0  # model loaded and answering /health by then, or the server is stuck
+REQUEST_TIMEOUT_S = 600.0  # one request's answer (a 32k prefill on a slow box is minutes)
+DIGEST_TOPK = 16  # as an engine process's prefill digest (serve.py)
+INSIDE_BUILD = "/build/out"  # where a build lies inside its sandbox, as when it was built
+INSIDE_SOCKET = "/run/sparkboard"  # the shared folder, inside
+
+
+@dataclass(frozen=True)
+class ServerKind:
+    """How one kind of server is started from its build: the binary and its fixed flags (the
+    same for main and the PR: a PR changes the server's code, never how it is measured)."""
+
+    name: str
+    binary: str  # relative to the build folder
+
+    def argv(self, model: str, socket: str, slots: int, slot_ctx: int, threads: int) -> list[str]:
+        binary = f"{INSIDE_BUILD}/{self.binary}"
+        return [
+            binary,
+            "--model", model,
+            "--host", socket,  # a path ending in .sock: llama-server listens on a Unix socket
+            "--parallel", str(slots),
+            "--ctx-size", str(slots * slot_ctx),
+            "--no-kv-unified",  # each slot its own slot_ctx
+            "--threads", str(threads),
+            "--threads-batch", str(threads),
+            "--threads-http", str(slots + 1),  # a thread per request in flight
+            "--poll", "0",  # threads wait asleep, not spinning, between graphs: a stopped turn is idle
+            "--cache-ram", "0",  # no prompt cache beyond the slots' own
+            "--no-webui",
+            "--no-warmup",  # the harness warms both engines up together
+            "--log-disable",
+        ]  # fmt: skip
+
+
+KINDS = {"llama.cpp": ServerKind("llama.cpp", "bin/llama-server")}
+
+
+def server_kind(name: str) -> ServerKind:
+    try:
+        return KINDS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown server kind {name!r}: expected one of {', '.join(KINDS)}"
+        ) from None
+
+
+def _number(x: object) -> float | None:
+    return float(x) if isinstance(x, int | float) and math.isfinite(x) and x >= 0 else None
+
+
+class ServerEngine(TakesTurns):
+    """One served engine in its sandbox, driven over its socket, stopped but during its own
+    turns. `slots` sequences of up to `slot_ctx` tokens each; `threads` compute threads."""
+
+    def __init__(
+        self,
+        spec: EngineSpec,
+        model: str,
+        kind: ServerKind,
+        slots: int,
+        slot_ctx: int,
+        threads: int,
+        probe: DeviceProbe | None = None,
+        baseline: bool = False,
+    ) -> None:
+        super().__init__()
+        self.spec, self.baseline, self.kind = spec, baseline, kind
+        self.slots, self.slot_ctx = slots, slot_ctx
+        self.name = "main's server" if baseline else "the server"
+        if not (spec.checkout / kind.binary).is_file():
+            raise self.failure(f"has no {kind.binary} in its build {spec.checkout}")
+        # a short path of the parent's own (a socket's path has ~100 bytes at most)
+        self.folder = Path(tempfile.mkdtemp(prefix="sb-sock-"))
+        self.socket = self.folder / "server.sock"
+        # a dummy model has no file: its name is passed on, for the server to refuse
+        path = model_file(model)
+        argv = kind.argv(
+            str(path or model), f"{INSIDE_SOCKET}/server.sock", slots, slot_ctx, threads
+        )
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_")}
+        if spec.sandbox.sealed:
+            box = spec.sandbox
+            if path is not None:  # the model's folder, read-only
+                box = dataclasses.replace(box, readable=(*box.readable, str(path.parent)))
+            argv, env = box.wrap(
+                argv,
+                checkout=spec.checkout,
+                writable=[spec.home, self.folder],
+                env=env,
+                at={spec.checkout: INSIDE_BUILD, self.folder: INSIDE_SOCKET},
+            )
+        else:  # unsealed, the paths are the box's own
+            argv = [str(spec.checkout / kind.binary), *argv[1:]]
+            argv[argv.index("--host") + 1] = str(self.socket)
+        self.err = tempfile.TemporaryFile()  # noqa: SIM115 - its log, copied to ours at the end
+        self.proc = subprocess.Popen(
+            argv,
+            cwd=spec.checkout,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=self.err,
+            stderr=self.err,
+        )
+        self.turns = TurnTaker(ProcessTree(self.proc.pid, not spec.sandbox.sealed), probe)
+        self.tokens: dict[int, list[int]] = {}  # each sequence's tokens, as sent and generated
+        self.conns: list[UnixConnection] = []
+
+    # --- start and stop ---------------------------------------------------------------------
+
+    def connect(self, vocab: int) -> None:
+        """Wait until the server answers /health (its model loaded), then stop it until its
+        first turn. `vocab`: the model's, read by the parent from the model file."""
+        deadline = time.monotonic() + LOAD_TIMEOUT_S
+        while True:
+            if self.proc.poll() is not None:
+                raise self.failure(f"exited while loading{self._last_words()}")
+            if self.socket.exists():
+                health = UnixConnection(self.socket, 5.0)
+                try:
+                    health.call("GET", "/health")
+                    break
+                except (ServerReplyError, OSError):
+                    pass  # 503 while it loads
+                finally:
+                    health.close()
+            if time.monotonic() > deadline:
+                raise self.failure(f"did not answer /health within {LOAD_TIMEOUT_S:.0f} s")
+            time.sleep(0.05)
+        self.vocab = vocab
+        self.conns = [UnixConnection(self.socket, REQUEST_TIMEOUT_S) for _ in range(self.slots)]
+        self.turns.begin()  # loaded: stopped until its first turn
+        self.turns.end()
+
+    def _last_words(self) -> str:
+        """The last line of the server's log (copied to ours once)."""
+        if self.err.closed:
+            return ""
+        self.err.seek(0)
+        text = self.err.read().decode("utf-8", errors="replace")
+        self.err.close()
+        sys.stderr.write(text[-4000:])
+        sys.stderr.flush()
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        return f": {lines[-1][:300]}" if lines else ""
+
+    def _broken(self, e: ServerReplyError) -> Exception:
+        """An answer that cannot be used: the server died, or it said something unusable."""
+        if self.proc.poll() is not None:
+            code = exit_status(self.spec.sandbox, self.proc.returncode)
+            how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+            return self.failure(how + self._last_words())
+        return self.failure(f"answered unusably: {e}")
+
+    def close(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL after the grace) and remove its folder."""
+        try:
+            self.turns.release()
+            for c in self.conns:
+                c.close()
+            if self.proc.poll() is None:
+                self.proc.terminate()
+            try:
+                self.proc.wait(timeout=QUIT_GRACE_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self._last_words()
+        finally:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+    # --- requests -----------------------------------------------------------------------------
+
+    def _body(self, seq: int, ids: list[int], n_predict: int, n_probs: int = 0) -> dict:
+        return {
+            "prompt": ids,
+            "n_predict": n_predict,
+            "id_slot": seq,
+            "cache_prompt": True,  # a slot keeps its sequence (fresh challenges share nothing)
+            "samplers": ["temperature"],
+            "temperature": 0.0,  # greedy
+            "ignore_eos": True,
+            "return_tokens": True,
+            "n_probs": n_probs,
+            "stream": False,
+        }
+
+    def _answers(self, bodies: list[tuple[int, dict]], together: bool) -> list[dict]:
+        """The answers to one request per (sequence, body): in flight at once (`together`) or
+        one after another."""
+        out: list[dict] = []
+        try:
+            if together:
+                for seq, body in bodies:
+                    self.conns[seq].send_json("POST", "/completion", body)
+                out = [self.conns[seq].read_json("POST /completion") for seq, _ in bodies]
+            else:
+                out = [self.conns[seq].call("POST", "/completion", body) for seq, body in bodies]
+        except ServerReplyError as e:
+            raise self._broken(e) from None
+        return out
+
+    def _tokens(self, answer: dict, n: int) -> list[int]:
+        ids = answer.get("tokens")
+        if not isinstance(ids, list) or len(ids) != n or not all(type(t) is int for t in ids):
+            raise self.failure(f"answered tokens {str(ids)[:80]!r}, expected {n} ids")
+        if any(not 0 <= t < self.vocab for t in ids):
+            raise self.failure(f"produced ids outside the vocabulary of {self.vocab}")
+        return ids
+
+    def _own_s(self, answer: dict) -> float:
+        t = answer.get("timings")
+        if not isinstance(t, dict):
+            raise self.failure("sent no timings")
+        parts = [_number(t.get("prompt_ms")), _number(t.get("predicted_ms"))]
+        if any(p is None for p in parts):
+            raise self.failure(f"sent unusable timings {str(t)[:120]!r}")
+        return sum(p for p in parts if p is not None) / 1e3
+
+    def top_logprobs(self, answer: dict, at: int) -> list[tuple[int, float]]:
+        """The top log-probs the answer gave at its `at`-th predicted token."""
+        probs = answer.get("completion_probabilities")
+        try:
+            rows = probs[at]["top_logprobs"]  # type: ignore[index]
+            pairs = [(r["id"], r["logprob"]) for r in rows]
+        except (TypeError, KeyError, IndexError):
+            raise self.failure("sent no usable top log-probs") from None
+        ok = all(type(i) is int and 0 <= i < self.vocab for i, _ in pairs) and all(
+            isinstance(lp, int | float) and lp <= 0 and math.isfinite(lp) for _, lp in pairs
+        )
+        if not pairs or not ok:
+            raise self.failure("sent no usable top log-probs")
+        return [(int(i), float(lp)) for i, lp in pairs]
+
+    def _exchange(
+        self, message: dict, bodies: list[tuple[int, dict]], together: bool, timed: bool
+    ) -> tuple[list[dict], float]:
+        """One operation in its turn (a turn of its own when none is under way): the answers,
+        and (timed) the parent's seconds from the first request to the last answer, its region
+        recorded with the server's own figure."""
+        if not self.turns.active:
+            with self.turn():
+                return self._exchange(message, bodies, together, timed)
+        group = self.group_of(message)
+        self.turns.asking()
+        t0 = time.perf_counter()
+        answers = self._answers(bodies, together)
+        seconds = max(time.perf_counter() - t0, 1e-9)
+        self.turns.answered()
+        if timed:
+            own = [self._own_s(a) for a in answers]
+            self.timeline.regions.append(Region(seconds, max(own) if together else sum(own), group))
+        self._track(message)
+        return answers, seconds if timed else 0.0
+
+    # --- the operations (as EngineProcess's) --------------------------------------------------
+
+    def reset(self, n_seqs: int, max_len: int) -> None:
+        if n_seqs > self.slots or max_len > self.slot_ctx:
+            raise ValueError(
+                f"{n_seqs} sequences of {max_len} tokens: the server was started with "
+                f"{self.slots} slots of {self.slot_ctx}"
+            )
+        self.tokens = {s: [] for s in range(n_seqs)}
+        self._track({"op": "reset", "n_seqs": n_seqs})
+
+    def truncate(self, seq: int, length: int) -> None:
+        self.tokens[seq] = self.tokens[seq][:length]
+        self._track({"op": "truncate", "seq": seq, "len": length})
+
+    def prefill(
+        self, seqs: list[int], prompts: list[np.ndarray], timed: bool = True
+    ) -> tuple[list[Sample], float]:
+        n = len(prompts[0])
+        if any(len(p) != n for p in prompts) or len(seqs) != len(prompts):
+            raise ValueError("prefill takes one prompt of the same length per sequence")
+        bodies = []
+        for s, p in zip(seqs, prompts, strict=True):
+            self.tokens[s] = self.tokens.get(s, []) + [int(t) for t in p]
+            bodies.append((s, self._body(s, self.tokens[s], 1, DIGEST_TOPK)))
+        message = {"op": "prefill", "seqs": seqs, "n": n}
+        answers, seconds = self._exchange(message, bodies, together=False, timed=timed)
+        samples = []
+        for p, a in zip(prompts, answers, strict=True):
+            (first,) = self._tokens(a, 1)
+            samples.append(Sample(prompt=p, argmax=first, topk=self.top_logprobs(a, 0)))
+        return samples, seconds
+
+    def decode(
+        self, seqs: list[int], first: np.ndarray, steps: int, timed: bool = True
+    ) -> tuple[np.ndarray, float]:
+        bodies = []
+        for s, f in zip(seqs, first, strict=True):
+            self.tokens[s] = self.tokens[s] + [int(f)]
+            bodies.append((s, self._body(s, self.tokens[s], steps)))
+        message = {"op": "decode", "seqs": seqs, "steps": steps}
+        answers, seconds = self._exchange(message, bodies, together=len(seqs) > 1, timed=timed)
+        out = np.zeros((steps, len(seqs)), dtype=np.int64)
+        for j, (s, a) in enumerate(zip(seqs, answers, strict=True)):
+            made = self._tokens(a, steps)
+            out[:, j] = made
+            # the fed token and all but the last made one are in the slot's cache
+            self.tokens[s] = self.tokens[s] + made[:-1]
+        return out, seconds
+
+    def vram(self, kv_tokens: int) -> dict | None:
+        return None  # memory is read from outside (memory.py); a server reports none of its own
+
+    def continuation(self, seq: int, ids: list[int], steps: int, n_probs: int) -> dict:
+        """Untimed: `steps` greedy tokens after `ids` with each one's top log-probs (main's
+        server as the reference of verification: server_verify.py)."""
+        self.tokens[seq] = list(ids)
+        message = {"op": "reference"}
+        (answer,), _ = self._exchange(
+            message, [(seq, self._body(seq, list(ids), steps, n_probs))], False, timed=False
+        )
+        self._tokens(answer, steps)
+        return answer

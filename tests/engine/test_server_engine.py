@@ -1,0 +1,161 @@
+"""Served engines (`bench sweep|concurrent --server llama.cpp`): main's server beside the PR's,
+each in its sandbox, spoken to over a Unix socket, turn by turn, the PR's outputs held against
+main's server. The servers here are tests/support/fake_llama_server.py (llama-server's API, a
+hash for a model); `test_a_real_llama_server_...` runs llama.cpp's own where a build is given."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from engine_helpers import REPO
+
+from engine.cli_common import EXIT_BAD_OUTPUT, EXIT_HARNESS
+from engine.harness.protocol import ConcurrentResult, SweepResult, parse_document
+from engine.harness.sandbox import Sandbox, SandboxError, probe
+
+FAKE = REPO / "tests" / "support" / "fake_llama_server.py"
+ENV = {"PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
+
+
+@pytest.fixture(params=["none", "bwrap"])
+def sandbox(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "bwrap":
+        try:
+            probe(Sandbox("bwrap"), tmp_path / "probe")
+        except SandboxError as e:
+            pytest.skip(f"this box cannot make a sandbox: {e}")
+    return request.param
+
+
+def fake_build(tmp_path: Path, name: str, mode: str = "honest") -> Path:
+    """A "build" whose bin/llama-server is the fake server behaving as `mode`."""
+    build = tmp_path / name
+    (build / "bin").mkdir(parents=True)
+    shutil.copy(FAKE, build / "bin" / "fake_llama_server.py")
+    server = build / "bin" / "llama-server"
+    server.write_text(
+        "#!/bin/sh\n"
+        f"SPARKBOARD_FAKE_MODE={mode} exec /usr/bin/python3 "
+        '"$(dirname "$0")/fake_llama_server.py" "$@"\n'
+    )
+    server.chmod(0o755)
+    return build
+
+
+def served(
+    tmp_path: Path,
+    command: str,
+    pr: Path,
+    main: Path,
+    sandbox: str,
+    *args: str,
+    model: str = "tiny",
+) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "engine.harness.bench", command, "--model", model]
+    argv += ["--backend", "numpy", "--min-time", "0.01", "--server", "llama.cpp"]
+    argv += ["--engine-checkout", str(pr), "--baseline-checkout", str(main), "--sandbox", sandbox]
+    argv += [*args, "--out", str(tmp_path / "out.json")]
+    return subprocess.run(argv, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
+
+
+def sweep(tmp_path: Path, pr: Path, main: Path, sandbox: str) -> SweepResult:
+    args = ("--ctx", "16,40", "--tokens", "4", "--reps", "2", "--prefill-tokens", "32")
+    res = served(tmp_path, "sweep", pr, main, sandbox, *args)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return parse_document((tmp_path / "out.json").read_bytes(), "sweep")  # type: ignore[return-value]
+
+
+def test_a_served_engine_is_timed_beside_mains_and_verified_against_it(
+    tmp_path: Path, sandbox: str
+) -> None:
+    main, pr = fake_build(tmp_path, "main"), fake_build(tmp_path, "pr")
+    doc = sweep(tmp_path, pr, main, sandbox)
+    base, m = doc.baseline, doc.measured
+    assert base is not None and m.verification is not None
+    for side in (doc, base):
+        assert [c.ctx for c in side.contexts] == [16, 40]
+        assert all(len(c.decode_tok_s) == len(c.prefill_tok_s) == 2 for c in side.contexts)
+        assert all(v > 0 for c in side.contexts for v in c.decode_tok_s + c.prefill_tok_s)
+    # every timed operation a region, labelled with its shape; the server's own figure beside it
+    groups = set(m.timing.groups)
+    assert {"prefill n=16 x2", "prefill n=40", "decode ctx=16 w=1", "decode ctx=40 w=1"} <= groups
+    assert all(0 < own <= parent for parent, own in m.timing.regions)
+    # the same model: every kept token and first token is main's greedy pick
+    v = m.verification
+    assert v.reference.startswith("main's server")
+    assert v.decode_margins and set(v.decode_margins) == {0.0}
+    assert v.prefill_margins and set(v.prefill_margins) == {0.0}
+    assert max(v.prefill_kl) < 1e-9
+    # stopped between turns: an honest server uses nothing then
+    assert len(m.idle.after_answer_s) > 8 and max(m.idle.while_stopped_s) < 0.005
+    assert m.memory is not None and m.memory.host_peak > 0
+    assert m.sandbox == ("none" if sandbox == "none" else m.sandbox) and m.sandbox
+
+
+def test_a_server_that_computes_something_else_shows_in_its_margins(tmp_path: Path) -> None:
+    main, pr = fake_build(tmp_path, "main"), fake_build(tmp_path, "pr", mode="wrong")
+    v = sweep(tmp_path, pr, main, "none").measured.verification
+    assert v is not None
+    # each token is off main's pick by more than any tie: one margin per token, each large
+    assert v.decode_margins and min(v.decode_margins) > 1.0
+    assert v.prefill_margins and min(v.prefill_margins) > 1.0
+
+
+def test_a_server_that_works_after_answering_shows_in_its_ledger(tmp_path: Path) -> None:
+    main, pr = fake_build(tmp_path, "main"), fake_build(tmp_path, "pr", mode="busy")
+    doc = sweep(tmp_path, pr, main, "none")
+    base = doc.baseline
+    assert base is not None
+    busy = sum(doc.measured.idle.after_answer_s) + sum(doc.measured.idle.between_s)
+    beside = sum(base.idle.after_answer_s) + sum(base.idle.between_s)
+    assert busy > 0.05 and beside < busy / 5
+
+
+def test_concurrent_requests_are_in_flight_together(tmp_path: Path) -> None:
+    main, pr = fake_build(tmp_path, "main"), fake_build(tmp_path, "pr")
+    args = ("--widths", "2,3", "--tokens", "3", "--runs", "2", "--prompt-len", "12")
+    res = served(tmp_path, "concurrent", pr, main, "none", *args)
+    assert res.returncode == 0, res.stderr[-3000:]
+    doc = parse_document((tmp_path / "out.json").read_bytes(), "concurrent")
+    assert isinstance(doc, ConcurrentResult) and doc.baseline is not None
+    assert [w.width for w in doc.widths] == [2, 3]
+    assert {"decode ctx=12 w=2", "decode ctx=12 w=3"} <= set(doc.measured.timing.groups)
+    v = doc.measured.verification
+    assert v is not None and v.decode_margins and set(v.decode_margins) == {0.0}
+
+
+def test_unusable_answers_are_the_prs_and_a_missing_server_is_said(tmp_path: Path) -> None:
+    main, pr = fake_build(tmp_path, "main"), fake_build(tmp_path, "pr", mode="garbage")
+    res = served(tmp_path, "sweep", pr, main, "none", "--ctx", "16", "--tokens", "2", "--reps", "1")
+    assert res.returncode == EXIT_BAD_OUTPUT
+    assert "the server produced ids outside the vocabulary" in res.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    res = served(tmp_path, "sweep", empty, main, "none", "--ctx", "16", "--reps", "1")
+    assert res.returncode == EXIT_BAD_OUTPUT
+    assert "has no bin/llama-server in its build" in res.stderr
+    argv = [sys.executable, "-m", "engine.harness.bench", "sweep", "--model", "tiny"]
+    argv += ["--server", "llama.cpp", "--out", str(tmp_path / "x.json")]
+    res = subprocess.run(argv, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=60)
+    assert res.returncode == EXIT_HARNESS or res.returncode == 2
+    assert "--server needs --engine-checkout and --baseline-checkout" in res.stderr
+
+
+@pytest.mark.skipif(
+    not os.environ.get("SPARKBOARD_LLAMA_BUILD"),
+    reason="SPARKBOARD_LLAMA_BUILD (a llama.cpp build with bin/llama-server) is not set",
+)
+def test_a_real_llama_server_beside_itself(tmp_path: Path) -> None:
+    build = Path(os.environ["SPARKBOARD_LLAMA_BUILD"])
+    model = os.environ.get("SPARKBOARD_LLAMA_MODEL", "smollm2-135m")
+    args = ("--ctx", "32,128", "--tokens", "8", "--reps", "2", "--server-threads", "1")
+    res = served(tmp_path, "sweep", build, build, "bwrap", *args, model=model)
+    assert res.returncode == 0, res.stderr[-3000:]
+    doc = parse_document((tmp_path / "out.json").read_bytes(), "sweep")
+    v = doc.measured.verification
+    assert v is not None and v.decode_margins and max(v.decode_margins) < 0.05

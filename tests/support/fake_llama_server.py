@@ -1,0 +1,144 @@
+"""A stand-in for llama.cpp's llama-server, for the tests of served engines (no build needed).
+
+    python3 fake_llama_server.py --model M --host /path/server.sock --parallel N ... (its flags)
+
+It speaks the part of llama-server's HTTP API the harness uses (GET /health, POST /completion
+with token-id prompts, greedy, `n_probs`, `timings`) over a Unix socket, standard library only
+(it runs inside the sandbox with the system's python3). Its "model" is a hash: at a context, 8
+candidate tokens get logits from the last four tokens, every other token logit 0, so greedy
+tokens and log-probs are exact and cheap; each token costs a little CPU, like a real one.
+
+SPARKBOARD_FAKE_MODE picks how it behaves (a PR's server):
+  honest    computes the model (the default)
+  wrong     every predicted token one past the model's (a numerics bug)
+  busy      keeps a core busy for 50 ms after every answer (work while it is not its turn)
+  garbage   answers ids outside the vocabulary
+SPARKBOARD_FAKE_VOCAB is the vocabulary's size; SPARKBOARD_FAKE_WORK the loop per token.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import socketserver
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler
+
+VOCAB = int(os.environ.get("SPARKBOARD_FAKE_VOCAB", "49152"))
+MODE = os.environ.get("SPARKBOARD_FAKE_MODE", "honest")
+WORK = int(os.environ.get("SPARKBOARD_FAKE_WORK", "3000"))
+CANDIDATES = 8
+
+
+def logits(context: list[int]) -> dict[int, float]:
+    """The candidates' logits at this context (every other token: 0)."""
+    key = ",".join(map(str, context[-4:])).encode()
+    d = hashlib.blake2b(key, digest_size=4 * CANDIDATES * 2).digest()
+    out: dict[int, float] = {}
+    for i in range(CANDIDATES):
+        tok = int.from_bytes(d[4 * i : 4 * i + 4], "little") % VOCAB
+        out[tok] = 2.0 + 6.0 * d[4 * CANDIDATES + i] / 255.0
+    return out
+
+
+def log_probs(context: list[int], n: int) -> tuple[int, list[tuple[int, float]]]:
+    """The greedy token and the top-n (id, log-prob) at this context."""
+    sum(i * i for i in range(WORK))  # a token's work
+    cand = logits(context)
+    z = math.log(sum(math.exp(v) for v in cand.values()) + (VOCAB - len(cand)))
+    ranked = sorted(cand.items(), key=lambda kv: (-kv[1], kv[0]))
+    top = [(t, v - z) for t, v in ranked]
+    t = 0
+    while len(top) < n:
+        if t not in cand:
+            top.append((t, -z))
+        t += 1
+    return ranked[0][0], top[:n]
+
+
+def complete(body: dict) -> dict:
+    t0 = time.perf_counter()
+    context = [int(t) for t in body["prompt"]]
+    for _ in context:  # the prompt's work (no cache here: every request prefills it whole)
+        sum(i * i for i in range(WORK // 8))
+    t1 = time.perf_counter()
+    n_probs, made, probs = int(body.get("n_probs", 0)), [], []
+    for _ in range(int(body["n_predict"])):
+        tok, top = log_probs(context, max(n_probs, 1))
+        if MODE == "wrong":
+            tok = (tok + 1) % VOCAB
+        if MODE == "garbage":
+            tok = VOCAB + 7
+        made.append(tok)
+        if n_probs:
+            rows = [{"id": i, "logprob": lp} for i, lp in top]
+            probs.append({"id": tok, "logprob": top[0][1], "top_logprobs": rows})
+        context.append(tok)
+    t2 = time.perf_counter()
+    answer = {
+        "tokens": made,
+        "content": "",
+        "stop": True,
+        "id_slot": body.get("id_slot", 0),
+        "timings": {
+            "prompt_n": len(body["prompt"]),
+            "prompt_ms": (t1 - t0) * 1e3,
+            "predicted_n": len(made),
+            "predicted_ms": (t2 - t1) * 1e3,
+        },
+    }
+    if n_probs:
+        answer["completion_probabilities"] = probs
+    return answer
+
+
+def spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def reply(self, doc: dict) -> None:
+        data = json.dumps(doc).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+        self.wfile.flush()
+        if MODE == "busy":
+            threading.Thread(target=spin, args=(0.05,)).start()
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self.reply({"status": "ok"})
+
+    def do_POST(self) -> None:  # noqa: N802
+        n = int(self.headers.get("Content-Length", "0"))
+        self.reply(complete(json.loads(self.rfile.read(n))))
+
+    def address_string(self) -> str:
+        return "unix"
+
+
+class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+
+def main(argv: list[str]) -> None:
+    host = argv[argv.index("--host") + 1]
+    time.sleep(0.1)  # "loading"
+    Server(host, Handler).serve_forever()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -154,21 +154,26 @@ def corpus_ids(scratch: Path) -> Callable[[str, int], list[int]]:
 class Steps:
     """Where a session's seconds go, legs summed: each step's time from the end of the step
     before it, written to the clock as phases (Measured.phases: seconds from the start at which
-    each step would have ended had every leg's steps run back to back)."""
+    each step would have ended had every leg's steps run back to back). A step may end out of
+    that order (a server's outputs are verified before the engines stop: server_verify.py)."""
 
     ORDER = ("engine_loaded", "warmed", "measured", "engine_stopped", "verified")
 
     def __init__(self, clock: Clock) -> None:
         self.clock, self.spent, self._last = clock, dict.fromkeys(self.ORDER, 0.0), 0.0
+        self._seen: set[str] = set()
 
     def done(self, step: str) -> None:
         now = self.clock.wall_s()
         self.spent[step] += now - self._last
         self._last = now
+        self._seen.add(step)
         total = 0.0
-        for name in self.ORDER[: self.ORDER.index(step) + 1]:
+        self.clock.phases.clear()  # written in ORDER, whatever order the steps ended in
+        for name in self.ORDER:
             total += self.spent[name]
-            self.clock.phases[name] = round(total, 3)
+            if name in self._seen:
+                self.clock.phases[name] = round(total, 3)
 
 
 @dataclass
@@ -298,10 +303,11 @@ class Legs:
             results = body(b, leg)
             self.steps.done("measured")
             if self.verify and isinstance(procs[0], ServerEngine):
-                checks = [g for g in b.sides[-1].checks.groups]
+                checks = list(b.sides[-1].checks.groups)
                 progress(f"verifying {len(checks)} timed operations against main's server")
                 reference = f"main's server ({procs[0].kind.name})"
                 self.reports.append(verify_on(procs[0], checks, reference))
+                self.steps.done("verified")
         finally:
             for role, side in zip(self.roles, b.sides, strict=False):
                 role.memory.append(side.watch.stop())
@@ -349,9 +355,8 @@ def run_session(
     canary_report = canary.after()
     mine = pairs.roles[-1]
     report = None
-    if do_verify and engines.server:
+    if do_verify and engines.server:  # verified leg by leg, beside main's server
         report = joined_reports(pairs.reports)
-        steps.done("verified")
     elif do_verify:
         progress(f"verifying {len(mine.checks)} timed operations against this checkout's model")
         reference = f"main's engine at {engine_commit()[:12]}"

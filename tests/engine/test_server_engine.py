@@ -94,6 +94,11 @@ def test_a_served_engine_is_timed_beside_mains_and_verified_against_it(
     # stopped between turns: an honest server uses nothing then
     assert len(m.idle.after_answer_s) > 8 and max(m.idle.while_stopped_s) < 0.005
     assert m.memory is not None and m.memory.host_peak > 0
+    # verified beside main's server, before the engines stop: the phases still read in order
+    names = ["engine_loaded", "warmed", "measured", "engine_stopped", "verified"]
+    assert m.phases is not None and list(m.phases) == names
+    ends = [m.phases[n] for n in names]
+    assert ends == sorted(ends) and ends[-1] > ends[2]
     assert m.sandbox == ("none" if sandbox == "none" else m.sandbox) and m.sandbox
 
 

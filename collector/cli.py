@@ -287,3 +287,30 @@ def export(db: Path, round_id: str | None, fmt: str, out: Path | None) -> None:
                 click.echo(str(p))
     except USER_ERRORS as e:
         raise fail(e) from None
+
+
+@main.command("llama-cpp-source")
+@click.option("--release", required=True, help="A llama-cpp-python release, e.g. 0.3.36.")
+@click.option(
+    "--into",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="A new folder: the git repository of llama.cpp's tree as that release vendors it.",
+)
+@click.option(
+    "--sdist",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The release's source archive, already downloaded (default: pip downloads it).",
+)
+def llama_cpp_source(release: str, into: Path, sdist: Path | None) -> None:
+    """llama.cpp's source as a git repository (main of a round of llama.cpp PRs), from the
+    llama-cpp-python release on PyPI that vendors it, trimmed to what a build reads."""
+    from collector.engine_source import SourceError, llama_cpp_repo
+
+    click.echo(f"llama.cpp of {release} into {into} ...", err=True)
+    try:
+        commit = llama_cpp_repo(release, into, sdist)
+    except SourceError as e:
+        raise fail(e) from None
+    click.echo(commit)

@@ -5,6 +5,7 @@ hash for a model); `test_a_real_llama_server_...` runs llama.cpp's own where a b
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -164,3 +165,56 @@ def test_a_real_llama_server_beside_itself(tmp_path: Path) -> None:
     doc = parse_document((tmp_path / "out.json").read_bytes(), "sweep")
     v = doc.measured.verification
     assert v is not None and v.decode_margins and max(v.decode_margins) < 0.05
+
+
+def fake_tools(tmp_path: Path, name: str, mode: str = "honest") -> Path:
+    """A "build" whose bin/llama-perplexity is the fake tool behaving as `mode`."""
+    build = tmp_path / name
+    (build / "bin").mkdir(parents=True)
+    shutil.copy(REPO / "tests" / "support" / "fake_llama_perplexity.py", build / "bin")
+    tool = build / "bin" / "llama-perplexity"
+    tool.write_text(
+        "#!/bin/sh\n"
+        f"SPARKBOARD_FAKE_MODE={mode} exec /usr/bin/python3 "
+        '"$(dirname "$0")/fake_llama_perplexity.py" "$@"\n'
+    )
+    tool.chmod(0o755)
+    return build
+
+
+def kld(tmp_path: Path, pr: Path, main: Path, sandbox: str) -> subprocess.CompletedProcess[str]:
+    text = REPO / "data" / "corpus.txt"
+    model = tmp_path / "models" / "m.gguf"  # the fake tool reads no model
+    model.parent.mkdir(exist_ok=True)
+    model.write_bytes(b"GGUF")
+    argv = [sys.executable, "-m", "engine.harness.server_score", "kld", "--model", str(model)]
+    argv += ["--text-file", str(text), "--ctx", "16", "--chunks", "3", "--sandbox", sandbox]
+    argv += ["--engine-checkout", str(pr), "--baseline-checkout", str(main)]
+    argv += ["--out", str(tmp_path / "kld.json")]
+    return subprocess.run(argv, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=120)
+
+
+def test_accuracy_with_the_servers_own_tool_held_against_mains(
+    tmp_path: Path, sandbox: str
+) -> None:
+    main = fake_tools(tmp_path, "main")
+    res = kld(tmp_path, fake_tools(tmp_path, "same"), main, sandbox)
+    assert res.returncode == 0, res.stderr[-2000:]
+    same = json.loads((tmp_path / "kld.json").read_text())
+    assert (same["tokens"], same["same_top"], same["ppl_ratio"]) == (3 * 7, 1.0, 1.0)
+    assert same["kl_max"] < 1e-9
+    res = kld(tmp_path, fake_tools(tmp_path, "wrong", "wrong"), main, sandbox)
+    assert res.returncode == 0, res.stderr[-2000:]
+    wrong = json.loads((tmp_path / "kld.json").read_text())
+    assert wrong["kl_mean"] > 0.01 and wrong["same_top"] < 0.5
+
+
+def test_a_tool_that_fails_or_writes_a_bad_file_is_the_builds_own(tmp_path: Path) -> None:
+    main = fake_tools(tmp_path, "main")
+    res = kld(tmp_path, fake_tools(tmp_path, "short", "short"), main, "none")
+    assert res.returncode == EXIT_BAD_OUTPUT and "the PR's build: logits.bin" in res.stderr
+    res = kld(tmp_path, fake_tools(tmp_path, "fail", "fail"), main, "none")
+    assert res.returncode == EXIT_BAD_OUTPUT
+    assert "exited with 1: error: failed to load model" in res.stderr
+    res = kld(tmp_path, main, fake_tools(tmp_path, "main-fails", "fail"), "none")
+    assert res.returncode == 3 and "main's build" in res.stderr

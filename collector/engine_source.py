@@ -81,6 +81,10 @@ def unpack_tree(sdist: Path, release: str, into: Path) -> int:
     """The vendored llama.cpp tree of `sdist` into `into` (which must not exist), trimmed; the
     number of files written."""
     check_release(release)
+    if not hasattr(tarfile, "data_filter"):
+        raise SourceError(
+            "unpacking a download safely needs Python 3.11.4 or later (tarfile's data filter)"
+        )
     if into.exists():
         raise SourceError(f"{into} exists: give a new folder")
     prefix = f"{PACKAGE.replace('-', '_')}-{release}/vendor/llama.cpp"

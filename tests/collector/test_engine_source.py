@@ -16,6 +16,9 @@ from collector.cli import main
 from collector.engine_source import SourceError, llama_cpp_repo
 
 TOP = "llama_cpp_python-0.3.36"
+pytestmark = pytest.mark.skipif(
+    not hasattr(tarfile, "data_filter"), reason="Python before 3.11.4 has no tarfile data filter"
+)
 
 
 def sdist(tmp_path: Path, files: dict[str, bytes], links: dict[str, str] | None = None) -> Path:

@@ -20,6 +20,11 @@ from engine.harness.protocol import ConcurrentResult, SweepResult, parse_documen
 from engine.harness.sandbox import Sandbox, SandboxError, probe
 
 FAKE = REPO / "tests" / "support" / "fake_llama_server.py"
+# the fakes run in the sandbox, which binds the system's folders: the system's python3
+SYSTEM_PYTHON = Path("/usr/bin/python3")
+pytestmark = pytest.mark.skipif(
+    not SYSTEM_PYTHON.is_file(), reason="the fake servers need the system's /usr/bin/python3"
+)
 ENV = {"PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
 
 

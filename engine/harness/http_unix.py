@@ -12,6 +12,8 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import struct
+from collections.abc import Callable
 from pathlib import Path
 
 MAX_BODY_BYTES = 16 << 20  # a completion's answer (ids, top-k log-probs) is far smaller
@@ -21,19 +23,33 @@ class ServerReplyError(Exception):
     """The server's answer cannot be used; the text says why (its own words cut short)."""
 
 
-class UnixConnection(http.client.HTTPConnection):
-    """A keep-alive HTTP connection to a server listening on `path` (a Unix socket)."""
+class NotTheServer(ServerReplyError):
+    """The socket's other end is some other process of the box."""
 
-    def __init__(self, path: Path, timeout_s: float) -> None:
+
+class UnixConnection(http.client.HTTPConnection):
+    """A keep-alive HTTP connection to a server listening on `path` (a Unix socket).
+
+    `peer`: whether the process at the other end (its pid, from the kernel: SO_PEERCRED) is the
+    server's. The socket's folder is the sandbox's to write: a link there in place of the
+    socket would have this process (root, outside) talk to another server of the box (a
+    container daemon's socket speaks HTTP too); a connection whose peer is not the server's is
+    closed before a byte is sent."""
+
+    def __init__(self, path: Path, timeout_s: float, peer: Callable[[int], bool]) -> None:
         super().__init__("localhost", timeout=timeout_s)
-        self.path = str(path)
+        self.path, self.peer = str(path), peer
 
     def connect(self) -> None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(self.timeout)
         try:
             sock.connect(self.path)
-        except OSError:
+            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            pid = struct.unpack("3i", creds)[0]
+            if not self.peer(pid):
+                raise NotTheServer(f"the socket's other end (pid {pid}) is not the server's")
+        except BaseException:
             sock.close()
             raise
         self.sock = sock

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.harness.http_unix import ServerReplyError, UnixConnection
+from engine.harness.http_unix import NotTheServer, ServerReplyError, UnixConnection
 from engine.harness.sandbox import exit_status
 from engine.harness.timing import QUIT_GRACE_S, EngineSpec, Region, Sample, TakesTurns
 from engine.harness.turns import DeviceProbe, ProcessTree, TurnTaker
@@ -160,10 +160,12 @@ class ServerEngine(TakesTurns):
             if self.proc.poll() is not None:
                 raise self.failure(f"exited while loading{self._last_words()}")
             if self.socket.exists():
-                health = UnixConnection(self.socket, 5.0)
+                health = UnixConnection(self.socket, 5.0, self.is_mine)
                 try:
                     health.call("GET", "/health")
                     break
+                except NotTheServer as e:
+                    raise self.failure(f"put another process's socket in its place: {e}") from None
                 except (ServerReplyError, OSError):
                     pass  # 503 while it loads
                 finally:
@@ -172,9 +174,15 @@ class ServerEngine(TakesTurns):
                 raise self.failure(f"did not answer /health within {LOAD_TIMEOUT_S:.0f} s")
             time.sleep(0.05)
         self.vocab = vocab
-        self.conns = [UnixConnection(self.socket, REQUEST_TIMEOUT_S) for _ in range(self.slots)]
+        self.conns = [
+            UnixConnection(self.socket, REQUEST_TIMEOUT_S, self.is_mine) for _ in range(self.slots)
+        ]
         self.turns.begin()  # loaded: stopped until its first turn
         self.turns.end()
+
+    def is_mine(self, pid: int) -> bool:
+        """Whether `pid` is one of the server's processes (a connection's other end)."""
+        return pid in self.turns.tree.pids()
 
     def _last_words(self) -> str:
         """The last line of the server's log (copied to ours once)."""

@@ -40,9 +40,11 @@ def _margin(top: list[tuple[int, float]], made: int) -> float:
 
 
 def _kl(main_top: list[tuple[int, float]], reported: list[tuple[int, float]]) -> float:
-    """KL(main || reported) over main's top-k and a tail bucket; a reported id missing from
-    main's top-k, or main's id missing from the report, gets that side's smallest log-prob."""
-    ref, rep = dict(main_top), dict(reported)
+    """KL(main || reported) over main's top-k (k: the report's length) and a tail bucket; a
+    reported id missing from main's top-k, or main's id missing from the report, gets that
+    side's smallest log-prob."""
+    ranked = sorted(main_top, key=lambda t: -t[1])[: len(reported)]  # k: the report's length
+    ref, rep = dict(ranked), dict(reported)
     ids = sorted(set(ref) | set(rep))
     lp_p = np.array([ref.get(i, min(ref.values())) for i in ids])
     lp_q = np.array([rep.get(i, min(rep.values())) for i in ids])

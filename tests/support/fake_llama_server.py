@@ -13,7 +13,8 @@ SPARKBOARD_FAKE_MODE picks how it behaves (a PR's server):
   wrong     every predicted token one past the model's (a numerics bug)
   busy      keeps a core busy for 50 ms after every answer (work while it is not its turn)
   garbage   answers ids outside the vocabulary
-SPARKBOARD_FAKE_VOCAB is the vocabulary's size; SPARKBOARD_FAKE_WORK the loop per token.
+SPARKBOARD_FAKE_VOCAB is the vocabulary's size; SPARKBOARD_FAKE_WORK the loop per token;
+SPARKBOARD_FAKE_LINK a socket of the box the server links in place of its own.
 """
 
 from __future__ import annotations
@@ -137,6 +138,11 @@ class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 def main(argv: list[str]) -> None:
     host = argv[argv.index("--host") + 1]
     time.sleep(0.1)  # "loading"
+    decoy = os.environ.get("SPARKBOARD_FAKE_LINK")
+    if decoy:  # listen elsewhere, and put a link to another socket of the box in its place
+        server = Server(host + ".real", Handler)
+        os.symlink(decoy, host)
+        server.serve_forever()
     Server(host, Handler).serve_forever()
 
 

@@ -341,6 +341,8 @@ def longctx(
     max_ctx = config_of(model).max_context
     if ctx + tokens > max_ctx:
         raise EngineError(f"ctx {ctx} + tokens {tokens} exceeds {model}'s context of {max_ctx}")
+    if session.get("server"):
+        raise EngineError("--server: the long-context check of a served engine is not measured yet")
     engines = Engines.of(session)
     if engines.baseline is not None:
         raise EngineError("longctx measures one engine: --baseline-checkout is not taken")

@@ -195,6 +195,11 @@ def test_unusable_answers_are_the_prs_and_a_missing_server_is_said(tmp_path: Pat
     res = subprocess.run(argv, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=60)
     assert res.returncode == EXIT_HARNESS or res.returncode == 2
     assert "--server needs --engine-checkout and --baseline-checkout" in res.stderr
+    argv = [sys.executable, "-m", "engine.harness.bench", "longctx", "--model", "tiny"]
+    argv += ["--ctx", "64", "--memory-budget", "99999999", "--server", "llama.cpp"]
+    argv += ["--engine-checkout", str(pr), "--out", str(tmp_path / "x.json")]
+    res = subprocess.run(argv, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "long-context check of a served engine" in res.stderr
 
 
 @pytest.mark.skipif(

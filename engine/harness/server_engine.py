@@ -45,6 +45,7 @@ from engine.models import model_file
 LOAD_TIMEOUT_S = 300.0  # model loaded and answering /health by then, or the server is stuck
 REQUEST_TIMEOUT_S = 600.0  # one request's answer (a 32k prefill on a slow box is minutes)
 DIGEST_TOPK = 16  # as an engine process's prefill digest (serve.py)
+LOGPROB_FLOOR = -1e4  # a log-prob of minus infinity (a token the server ruled out)
 INSIDE_BUILD = "/build/out"  # where a build lies inside its sandbox, as when it was built
 INSIDE_SOCKET = "/run/sparkboard"  # the shared folder, inside
 
@@ -270,11 +271,14 @@ class ServerEngine(TakesTurns):
         return sum(p for p in parts if p is not None) / 1e3
 
     def top_logprobs(self, answer: dict, at: int) -> list[tuple[int, float]]:
-        """The top log-probs the answer gave at its `at`-th predicted token."""
+        """The top log-probs the answer gave at its `at`-th predicted token (a probability of 0
+        is a log-prob of minus infinity, which llama-server's JSON writes as null: the floor)."""
         probs = answer.get("completion_probabilities")
         try:
             rows = probs[at]["top_logprobs"]  # type: ignore[index]
-            pairs = [(r["id"], r["logprob"]) for r in rows]
+            pairs = [
+                (r["id"], LOGPROB_FLOOR if r["logprob"] is None else r["logprob"]) for r in rows
+            ]
         except (TypeError, KeyError, IndexError):
             raise self.failure("sent no usable top log-probs") from None
         ok = all(type(i) is int and 0 <= i < self.vocab for i, _ in pairs) and all(

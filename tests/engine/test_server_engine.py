@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 from engine_helpers import REPO
 
+from collector.judge.forgery import idle_problem
+from collector.policy import load_policy
 from engine.cli_common import EXIT_BAD_OUTPUT, EXIT_HARNESS
 from engine.harness.protocol import ConcurrentResult, SweepResult, parse_document
 from engine.harness.sandbox import Sandbox, SandboxError, probe
@@ -121,14 +123,23 @@ def test_a_server_that_computes_something_else_shows_in_its_margins(tmp_path: Pa
     assert v.prefill_margins and min(v.prefill_margins) > 1.0
 
 
-def test_a_server_that_works_after_answering_shows_in_its_ledger(tmp_path: Path) -> None:
+def test_a_probability_of_zero_written_as_null_is_a_floor_not_a_failure(tmp_path: Path) -> None:
+    main, pr = fake_build(tmp_path, "main"), fake_build(tmp_path, "pr", mode="nullprob")
+    v = sweep(tmp_path, pr, main, "none").measured.verification
+    assert v is not None and set(v.decode_margins) == {0.0} and set(v.prefill_margins) == {0.0}
+
+
+@pytest.mark.timed
+def test_a_server_that_works_when_not_its_turn_is_forged(tmp_path: Path) -> None:
+    """Timed: the rule holds its CPU against the time it was watched idle (2 ms a turn), which
+    only a core of its own makes the same on every box (tests/run_suite.py); honest beside it."""
     main, pr = fake_build(tmp_path, "main"), fake_build(tmp_path, "pr", mode="busy")
-    doc = sweep(tmp_path, pr, main, "none")
-    base = doc.baseline
-    assert base is not None
-    busy = sum(doc.measured.idle.after_answer_s) + sum(doc.measured.idle.between_s)
-    beside = sum(base.idle.after_answer_s) + sum(base.idle.between_s)
-    assert busy > 0.05 and beside < busy / 5
+    rules = load_policy().forgery
+    busy = sweep(tmp_path, pr, main, "none")
+    why = idle_problem(busy, rules)
+    assert why is not None and "it works while it is not its turn" in why
+    honest = sweep(tmp_path, fake_build(tmp_path, "pr2"), main, "none")
+    assert idle_problem(honest, rules) is None
 
 
 def test_a_socket_linked_elsewhere_is_never_spoken_to(tmp_path: Path, sandbox: str) -> None:

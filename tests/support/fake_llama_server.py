@@ -11,8 +11,9 @@ tokens and log-probs are exact and cheap; each token costs a little CPU, like a 
 SPARKBOARD_FAKE_MODE picks how it behaves (a PR's server):
   honest    computes the model (the default)
   wrong     every predicted token one past the model's (a numerics bug)
-  busy      keeps a core busy for 50 ms after every answer (work while it is not its turn)
+  busy      keeps a core busy from its first answer on (work while it is not its turn)
   garbage   answers ids outside the vocabulary
+  nullprob  its last top log-prob null (a probability of 0, as llama-server writes minus infinity)
 SPARKBOARD_FAKE_VOCAB is the vocabulary's size; SPARKBOARD_FAKE_WORK the loop per token;
 SPARKBOARD_FAKE_LINK a socket of the box the server links in place of its own.
 """
@@ -77,6 +78,8 @@ def complete(body: dict) -> dict:
         made.append(tok)
         if n_probs:
             rows = [{"id": i, "logprob": lp} for i, lp in top]
+            if MODE == "nullprob":  # a probability of 0, as llama-server's JSON writes it
+                rows[-1]["logprob"] = None
             probs.append({"id": tok, "logprob": top[0][1], "top_logprobs": rows})
         context.append(tok)
     t2 = time.perf_counter()
@@ -97,9 +100,11 @@ def complete(body: dict) -> dict:
     return answer
 
 
-def spin(seconds: float) -> None:
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
+BUSY = threading.Event()
+
+
+def spin() -> None:
+    while True:
         pass
 
 
@@ -117,8 +122,9 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
         self.wfile.flush()
-        if MODE == "busy":
-            threading.Thread(target=spin, args=(0.05,)).start()
+        if MODE == "busy" and not BUSY.is_set():  # from its first answer on, a core kept busy
+            BUSY.set()
+            threading.Thread(target=spin, daemon=True).start()
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         self.reply({"status": "ok"})

@@ -28,7 +28,6 @@ import math
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -37,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.harness.http_unix import NotTheServer, ServerReplyError, UnixConnection
-from engine.harness.sandbox import exit_status
+from engine.harness.sandbox import Sandbox, exit_status
 from engine.harness.timing import QUIT_GRACE_S, EngineSpec, Region, Sample, TakesTurns
 from engine.harness.turns import DeviceProbe, ProcessTree, TurnTaker
 from engine.models import model_file
@@ -47,7 +46,7 @@ REQUEST_TIMEOUT_S = 600.0  # one request's answer (a 32k prefill on a slow box i
 DIGEST_TOPK = 16  # as an engine process's prefill digest (serve.py)
 LOGPROB_FLOOR = -1e4  # a log-prob of minus infinity (a token the server ruled out)
 INSIDE_BUILD = "/build/out"  # where a build lies inside its sandbox, as when it was built
-INSIDE_SOCKET = "/run/sparkboard"  # the shared folder, inside
+INSIDE_SHARED = "/run/sparkboard"  # the folder a sandbox shares with the parent, inside
 
 
 @dataclass(frozen=True)
@@ -90,6 +89,31 @@ def server_kind(name: str) -> ServerKind:
         ) from None
 
 
+def in_build(
+    sandbox: Sandbox,
+    build: Path,
+    argv: list[str],
+    home: Path,
+    shared: Path,
+    readable: list[Path],
+) -> tuple[list[str], dict[str, str] | None]:
+    """(argv, environment) of a build's program sealed: the build at INSIDE_BUILD (the path it
+    was built at), `shared` at INSIDE_SHARED (the one folder it writes besides its `home`, which
+    the parent reads), `readable` read-only; no LLAMA_ variable (they would set its flags).
+    Unsealed, `argv` as it is, its paths the box's own."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_")}
+    if not sandbox.sealed:
+        return argv, env
+    box = dataclasses.replace(sandbox, readable=(*sandbox.readable, *map(str, readable)))
+    return box.wrap(
+        argv,
+        checkout=build,
+        writable=[home, shared],
+        env=env,
+        at={build: INSIDE_BUILD, shared: INSIDE_SHARED},
+    )
+
+
 def _number(x: object) -> float | None:
     return float(x) if isinstance(x, int | float) and math.isfinite(x) and x >= 0 else None
 
@@ -121,23 +145,13 @@ class ServerEngine(TakesTurns):
         # a dummy model has no file: its name is passed on, for the server to refuse
         path = model_file(model)
         argv = kind.argv(
-            str(path or model), f"{INSIDE_SOCKET}/server.sock", slots, slot_ctx, threads
+            str(path or model), f"{INSIDE_SHARED}/server.sock", slots, slot_ctx, threads
         )
-        env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_")}
-        if spec.sandbox.sealed:
-            box = spec.sandbox
-            if path is not None:  # the model's folder, read-only
-                box = dataclasses.replace(box, readable=(*box.readable, str(path.parent)))
-            argv, env = box.wrap(
-                argv,
-                checkout=spec.checkout,
-                writable=[spec.home, self.folder],
-                env=env,
-                at={spec.checkout: INSIDE_BUILD, self.folder: INSIDE_SOCKET},
-            )
-        else:  # unsealed, the paths are the box's own
+        if not spec.sandbox.sealed:  # unsealed, the paths are the box's own
             argv = [str(spec.checkout / kind.binary), *argv[1:]]
             argv[argv.index("--host") + 1] = str(self.socket)
+        readable = [] if path is None else [path.parent]  # the model's folder
+        argv, env = in_build(spec.sandbox, spec.checkout, argv, spec.home, self.folder, readable)
         self.err = tempfile.TemporaryFile()  # noqa: SIM115 - its log, copied to ours at the end
         self.proc = subprocess.Popen(
             argv,
@@ -184,18 +198,6 @@ class ServerEngine(TakesTurns):
     def is_mine(self, pid: int) -> bool:
         """Whether `pid` is one of the server's processes (a connection's other end)."""
         return pid in self.turns.tree.pids()
-
-    def _last_words(self) -> str:
-        """The last line of the server's log (copied to ours once)."""
-        if self.err.closed:
-            return ""
-        self.err.seek(0)
-        text = self.err.read().decode("utf-8", errors="replace")
-        self.err.close()
-        sys.stderr.write(text[-4000:])
-        sys.stderr.flush()
-        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-        return f": {lines[-1][:300]}" if lines else ""
 
     def _broken(self, e: ServerReplyError) -> Exception:
         """An answer that cannot be used: the server died, or it said something unusable."""

@@ -27,7 +27,7 @@ from engine.errors import BaselineError, EngineError, EngineOutputError
 from engine.harness.common import check_out, cli_main, progress
 from engine.harness.kld import LogitsFileError, compare, read_logits
 from engine.harness.sandbox import KINDS, SANDBOX_ENV, Sandbox
-from engine.harness.server_engine import INSIDE_BUILD, INSIDE_SOCKET
+from engine.harness.server_engine import INSIDE_BUILD, INSIDE_SHARED, in_build
 from engine.models import model_file
 
 PERPLEXITY = "bin/llama-perplexity"
@@ -41,21 +41,12 @@ def perplexity_logits(
     tool = build / PERPLEXITY
     if not tool.is_file():
         raise EngineError(f"no {PERPLEXITY} in the build {build}")
-    inside = folder if not sandbox.sealed else Path(INSIDE_SOCKET)
+    inside = folder if not sandbox.sealed else Path(INSIDE_SHARED)
     argv = [str(tool) if not sandbox.sealed else f"{INSIDE_BUILD}/{PERPLEXITY}"]
     argv += ["--model", str(model), "--file", str(text), "--ctx-size", str(ctx)]
     argv += ["--batch-size", str(ctx), "--chunks", str(chunks), "--threads", str(threads)]
     argv += ["--kl-divergence-base", str(inside / "logits.bin")]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_")}
-    if sandbox.sealed:
-        box = dataclasses.replace(
-            sandbox, readable=(*sandbox.readable, str(model.parent), str(text.parent))
-        )
-        home = folder / "home"
-        argv, env = box.wrap(
-            argv, checkout=build, writable=[home, folder], env=env,
-            at={build: INSIDE_BUILD, folder: INSIDE_SOCKET},
-        )  # fmt: skip
+    argv, env = in_build(sandbox, build, argv, folder / "home", folder, [model.parent, text.parent])
     log = folder / "tool.log"
     with open(log, "wb") as out:
         try:

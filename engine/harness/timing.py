@@ -27,6 +27,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
@@ -158,6 +159,7 @@ class TakesTurns:
     baseline: bool
     name: str
     turns: TurnTaker
+    err: IO[bytes]  # what its processes write, read back when it ends
 
     def __init__(self) -> None:
         self.timeline = Timeline()
@@ -172,6 +174,18 @@ class TakesTurns:
     @property
     def ledger(self):  # noqa: ANN201 - turns.Ledger
         return self.turns.ledger
+
+    def _last_words(self) -> str:
+        """The last line its processes wrote (`err`: their output, copied to ours once)."""
+        if self.err.closed:
+            return ""
+        self.err.seek(0)
+        text = self.err.read().decode("utf-8", errors="replace")
+        self.err.close()
+        sys.stderr.write(text[-4000:])
+        sys.stderr.flush()
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        return f": {lines[-1][:300]}" if lines else ""
 
     def failure(self, why: str) -> Exception:
         """The error for an answer that cannot be used: main's is never the PR's fault."""
@@ -271,18 +285,6 @@ class EngineProcess(TakesTurns):
             raise err(f"{self.name} reported no vocabulary size")
         self.turns.begin()  # loaded: stopped until its first turn
         self.turns.end()
-
-    def _last_words(self) -> str:
-        """The last line the engine process wrote on stderr (its stderr is copied to ours)."""
-        if self.err.closed:
-            return ""
-        self.err.seek(0)
-        text = self.err.read().decode("utf-8", errors="replace")
-        self.err.close()
-        sys.stderr.write(text[-4000:])
-        sys.stderr.flush()
-        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-        return f": {lines[-1][:300]}" if lines else ""
 
     def _died(self) -> None:
         """The engine process is gone: leave the way it left (a signal stays a signal)."""

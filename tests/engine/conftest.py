@@ -47,3 +47,16 @@ def corpus_ids(tokenizer) -> np.ndarray:  # noqa: ANN001
     else:
         text = (REPO / "engine" / "README.md").read_text(encoding="utf-8")
     return np.asarray(tokenizer.encode(text), dtype=np.int64)
+
+
+@pytest.fixture(params=["none", "bwrap"])
+def sandbox_kind(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Each sandbox kind an engine runs in: unsealed, and bubblewrap where the box can make one."""
+    from engine.harness.sandbox import Sandbox, SandboxError, probe
+
+    if request.param == "bwrap":
+        try:
+            probe(Sandbox("bwrap"), tmp_path / "probe")
+        except SandboxError as e:
+            pytest.skip(f"this box cannot make a sandbox: {e}")
+    return request.param

@@ -18,7 +18,6 @@ from engine.cli_common import run_group as run_cli
 from engine.harness.bench import bench
 from engine.harness.common import engine_commit
 from engine.harness.protocol import SCHEMA_VERSION, ConcurrentResult, SweepResult, parse_document
-from engine.harness.sandbox import Sandbox, SandboxError, probe
 
 ENV = {"PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
 BROKEN = "raise SystemExit('this engine cannot start')\n"
@@ -37,20 +36,12 @@ def paired_sweep(tmp_path: Path, pr: Path, *extra: str) -> SweepResult:
     return parse_document((tmp_path / "out.json").read_bytes(), "sweep")  # type: ignore[return-value]
 
 
-@pytest.fixture(params=["none", "bwrap"])
-def sandbox(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "bwrap":
-        try:
-            probe(Sandbox("bwrap"), tmp_path / "probe")
-        except SandboxError as e:
-            pytest.skip(f"this box cannot make a sandbox: {e}")
-    return request.param
-
-
-def test_a_paired_sweep_carries_mains_engine_beside_the_prs(tmp_path: Path, sandbox: str) -> None:
+def test_a_paired_sweep_carries_mains_engine_beside_the_prs(
+    tmp_path: Path, sandbox_kind: str
+) -> None:
     pr = checkout_with(tmp_path, name="pr")  # an unchanged copy: the PR's checkout
     scratch = tmp_path / "scratch"
-    doc = paired_sweep(tmp_path, pr, "--sandbox", sandbox, "--scratch", str(scratch))
+    doc = paired_sweep(tmp_path, pr, "--sandbox", sandbox_kind, "--scratch", str(scratch))
     assert doc.schema_version == SCHEMA_VERSION == 3
     base, measured = doc.baseline, doc.measured
     assert base is not None
@@ -73,7 +64,7 @@ def test_a_paired_sweep_carries_mains_engine_beside_the_prs(tmp_path: Path, sand
         assert idle.device_busy_s == []
     assert measured.canary is not None and measured.canary.workload.startswith("numpy 128 x 128")
     assert measured.canary.before_s > 0 and measured.canary.after_s > 0
-    if sandbox == "bwrap":
+    if sandbox_kind == "bwrap":
         assert measured.sandbox is not None and measured.sandbox.startswith("bubblewrap ")
     else:
         assert measured.sandbox == "none"

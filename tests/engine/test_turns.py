@@ -18,7 +18,7 @@ import pytest
 from engine_helpers import REPO, checkout_with
 
 from engine.harness.measure import idle_report
-from engine.harness.sandbox import Sandbox, SandboxError, probe
+from engine.harness.sandbox import Sandbox
 from engine.harness.timing import EngineProcess, EngineSpec
 from engine.harness.turns import IDLE_WINDOW_S, STOPPED_STATES
 
@@ -48,15 +48,9 @@ _subprocess.Popen(
 """
 
 
-@pytest.fixture(params=["none", "bwrap"])
-def sandbox(request: pytest.FixtureRequest, tmp_path: Path) -> Sandbox:
-    box = Sandbox(request.param)
-    if box.sealed:
-        try:
-            probe(box, tmp_path / "probe")
-        except SandboxError as e:
-            pytest.skip(f"this box cannot make a sandbox: {e}")
-    return box
+@pytest.fixture
+def sandbox(sandbox_kind: str) -> Sandbox:
+    return Sandbox(sandbox_kind)
 
 
 def start(checkout: Path, box: Sandbox, home: Path) -> EngineProcess:

@@ -39,6 +39,7 @@ from collector.judge.forgery import (
     diverged_evidence,
     idle_problem,
     implausible_claim,
+    shared_device_problem,
 )
 from collector.run.runner import Request, Run
 from collector.samples import compared_widths
@@ -159,7 +160,9 @@ def _status(task: Task, req: Request, run: Run, policy: ResolvedPolicy) -> tuple
         if short:
             return "incomplete", "lost tokens: " + ", ".join(short)
     if req.timed:
-        moved = canary_problem(doc, policy.profile.canary_limit)
+        moved = canary_problem(doc, policy.profile.canary_limit) or shared_device_problem(
+            doc, policy.forgery
+        )
         if moved:
             return "infra", moved
         if task.side == "pr":

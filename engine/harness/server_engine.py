@@ -192,8 +192,7 @@ class ServerEngine(TakesTurns):
         self.conns = [
             UnixConnection(self.socket, REQUEST_TIMEOUT_S, self.is_mine) for _ in range(self.slots)
         ]
-        self.turns.begin()  # loaded: stopped until its first turn
-        self.turns.end()
+        self.turns.hold()  # loaded: stopped until its first turn
 
     def is_mine(self, pid: int) -> bool:
         """Whether `pid` is one of the server's processes (a connection's other end)."""

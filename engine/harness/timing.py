@@ -283,8 +283,7 @@ class EngineProcess(TakesTurns):
         if self.vocab <= 0:
             err = BaselineError if self.baseline else EngineOutputError
             raise err(f"{self.name} reported no vocabulary size")
-        self.turns.begin()  # loaded: stopped until its first turn
-        self.turns.end()
+        self.turns.hold()  # loaded: stopped until its first turn
 
     def _died(self) -> None:
         """The engine process is gone: leave the way it left (a signal stays a signal)."""

@@ -223,6 +223,18 @@ class TurnTaker:
             self.ledger.device_busy_s.append(self.probe.wait_idle())
         self.stopped, self._turn = pids, None
 
+    def hold(self) -> None:
+        """Once loaded, before its first turn: every process stopped, and the device drained of
+        whatever its load queued. Nothing is read into the ledger: this is no turn, and the
+        device may still be busy with the other engine's load (engines load at once), which a
+        reading here would lay at this one's door (2026-12-03: main's engine, connected first,
+        read 60-600 ms of the PR's load after its "turn" at each leg's start)."""
+        _took, pids = self.tree.stop()
+        self._cpu_stopped = self.tree.cpu_s(pids)
+        self.stopped = pids
+        if self.probe is not None:
+            self.probe.wait_idle()
+
     def release(self) -> None:
         """Continue every process for good (to quit, or to be killed)."""
         self.tree.resume(self.tree.pids())

@@ -56,11 +56,11 @@ def test_a_paired_sweep_carries_mains_engine_beside_the_prs(
     for idle in (base.idle, measured.idle):
         assert idle is not None
         turns = len(idle.after_answer_s)
-        # loaded, warmed up; per context 1 + 2 repetitions (the first untimed) of a prefill
-        # and a decode, two turns each; then its memory report
-        assert turns == len(base.idle.after_answer_s) == 1 + 1 + 2 * (3 * 2 * 2) + 2
+        # warmed up (its load is no turn); per context 1 + 2 repetitions (the first untimed) of
+        # a prefill and a decode, two turns each; then its memory report
+        assert turns == len(base.idle.after_answer_s) == 1 + 2 * (3 * 2 * 2) + 2
         assert len(idle.between_s) == len(idle.stop_s) == len(idle.window_s) == turns
-        assert len(idle.while_stopped_s) == turns - 1  # every turn but the first began stopped
+        assert len(idle.while_stopped_s) == turns  # every turn began stopped: held from its load
         assert idle.device_busy_s == []
     assert measured.canary is not None and measured.canary.workload.startswith("numpy 128 x 128")
     assert measured.canary.before_s > 0 and measured.canary.after_s > 0
@@ -145,8 +145,8 @@ def test_legs_start_the_engines_anew_and_deal_the_repetitions(tmp_path: Path) ->
     assert [len(w.runs) for w in doc.widths] == [len(w.runs) for w in doc.baseline.widths] == [1]
     for idle in (doc.measured.idle, doc.baseline.idle):
         assert idle is not None
-        # a new process's first turn (its load) never began stopped: one per leg
-        assert len(idle.while_stopped_s) == len(idle.after_answer_s) - 2
+        # each new process is held from its load: every turn of every leg began stopped
+        assert len(idle.while_stopped_s) == len(idle.after_answer_s)
     assert len(doc.measured.timing.regions) == len(doc.baseline.timing.regions)
     phases = doc.measured.phases
     assert phases is not None and list(phases) == [

@@ -148,7 +148,9 @@ def run_request(
     t0 = time.monotonic()
     try:
         argv, env, cwd = _command(req, checkout, place, out_file, side, pr)
-        code = _run(argv, env, cwd, err_file, req.timeout_s, last_core() if req.one_core else None)
+        code = _run(
+            argv, env, cwd, err_file, req.timeout_s, session_core() if req.one_core else None
+        )
         if not req.timed:  # its own sandbox: a death by signal as the command's own
             code = exit_status(Sandbox(place.sandbox), code)
     except OSError as e:
@@ -211,6 +213,16 @@ def _read(out_file: Path, kind: str, max_document_mb: int) -> tuple[object | Non
 def last_core() -> int:
     """The last core this process may run on (a test run pins its timed tests there too)."""
     return max(os.sched_getaffinity(0))
+
+
+def session_core() -> int:
+    """The core a one-core session runs on: the last this process may use, one further down per
+    GPU index (the first of CUDA_VISIBLE_DEVICES, as Ray sets it for each shard), so that the
+    shards of a round on one host's GPUs, each pinned, never share a core."""
+    cores = sorted(os.sched_getaffinity(0))
+    first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    offset = int(first) if first.isdigit() else 0
+    return cores[-1 - offset % len(cores)]
 
 
 def _run(

@@ -132,8 +132,10 @@ def test_rounds_are_judged_under_the_calibrated_gpu_policy(store) -> None:
     2026-12-03 in four legs each (pairs of engine processes, one repetition in each)."""
     for rid, pj in store.query("SELECT round_id, policy_json FROM rounds"):
         prof = json.loads(pj)["profile"]
-        assert prof.get("legs", 1) == (4 if "-legs" in rid or "-sealed" in rid else 1)
-        if "paired" in rid or "-legs" in rid or "-sealed" in rid:
+        four = "-legs" in rid or "-sealed" in rid or rid.startswith("2026-12-05-")
+        assert prof.get("legs", 1) == (4 if four else 1)
+        assert prof.get("one_core", False) == rid.startswith("2026-12-05-")
+        if "paired" in rid or four:
             assert prof["min_noise"] == pytest.approx(0.005)
             assert prof["min_noise_axes"]["prefill@128"] == pytest.approx(0.015)
             assert prof["min_noise_axes"]["prefill@512"] == pytest.approx(0.015)
@@ -179,6 +181,25 @@ def test_main_against_itself_is_banded_within_one_percent_in_four_leg_sessions(s
     loss = {c.axis: c for c in compare_pr(data, 403, ["llama-8b:q4_0"], [])}
     assert gain["decode@512"].tier == "XS" and gain["decode@512"].ci_low > 0.02
     assert loss["decode@512"].below_floor and loss["decode@512"].ci_high < -0.02
+
+
+def test_one_core_sessions_band_the_1b_within_one_percent(store) -> None:
+    """The A/A rounds of 2026-12-05, the whole session on one core (the gpu profile's
+    `one_core`): llama-1b:f16 in three rounds, llama-8b:q4_0 in one, `none` on every axis, main
+    against itself banded within 1% on every decode and concurrent axis (the 1B's read 0.95-2.2%
+    with its threads free, in 2026-12-h200-gates-sealed). The 1B's short prefills are not within
+    3% yet (3.3-14%): its prefill region is host-bound launches (data/demo/gpu/README.md)."""
+    from collector.judge.verdict import RoundData, compare_pr
+
+    rounds = {f"2026-12-05-h200-aa1b-{i}": "llama-1b:f16" for i in (1, 2, 3)}
+    rounds["2026-12-05-h200-aa8b-1"] = "llama-8b:q4_0"
+    for rid, model in rounds.items():
+        assert store.query("SELECT label FROM verdicts WHERE round_id = ?", [rid]) == [("none",)]
+        data = RoundData(store, rid, 0, False)
+        for c in compare_pr(data, 1, [model], []):
+            assert c.tier == "none" and not c.below_floor, (rid, c.axis)
+            if c.axis.split("@")[0] in ("decode", "concurrent"):
+                assert c.band - 1 <= 0.01, (rid, c.axis, c.band)
 
 
 def test_published_without_logits(store) -> None:

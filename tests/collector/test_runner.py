@@ -8,9 +8,11 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 from collector.policy import load_policy, resolve
 from collector.run.outcome import judge
-from collector.run.runner import Place, Request, run_request
+from collector.run.runner import Place, Request, run_request, session_core
 from collector.schedule import Task
 
 DOC = {
@@ -79,8 +81,11 @@ def test_ok_and_the_profile_environment(tmp_path: Path) -> None:
     assert o.status == "ok" and o.document is not None, o.detail  # type: ignore[attr-defined]
 
 
-def test_a_one_core_profile_runs_every_process_of_a_session_on_one_core(tmp_path: Path) -> None:
+def test_a_one_core_profile_runs_every_process_of_a_session_on_one_core(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Profile.one_core: the command and whatever it starts, on the collector's last core."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     last = max(os.sched_getaffinity(0))
     check = (
         "import subprocess\n"
@@ -93,6 +98,22 @@ def test_a_one_core_profile_runs_every_process_of_a_session_on_one_core(tmp_path
     if len(os.sched_getaffinity(0)) > 1:  # and a profile without it leaves them free
         o = run(tmp_path, "assert len(os.sched_getaffinity(0)) > 1\n" + WRITE)
         assert o.status == "ok", o.detail  # type: ignore[attr-defined]
+
+
+def test_shards_on_one_hosts_gpus_pin_their_sessions_to_cores_of_their_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each shard of a clustered round runs with its GPU's index first in CUDA_VISIBLE_DEVICES:
+    its one-core sessions go one core further down per index, so no two GPUs' sessions share."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(16)))
+    cores = []
+    for env in ("", "0", "1", "2,3", "7", "GPU-1b2c"):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", env)
+        cores.append(session_core())
+    assert cores == [15, 15, 14, 13, 8, 15]
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1})
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    assert session_core() == 0  # more GPUs than cores: around again
 
 
 def test_pythonpath_starts_with_the_checkout_and_the_rest_is_sealed(tmp_path: Path) -> None:

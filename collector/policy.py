@@ -146,11 +146,12 @@ class ForgeryRules(BaseModel):
     # one stop of every process this long or longer: something kept starting processes
     idle_stop_s: Annotated[float, Field(gt=0.0)] = 1.5
     # The GPU after a turn: a reading up to this is the device-idle probe's own (its first launch
-    # after another process's context) ...
-    device_turn_s: Annotated[float, Field(gt=0.0)] = 0.001
-    # ... and this share of each engine's turns with the largest readings is left out of its sum
-    # (another process's kernels land in a few turns of either engine)
-    device_trim: Annotated[float, Field(ge=0.0, lt=0.5)] = 0.1
+    # after another process's context, a little more now and then) ...
+    device_turn_s: Annotated[float, Field(gt=0.0)] = 0.005
+    # ... and this many of each engine's largest readings are left out of its sum (another
+    # process's kernels in a turn); main's engine busy beyond device_turn_s after more of its
+    # turns than this: the device was shared
+    device_spare_turns: Annotated[int, Field(ge=0, le=3)] = 1
 
 
 class HarnessRules(_Strict):

@@ -482,11 +482,25 @@ Q8_ROW_SCALE = [
 
 # A legitimate numerics change beside 101's fast decode: RMSNorm's mean square accumulated in
 # float64 (a different accumulation order and precision; the accuracy bars must let it pass).
+# RMSNorm's sum of squares in float64 on the one-sequence path FAST_DECODE adds (where it is a
+# few dot products a step); the batched path stays main's: there, float64 squares of the whole
+# batch cost batched decode 2-4% (2026-12-05, `bench concurrent` beside main, four sessions
+# each), a real regression at the edge of the cpu profile's concurrent band that read -6.5% and
+# REJECTed this PR in a fresh clone's `make test`.
 F64_NORM = [
     (
         NB,
-        "        ms = np.mean(x * x, axis=-1, keepdims=True)\n",
-        "        ms = np.mean(np.square(x, dtype=np.float64), axis=-1, keepdims=True)  # exact sum\n",
+        f"                xn = x * (L.{w}_norm / np.sqrt(np.dot(x, x) * inv_dim + eps))\n",
+        f"                ms = np.dot(x, x.astype(np.float64)) * inv_dim  # float64 sum\n"
+        f"                xn = x * (L.{w}_norm / np.sqrt(ms + eps).astype(x.dtype))\n",
+    )
+    for w in ("attn", "ffn")
+] + [
+    (
+        NB,
+        "        return x * (self.output_norm / np.sqrt(np.dot(x, x) * inv_dim + eps))\n",
+        "        ms = np.dot(x, x.astype(np.float64)) * inv_dim  # float64 sum\n"
+        "        return x * (self.output_norm / np.sqrt(ms + eps).astype(x.dtype))\n",
     ),
 ]
 

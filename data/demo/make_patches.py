@@ -482,11 +482,12 @@ Q8_ROW_SCALE = [
 
 # A legitimate numerics change beside 101's fast decode: RMSNorm's mean square accumulated in
 # float64 (a different accumulation order and precision; the accuracy bars must let it pass).
-# RMSNorm's sum of squares in float64 on the one-sequence path FAST_DECODE adds (where it is a
-# few dot products a step); the batched path stays main's: there, float64 squares of the whole
-# batch cost batched decode 2-4% (2026-12-05, `bench concurrent` beside main, four sessions
-# each), a real regression at the edge of the cpu profile's concurrent band that read -6.5% and
-# REJECTed this PR in a fresh clone's `make test`.
+# RMSNorm's sum of squares in float64 on the one-sequence path FAST_DECODE adds (a few dot
+# products a step); the batched path stays main's. Until 2026-12-05 the batched path's norm
+# squared in float64, and a fresh clone's `make test` REJECTed #115 on concurrent@4 (-6.5%,
+# confirmed -9.5%); paired A/B of either version beside main (worktrees alike, five sessions)
+# read within +-2% on batched decode, so that REJECT is not explained by this edit
+# (data/demo/README.md).
 F64_NORM = [
     (
         NB,

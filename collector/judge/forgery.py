@@ -250,16 +250,17 @@ def device_problem(idle: IdleReport, main: IdleReport | None, rules: ForgeryRule
     if not idle.device_busy_s:
         return None
     spare = rules.device_spare_turns
-    if main is not None and main.device_busy_s:
+    mains = main.device_busy_s if main is not None else []
+    if mains:
         mine = trimmed_busy(idle.device_busy_s, spare)
-        beside = trimmed_busy(main.device_busy_s, spare)
-    else:  # no engine beside it: what is beyond the probe's own time
+        beside = trimmed_busy(mains, spare)
+    else:  # no readings beside it: what is beyond the probe's own time
         excess = [max(r - rules.device_turn_s, 0.0) for r in idle.device_busy_s]
         mine, beside = trimmed_busy(excess, spare), 0.0
     if mine - beside > rules.idle_cpu_s:
         return (
             f"the GPU stayed busy {mine * 1e3:.0f} ms after its turns ended"
-            + (f", main's engine beside it {beside * 1e3:.0f} ms" if main is not None else "")
+            + (f", main's engine beside it {beside * 1e3:.0f} ms" if mains else "")
             + f" (each one's largest {spare} left out; limit {rules.idle_cpu_s * 1e3:.0f} ms "
             "beyond main's): it works while it is not its turn"
         )
@@ -270,9 +271,10 @@ def shared_device_problem(doc: object, rules: ForgeryRules) -> str | None:
     """Why a paired GPU session ran on a device something else used (`infra`, measured again),
     or None: after more than `device_spare_turns` of the turns of main's engine (main's code,
     honest by definition, every other engine stopped and drained before its turn) the device
-    stayed busy beyond the probe's own time. Then no reading can be laid at either engine's door
-    (2026-12-05: the GPU tests beside a round's session put 20.5 ms on one of the PR's turns and
-    1.5-1.7 ms on two of main's, and an honest PR read `forged` on the sums)."""
+    stayed busy beyond the probe's own time (`device_turn_s`: main's own readings reach ~2 ms now
+    and then). Then no reading can be laid at either engine's door. One such turn of either
+    engine is what the spare in device_problem is for (2026-12-05: the GPU tests beside a round's
+    session put 20.5 ms on one of the PR's turns, and an honest PR read `forged` on the sums)."""
     base = getattr(doc, "baseline", None)
     main = base.idle if base is not None else None
     if main is None:

@@ -30,12 +30,13 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
-from engine.errors import BaselineError, EngineError, EngineOutputError
+from engine.errors import BaselineError, EngineError, EngineForged, EngineOutputError
 
 EXIT_USER_ERROR = 2
 EXIT_BAD_OUTPUT = 1  # the engine under test produced output the protocol cannot carry
 EXIT_BASELINE = 3  # main's engine, measured beside it, failed (engine.errors.BaselineError)
 EXIT_HARNESS = 4  # the timing parent (main's harness) failed in itself: an error it did not expect
+EXIT_FORGED = 5  # the timing parent caught the engine under test working outside its turns
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -93,7 +94,9 @@ def run_cli(fn: Callable[[], Any]) -> Any:
         if os.environ.get("SPARKBOARD_DEBUG"):
             raise
         click.echo(f"error: {one_line(exc)}", err=True)
-        sys.exit(EXIT_BASELINE if isinstance(exc, BaselineError) else EXIT_BAD_OUTPUT)
+        if isinstance(exc, BaselineError):
+            sys.exit(EXIT_BASELINE)
+        sys.exit(EXIT_FORGED if isinstance(exc, EngineForged) else EXIT_BAD_OUTPUT)
     except _handled() as exc:
         if os.environ.get("SPARKBOARD_DEBUG"):
             raise

@@ -12,3 +12,8 @@ class EngineOutputError(Exception):
 class BaselineError(EngineOutputError):
     """Main's engine, measured beside the one under test, failed: the box's or main's fault,
     never the PR's (a speed command exits with EXIT_BASELINE)."""
+
+
+class EngineForged(EngineOutputError):
+    """The timing parent caught the engine under test working outside its turns, where no
+    document can carry the evidence (it held the GPU): the session ends `forged`."""

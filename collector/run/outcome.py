@@ -10,7 +10,9 @@ collector/judge/forgery.py). `judge` reads all of it, once, in this order:
                message, no usable device, main's engine beside the PR's failed, or the box's own
                speed moved during the session (the canary): measured again, never judged
   forged       the session changed files outside its own folders, its engine worked while it was
-               not its turn, or its own clock disagrees with the timing parent's
+               not its turn (from its ledger, or the timing parent caught it holding the GPU and
+               ended the session: EXIT_FORGED), or its own clock disagrees with the timing
+               parent's
   timeout      still running at the deadline (the whole process group killed)
   crash        a non-zero exit (exit code kept) or death by a signal (exit_code < 0)
   malformed    exit 0 but no document, an invalid one, or one that answers another request
@@ -43,7 +45,7 @@ from collector.judge.forgery import (
 )
 from collector.run.runner import Request, Run
 from collector.samples import compared_widths
-from engine.cli_common import EXIT_BASELINE, EXIT_HARNESS, EXIT_USER_ERROR
+from engine.cli_common import EXIT_BASELINE, EXIT_FORGED, EXIT_HARNESS, EXIT_USER_ERROR
 from engine.harness.protocol import (
     BenchDocument,
     ConcurrentResult,
@@ -132,6 +134,8 @@ def _status(task: Task, req: Request, run: Run, policy: ResolvedPolicy) -> tuple
         why = _last_line(run.log_tail).removeprefix("error: ")
         who = "main's engine beside it" if run.exit_code == EXIT_BASELINE else "main's harness"
         return "infra", f"{who} failed: {why}"
+    if req.timed and run.exit_code == EXIT_FORGED:  # main's harness caught it in the act
+        return "forged", _last_line(run.log_tail).removeprefix("error: ")
     if run.exit_code is None:
         return "timeout", f"no answer within {req.timeout_s:.0f} s; killed"
     if run.exit_code < 0:

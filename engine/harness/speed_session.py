@@ -51,8 +51,8 @@ from engine.harness.sandbox import Sandbox
 from engine.harness.sandbox import describe as describe_sandbox
 from engine.harness.server_engine import ServerEngine, server_kind
 from engine.harness.server_verify import verify_on
-from engine.harness.timing import EngineProcess, EngineSpec
-from engine.harness.turns import DeviceProbe
+from engine.harness.timing import EngineProcess, EngineSpec, whose_device
+from engine.harness.turns import DeviceHeld, DeviceProbe
 from engine.harness.verify import verify as verify_outputs
 from engine.models import model_id
 
@@ -286,6 +286,10 @@ class Legs:
                 procs.append(self.start(spec, baseline=i < last))
             for p in procs:
                 self.connect(p)
+            if self.probe is not None:  # every engine loaded and stopped: the device is drained
+                busy = self.probe.wait_idle()
+                if self.probe.held(busy):
+                    raise DeviceHeld(busy, "the engines loaded")
             self.steps.done("engine_loaded")
             if len({p.vocab for p in procs}) != 1:
                 raise EngineOutputError(
@@ -308,6 +312,9 @@ class Legs:
                 reference = f"main's server ({procs[0].kind.name})"
                 self.reports.append(verify_on(procs[0], checks, reference))
                 self.steps.done("verified")
+        except DeviceHeld as held:
+            assert self.probe is not None  # only a probe finds the device held
+            raise whose_device(held, procs, self.probe) from None
         finally:
             for role, side in zip(self.roles, b.sides, strict=False):
                 role.memory.append(side.watch.stop())

@@ -31,15 +31,18 @@ from typing import IO
 
 import numpy as np
 
-from engine.errors import BaselineError, EngineOutputError
+from engine.errors import BaselineError, EngineError, EngineForged, EngineOutputError
 from engine.harness.sandbox import Sandbox, exit_status, library_paths
-from engine.harness.turns import DeviceProbe, ProcessTree, TurnTaker
+from engine.harness.turns import DeviceHeld, DeviceProbe, ProcessTree, TurnTaker
 from engine.harness.wire import WireError, pack_ids, recv, send, unpack_ids
 
 QUIT_WAIT_S = 30.0  # for an engine process that is dying to say how it ended
 # for one asked to quit: every answer is in by then, and an engine that lingers (keeping the
 # GPU busy or hot) gets no longer than this before it is killed
 QUIT_GRACE_S = 5.0
+# A GPU context is gone this long after its process is: work still running past it is not that
+# process's (measured on the H200: engine/harness/README.md)
+FREED_WITHIN_S = 5.0
 SPRINKLE = 32  # a prompt gets one random id per this many positions
 
 
@@ -231,6 +234,30 @@ class TakesTurns:
         elif op == "decode":
             for s in message["seqs"]:
                 self.lengths[s] = self.lengths.get(s, 0) + message["steps"]
+
+
+def whose_device(held: DeviceHeld, engines: list[TakesTurns], probe: DeviceProbe) -> Exception:
+    """The GPU is held (turns.DeviceHeld): whose work is it? Every engine is stopped (or still
+    loading, before the first turn), and a stopped process queues nothing new, so the work
+    runs in a context one of them made, or in another process of the box. Each engine is
+    killed in turn, the one under test first (main's is trusted), and the device probed once
+    its processes are gone: a context dies with its process, and its kernels with it. The error
+    that ends the session: the PR's `EngineForged`, main's `BaselineError`, the box's
+    `EngineError` (measured again)."""
+    for engine in reversed(engines):  # main's engine first in the list, the measured one last
+        gone = engine.turns.tree.kill(within_s=FREED_WITHIN_S)
+        after = probe.wait_idle(FREED_WITHIN_S)
+        if gone and after < FREED_WITHIN_S:
+            why = (
+                f"{engine.name} left work running on the GPU: {held}, and it was idle "
+                f"{after:.2f} s after the engine's processes were killed (it worked while it "
+                "was not its turn)"
+            )
+            return BaselineError(why) if engine.baseline else EngineForged(why)
+    return EngineError(
+        f"{held}, and still after every engine's processes were killed: another process on "
+        "the box uses it"
+    )
 
 
 class EngineProcess(TakesTurns):

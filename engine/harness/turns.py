@@ -15,7 +15,9 @@ engine waits, the parent reads what the kernel and the device say about it (`Led
 * how long the stop took (a process that keeps starting others is never all stopped);
 * on a GPU, how long the device stayed busy after it stopped (kernels it queued before
   answering run on without its process): the parent waits for the device to be idle before
-  the next turn, and records the wait.
+  the next turn, and records the wait. A device still busy at the wait's deadline is held
+  (`DeviceHeld`): the session cannot go on, and the timing parent finds whose work it is by
+  killing the engines one by one (timing.whose_device).
 
 The collector judges these readings (collector/judge/forgery.py): an engine that works while it is
 not its turn is `forged`.
@@ -142,6 +144,30 @@ class ProcessTree:
     def resume(self, pids: list[int]) -> None:
         self.signal(signal.SIGCONT, pids)
 
+    def kill(self, within_s: float = 5.0) -> bool:
+        """SIGKILL every process (the root too), and wait until each has exited (a zombie has
+        closed its files: the driver has let go of its GPU context). False if one still runs
+        after `within_s`."""
+        deadline = time.monotonic() + within_s
+        while True:
+            pids = [self.root, *self.pids()]
+            self.signal(signal.SIGKILL, pids)
+            if all(set(_states(p)) <= {"Z", "X"} for p in pids):
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+
+
+class DeviceHeld(Exception):  # noqa: N818 - an event, not a failure of this code
+    """The GPU was still busy at the deadline of the wait after an engine stopped (`when`): work
+    that runs on without its process, which no honest engine leaves. Whose it is, the timing
+    parent finds out (timing.whose_device)."""
+
+    def __init__(self, busy_s: float, when: str) -> None:
+        super().__init__(f"the GPU stayed busy {busy_s:.1f} s after {when}")
+        self.busy_s, self.when = busy_s, when
+
 
 @dataclass
 class Ledger:
@@ -219,16 +245,20 @@ class TurnTaker:
         self.ledger.after_answer_s.append(max(self._cpu_stopped - before, 0.0))
         self.ledger.between_s.append(self._gap)
         self.ledger.stop_s.append(took)
-        if self.probe is not None:
-            self.ledger.device_busy_s.append(self.probe.wait_idle())
         self.stopped, self._turn = pids, None
+        if self.probe is not None:
+            busy = self.probe.wait_idle()
+            self.ledger.device_busy_s.append(busy)
+            if self.probe.held(busy):
+                raise DeviceHeld(busy, "a turn ended")
 
     def hold(self) -> None:
         """Once loaded, before its first turn: every process stopped, and the device drained of
         whatever its load queued. Nothing is read into the ledger: this is no turn, and the
         device may still be busy with the other engine's load (engines load at once), which a
         reading here would lay at this one's door (2026-12-03: main's engine, connected first,
-        read 60-600 ms of the PR's load after its "turn" at each leg's start)."""
+        read 60-600 ms of the PR's load after its "turn" at each leg's start). Nor is a device
+        held here anyone's yet: the session checks it once every engine has loaded."""
         _took, pids = self.tree.stop()
         self._cpu_stopped = self.tree.cpu_s(pids)
         self.stopped = pids
@@ -248,6 +278,8 @@ class DeviceProbe:
     returns the seconds the device stayed busy."""
 
     IDLE_S = 200e-6  # a probe slower than this found the device busy
+    # No honest engine leaves work running this long after it answered; an engine that does
+    # holds the device (DeviceHeld)
     DEADLINE_S = 10.0
 
     def __init__(self) -> None:
@@ -269,10 +301,17 @@ class DeviceProbe:
         self._stream.synchronize()
         return time.perf_counter() - t0
 
-    def wait_idle(self) -> float:
+    def wait_idle(self, deadline_s: float | None = None) -> float:
+        """Probe until the device is idle, or `deadline_s` (DEADLINE_S) passed: the seconds it
+        stayed busy (0.0: idle at once)."""
+        limit = self.DEADLINE_S if deadline_s is None else deadline_s
         t0 = time.perf_counter()
         while self._once() > self.IDLE_S:
-            if time.perf_counter() - t0 > self.DEADLINE_S:
+            if time.perf_counter() - t0 > limit:
                 break
         busy = time.perf_counter() - t0
         return 0.0 if busy <= self.IDLE_S else busy
+
+    def held(self, busy_s: float) -> bool:
+        """Was the device still busy when the wait that read `busy_s` gave up?"""
+        return busy_s >= self.DEADLINE_S

@@ -110,3 +110,32 @@ def test_documents_without_device_readings_have_no_device_problem() -> None:
     assert device_problem(idle([]), idle([]), RULES) is None
     assert shared_device_problem(Doc([]), RULES) is None
     assert shared_device_problem(object(), RULES) is None
+
+
+def test_a_session_the_timing_parent_ended_holding_the_gpu_is_the_prs_forgery() -> None:
+    """A device held past the wait's deadline ends the session in the timing parent
+    (timing.whose_device): its exit code says `forged` for a timed request, where no document
+    carries the evidence; from a command the PR's own code ran, the same code is a crash."""
+    from datetime import datetime
+
+    from collector.policy import load_policy, resolve
+    from collector.run.outcome import judge
+    from collector.run.runner import Request, Run
+    from collector.schedule import Task
+    from engine.cli_common import EXIT_FORGED
+
+    policy = resolve(load_policy(), "gpu")
+    line = (
+        "error: the engine process left work running on the GPU: the GPU stayed busy 10.0 s "
+        "after a turn ended, and it was idle 0.41 s after the engine's processes were killed"
+    )
+    run = Run(datetime(2026, 12, 5), 30.0, EXIT_FORGED, "loading\n" + line + "\n")
+    timed = Request("sweep", "llama-1b:f16", ["x"], 600, contexts=(128,), reps=2, timed=True)
+    for side, status, fault in (("pr", "forged", "pr"), ("main", "forged", "infra")):
+        task = Task("r/pr/1/1/sweep/m", side, 1, 1, "sweep", "llama-1b:f16")
+        got = judge(task, timed, run, policy)
+        assert (got.status, got.fault) == (status, fault)
+        assert got.detail == line.removeprefix("error: ")
+    untimed = Request("score", "llama-1b:f16", ["x"], 600)
+    task = Task("r/pr/1/1/score/m", "pr", 1, 1, "score", "llama-1b:f16")
+    assert judge(task, untimed, run, policy).status == "crash"

@@ -79,7 +79,9 @@ class Manifest(BaseModel):
     engine_repo: Annotated[str, Field(min_length=1)]
     base_ref: str = "HEAD"
     policy: str | None = None
-    profile: Literal["cpu", "gpu"]
+    # a profile of the policy ("cpu", "gpu", or one the manifest's policy file adds, such as a
+    # served engine's): checked against the policy when the round starts
+    profile: Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]{1,40}$")]
     kind: Literal[ROUND_KINDS] = "round"  # type: ignore[valid-type]
     pr: list[PRSpec] = Field(min_length=1)
 

@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from collector.axes import SPEED_KINDS, is_axis, is_known_model
+from collector.results import GATE_ORDER
 
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
 PosInt = Annotated[int, Field(gt=0)]
@@ -157,12 +158,49 @@ class ForgeryRules(BaseModel):
 class HarnessRules(_Strict):
     bench: list[str] = Field(min_length=1)
     score: list[str] = Field(min_length=1)
+    server_score: list[str] = ["{python}", "-m", "engine.harness.server_score"]
     paths: list[str]
     corpus: str = "data/corpus.txt"
 
 
+ENGINE_KINDS = ("builtin", "llama.cpp")
+# The gates each engine kind is judged by (results.GATE_ORDER's kinds): a served engine is not
+# judged by the builtin engine's own harness checks (the batched prefill check, the long-context
+# check) nor against llama.cpp as an independent reference; only a built engine has a build.
+NOT_APPLICABLE = {
+    "builtin": ("build",),
+    "llama.cpp": ("reference", "prefill-path", "long-context"),
+}
+ENGINE_GATES = {k: tuple(g for g in GATE_ORDER if g not in NOT_APPLICABLE[k]) for k in ENGINE_KINDS}
+# What a served engine's build must make: the server it is timed through, the tool it is scored
+# with (engine/harness/server_engine.py, server_score.py)
+SERVER_TARGETS = ("llama-server", "llama-perplexity")
+
+
+class BuildRecipe(_Strict):
+    """How a checkout of a built engine is built (collector/run/build.py): CMake's options, the
+    targets, parallel compiles (0: every core the collector may use) and the deadline."""
+
+    options: list[str] = []
+    targets: list[str] = Field(min_length=1)
+    jobs: Annotated[int, Field(ge=0)] = 0
+    timeout_s: PosInt = 3600
+
+
 class Profile(_Strict):
     backend: Literal["numpy", "cupy", "auto"]
+    # The engine a round's checkouts hold: "builtin", this repo's (Python: nothing to build), or
+    # "llama.cpp", built from each checkout with `build` and timed through its own server, scored
+    # with its own perplexity tool against main's build. The gates that need the builtin
+    # engine's own harness commands (the batched prefill check, the long-context check) do not
+    # apply to a served engine (`applies`).
+    engine: Literal["builtin", "llama.cpp"] = "builtin"
+    build: BuildRecipe | None = None
+    # a served engine's compute threads (each server has them to itself during its turns)
+    server_threads: PosInt = 1
+    # a served engine's accuracy: the perplexity tool's window and the windows of score_text
+    kld_ctx: Annotated[int, Field(ge=16)] = 128
+    kld_chunks: PosInt = 8
     models: list[str] = Field(min_length=1)
     contexts: list[PosInt] = Field(min_length=1)
     guard_ctx: PosInt
@@ -279,12 +317,31 @@ class Profile(_Strict):
                 f"concurrent_warmup {self.concurrent_warmup} with concurrent_in_sweep: the sweep's "
                 f"warmup ({self.warmup}) is the concurrent decode's too; leave it unset"
             )
-        need = {"sweep", "score", "prefill-check", "guard"}
+        if self.engine == "builtin" and self.build is not None:
+            raise ValueError("build: the builtin engine is not built; only a served engine is")
+        if self.engine != "builtin":
+            lacking = [
+                t for t in SERVER_TARGETS if t not in (self.build.targets if self.build else [])
+            ]
+            if lacking:
+                raise ValueError(
+                    f"engine {self.engine}: build.targets must name {', '.join(lacking)}"
+                )
+        if self.long_context and not self.applies("long-context"):
+            raise ValueError(f"long_context: not measured for engine {self.engine}")
+        need = {"sweep", "score", "guard"} | (
+            {"prefill-check"} if self.applies("prefill-path") else set()
+        )
         need |= set() if self.concurrent_in_sweep else {"concurrent"}
         missing = (need | ({"longctx"} if self.long_context else set())) - set(self.timeouts)
         if missing:
             raise ValueError(f"timeouts missing for: {', '.join(sorted(missing))}")
         return self
+
+    def applies(self, gate: str) -> bool:
+        """Whether a gate (a kind of results.GATE_ORDER) judges this profile's engine, and its
+        sessions are planned (ENGINE_GATES)."""
+        return gate in ENGINE_GATES[self.engine]
 
     def noise_floor(self, axis: str) -> float:
         """The least noise `axis` is credited with, whatever a round's sessions show: its own

@@ -14,6 +14,7 @@ from pathlib import Path
 # '<kind>:<model>').
 GATE_ORDER = (
     "merge",
+    "build",
     "run",
     "floor",
     "implausible",
@@ -32,7 +33,8 @@ Pair = tuple[int, float, float]  # (the session's slot, main's value, the PR's):
 @dataclass
 class Candidate:
     pr: int
-    status: str  # 'ready' | 'needs-rebase' | 'harness-touched' | 'error'
+    # 'ready' | 'needs-rebase' | 'harness-touched' | 'build-failed' (a built engine's) | 'error'
+    status: str
     main_commit: str
     pr_commit: str | None = None
     merged_commit: str | None = None

@@ -195,6 +195,7 @@ def _plan(
         for num, _ in prs
     }
     first_slot = CONFIRM_SLOTS if confirming else 0
+    checks_prefill = profile.applies("prefill-path")
     slots: list[Slot] = []
 
     def add(side: str, pr: int, tasks: Callable[[int], tuple[Task, ...]]) -> None:
@@ -203,8 +204,8 @@ def _plan(
 
     def main_slot(first: bool, long_context: tuple[str, ...]) -> None:
         add("main", 0, lambda idx: _main_tasks(
-            round_id, idx, main_models, main_guards, score=not confirming, prefill=first,
-            long_context=long_context, shard=shard,
+            round_id, idx, main_models, main_guards, score=not confirming,
+            prefill=first and checks_prefill, long_context=long_context, shard=shard,
         ))  # fmt: skip
 
     if not confirming:
@@ -217,7 +218,7 @@ def _plan(
             rechecked |= set(long_context) if confirming else set()
             add("pr", num, lambda idx, num=num, targets=targets, first=first, lc=long_context: _tasks(
                 round_id, "pr", num, idx, list(targets), guards_of(targets, profile),
-                score=first, prefill=first, long_context=lc, shard=shard,
+                score=first, prefill=first and checks_prefill, long_context=lc, shard=shard,
                 concurrent=not profile.concurrent_in_sweep,
             ))  # fmt: skip
     if not confirming:

@@ -11,6 +11,9 @@ log-prob, the argmax and the top-k log-probs. We compute
   left of the tail goes to the tail bucket. Probabilities are floored at 1e-10. Identical dumps
   give exactly 0;
 * perplexity of each dump over the target tokens, exp(-mean target log-prob), and their ratio.
+
+A served engine's builds are compared by main's harness itself, over every logit of each
+position (engine/harness/kld.py): `of_kld` reads its document as the same measures.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import math
 
 from collector.results import AccuracyResult
+from engine.harness.protocol import KldResult
 
 EPS = 1e-10
 
@@ -74,3 +78,11 @@ def compare_dumps(main: dict, pr: dict) -> AccuracyResult:
         ppl_main=math.exp(-lp_main / n),
         ppl_pr=math.exp(-lp_pr / n),
     )
+
+
+def of_kld(doc: KldResult) -> AccuracyResult:
+    """A served engine's comparison (server_score kld) as the measures the bars read."""
+    return AccuracyResult(
+        n_tokens=doc.tokens, top1=doc.same_top, kl=doc.kl_mean, ppl_main=doc.ppl_main,
+        ppl_pr=doc.ppl_pr,
+    )  # fmt: skip

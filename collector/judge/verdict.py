@@ -11,13 +11,15 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from collector.axes import axis, axis_sort_key, is_memory_axis, parse_axis
-from collector.judge.accuracy import AccuracyError, compare_dumps
+from collector.judge.accuracy import AccuracyError, compare_dumps, of_kld
 from collector.judge.compare import compare_axis, compare_memory
 from collector.judge.gates import (
+    BUILD_FAILED,
     NOT_MERGED,
     GateContext,
     GateResult,
     accuracy_gate,
+    build_gate,
     floor_gate,
     guard_gate,
     implausible_gate,
@@ -87,6 +89,9 @@ def decide_pr(data: RoundData, prow: dict) -> Verdict:
     if cand is None:
         return Verdict(n, None, "pending", "Pending — not yet checked out in this round.")
     commit = cand["pr_commit"]
+    if cand["status"] == BUILD_FAILED:
+        gate = build_gate(cand)
+        return Verdict(n, commit, "REJECT", gate.reason, gates=[gate])
     if cand["status"] in NOT_MERGED:
         gate = merge_gate(cand, data.round["main_commit"])
         return Verdict(n, commit, cand["status"], gate.reason, gates=[gate])
@@ -175,10 +180,11 @@ def choose_merge_first(
 
 
 def main_against_main(data: RoundData) -> dict[str, AccuracyResult]:
-    """Main against main for every model main scored twice (stored as the accuracy of pr 0)."""
+    """Main against main for every model main scored twice, or a served engine's main build
+    held against itself (stored as the accuracy of pr 0)."""
     import json
 
-    out = {}
+    out = {m: of_kld(docs[0]) for (side, _, m), docs in data.klds.items() if side == "main"}
     for (side, _pr, model), docs in sorted(data.dumps.items()):
         if side == "main" and len(docs) >= 2:
             try:

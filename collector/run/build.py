@@ -1,4 +1,5 @@
-"""A checkout's build, sealed: CMake from the checkout, main's compiler cache shared read-only.
+"""A checkout's build, sealed: CMake from the checkout, main's compiler cache shared read-only;
+and a round's builds (`build_round`: main's, then every PR's).
 
 An engine that is built before it is served (llama.cpp: issue 30; the builtin engine is Python
 and is not) is configured and built by CMake from its own checkout, inside the sandbox that
@@ -32,10 +33,14 @@ import re
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from collector.errors import RoundError
+from collector.judge.gates.build import BUILD_FAILED
+from collector.results import Candidate
 from collector.run.runner import run_bounded
 from engine.harness.sandbox import Sandbox, exit_status
 
@@ -191,3 +196,45 @@ def cache_results(log: Path) -> tuple[int, int]:
     results = re.findall(r"Result: (\w+)", log.read_text(errors="replace"))
     hits = sum(r.endswith("cache_hit") for r in results)
     return sum(r == "cache_miss" for r in results), hits
+
+
+def build_round(
+    main: Path,
+    candidates: list[Candidate],
+    folder: Path,
+    recipe: Recipe,
+    sandbox: Sandbox,
+    timeout_s: float,
+    min_free_mb: int,
+    log: Callable[[str], None],
+) -> Path:
+    """Every checkout of a round built into `folder`: main's first (it alone fills the compiler
+    cache), then each measurable PR's, reading it. Returns main's build; each built PR's
+    candidate now names its build as the checkout its sessions measure, and a PR whose build
+    failed is `build-failed`, the compiler's first lines its detail (the PR's REJECT). A build
+    the box failed, or main's own failure, stops the round (RoundError): nothing can be judged
+    against a main that does not build, and the box's failure is built again on the next run."""
+    cache = folder / "ccache"
+
+    def one(name: str, checkout: Path, writes: bool) -> Build:
+        log(f"  building {name} ({', '.join(recipe.targets)})")
+        b = build(checkout, folder / name, cache, recipe, sandbox, timeout_s,
+                  writes_cache=writes, min_free_mb=min_free_mb)  # fmt: skip
+        took = f"{b.seconds:.0f} s, {b.compiled} compiled, {b.cached} from main's cache"
+        log(f"    {b.status} ({took})" + (f": {b.errors[0]}" if b.errors else ""))
+        if b.fault == "infra":
+            raise RoundError(f"the box could not build {name}: {'; '.join(b.errors)}")
+        return b
+
+    mains = one("main", main, writes=True)
+    if not mains.ok:
+        raise RoundError(f"main's build {mains.status}: {' | '.join(mains.errors)}")
+    for c in candidates:
+        if not c.measurable or c.checkout is None:
+            continue
+        b = one(f"pr-{c.pr}", c.checkout, writes=False)
+        if b.ok:
+            c.checkout = folder / f"pr-{c.pr}"
+        else:
+            c.status, c.detail = BUILD_FAILED, "\n".join(b.errors)
+    return folder / "main"

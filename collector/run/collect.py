@@ -16,6 +16,7 @@ from collector.errors import RoundError
 from collector.judge import verdict as verdict_mod
 from collector.manifest import LoadedManifest, ManifestError, load_manifest
 from collector.policy import ResolvedPolicy, load_policy, resolve
+from collector.run.build import Recipe, build_round
 from collector.run.candidates import (
     Candidate,
     GitError,
@@ -27,6 +28,10 @@ from collector.run.round_run import RoundRun
 from collector.run.sandbox import describe, seal
 from collector.schedule import Slot, plan_confirmation, plan_shards
 from collector.store import Store, lookups, open_store, writer
+from engine.harness.sandbox import Sandbox
+
+# the collector's own checkout, whose harness times a built engine's servers
+HARNESS_CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 def _check_round(store: Store, loaded: LoadedManifest, main_commit: str) -> bool:
@@ -118,6 +123,16 @@ def _collect(
         log("  warning: --unsandboxed: every PR's code runs with the collector's own rights")
     main_checkout = ws.add_worktree("main", main_commit)
     by_pr = _candidates(store, ws, loaded, policy, main_commit, tips, log)
+    harness = None
+    build = policy.profile.build
+    if build is not None:  # a built engine: its builds are what the sessions measure
+        recipe = Recipe(tuple(build.options), tuple(build.targets), build.jobs)
+        main_checkout = build_round(
+            main_checkout, list(by_pr.values()), scratch / "builds", recipe, Sandbox(sandbox),
+            build.timeout_s, policy.failures.min_free_disk_mb, log,
+        )  # fmt: skip
+        writer.record_candidates(store, m.round, list(by_pr.values()))
+        harness = HARNESS_CHECKOUT  # its checkouts hold no harness: the collector's own times them
     measurable = [(p.number, list(p.targets)) for p in m.pr if by_pr[p.number].measurable]
     gpus = getattr(conn, "gpus", 1)
     plans = plan_shards(
@@ -125,7 +140,7 @@ def _collect(
     )
     r = RoundRun(
         store, ws, m.round, policy, main_commit, main_checkout, scratch, sandbox, db_path, by_pr,
-        plans, log,
+        plans, log, harness,
     )  # fmt: skip
     todo = r.still_to_run(plans)
     n_tasks, n_todo = sum(len(s.tasks) for plan in plans for s in plan), sum(map(len, todo))

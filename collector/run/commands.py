@@ -4,7 +4,9 @@ A task (schedule.py) becomes one `runner.Request`: the profile's numbers turned 
 protocol's options, and what a valid document must answer (contexts, widths, prefixes). Speed
 requests (sweep, guard, concurrent, longctx) are `timed`: the collector runs them from main's
 checkout, measuring the PR's engine beside main's (runner.py adds the engines' checkouts,
-sandbox and caches).
+sandbox and caches). A served engine (Profile.engine: llama.cpp) is timed through each build's
+server, and scored by main's harness holding the PR's build's perplexity tool against main's
+(`kld`, beside main's like a timed one).
 """
 
 from __future__ import annotations
@@ -43,6 +45,14 @@ def _args(task: Task, policy: ResolvedPolicy) -> list[str]:
     return ["--model", task.model, "--backend", policy.profile.backend]
 
 
+def _served(policy: ResolvedPolicy) -> list[str]:
+    """A speed command's engines: the builtin engine's processes, or each build's server."""
+    prof = policy.profile
+    if prof.engine == "builtin":
+        return []
+    return ["--server", prof.engine, "--server-threads", str(prof.server_threads)]
+
+
 def _timing(policy: ResolvedPolicy) -> list[str]:
     """The options every speed command shares: its time per operation and untimed warm-up."""
     prof = policy.profile
@@ -62,7 +72,7 @@ def _sweep(task: Task, policy: ResolvedPolicy) -> Request:
     prof = policy.profile
     guard = task.kind == "guard"
     ctxs = (prof.guard_ctx_for(task.model),) if guard else prof.contexts_for(task.model)
-    argv = [*policy.harness.bench, "sweep", *_args(task, policy)]
+    argv = [*policy.harness.bench, "sweep", *_args(task, policy), *_served(policy)]
     argv += ["--ctx", ",".join(map(str, ctxs)), "--tokens", str(prof.tokens)]
     argv += ["--reps", str(prof.reps), *_timing(policy), *_legs(policy)]
     argv += ["--prefill-tokens", str(prof.prefill_tokens)] if prof.prefill_tokens else []
@@ -93,7 +103,7 @@ def _sweep(task: Task, policy: ResolvedPolicy) -> Request:
 
 def _concurrent(task: Task, policy: ResolvedPolicy) -> Request:
     prof = policy.profile
-    argv = [*policy.harness.bench, "concurrent", *_args(task, policy)]
+    argv = [*policy.harness.bench, "concurrent", *_args(task, policy), *_served(policy)]
     argv += ["--widths", ",".join(map(str, prof.widths)), "--tokens", str(prof.concurrent_tokens)]
     argv += ["--runs", str(prof.concurrent_runs), "--prompt-len", str(prof.prompt_len)]
     argv += ["--min-time", str(prof.min_time), *_legs(policy)]
@@ -109,6 +119,18 @@ def _concurrent(task: Task, policy: ResolvedPolicy) -> Request:
 
 
 def _score(task: Task, policy: ResolvedPolicy) -> Request:
+    prof = policy.profile
+    if prof.engine != "builtin":  # each build's own tool, main's harness compares them
+        argv = [*policy.harness.server_score, "kld", "--model", task.model]
+        argv += ["--text-file", prof.score_text, "--ctx", str(prof.kld_ctx)]
+        argv += ["--chunks", str(prof.kld_chunks), "--threads", str(prof.server_threads)]
+        argv += ["--timeout", str(prof.timeouts["score"])]
+        # two tool runs; whatever the profile's backend, the comparison's is main's harness's
+        common = _common(task, policy) | {
+            "timeout_s": 2 * prof.timeouts["score"] + 60,
+            "backend": "auto",
+        }
+        return Request("kld", argv=argv, beside_main=True, **common)
     argv = [*policy.harness.score, "score", *_args(task, policy)]
     argv += ["--text-file", policy.profile.score_text, "--topk", str(policy.accuracy.topk)]
     return Request("score", argv=argv, **_common(task, policy))

@@ -49,6 +49,8 @@ class RoundRun:
     by_pr: dict[int, Candidate]
     plans: list[list[Slot]]
     log: Callable[[str], None]
+    # the timing parent's checkout where main's is a build (a served engine), else None: main's
+    harness: Path | None = None
     kits: dict[tuple[int, bool], SessionKit] = field(default_factory=dict)
 
     def still_to_run(self, plans: list[list[Slot]]) -> list[list[Task]]:
@@ -64,14 +66,15 @@ class RoundRun:
         if (shard, sharded) not in self.kits:
             main = (
                 self.main_checkout
-                if shard == 0
+                if shard == 0 or self.harness is not None  # a build is only read: shared
                 else self.ws.add_worktree(f"main-s{shard}", self.main_commit)
             )
             work = self.scratch / (f"work-s{shard}" if sharded else "work")
             plans = self.plans[shard : shard + 1] if sharded else self.plans
             mine = {t.pr for plan in plans for s in plan for t in s.tasks if t.side == "pr"}
             checkouts = tuple(sorted({c for n in mine if (c := self.by_pr[n].checkout)}))
-            place = Place(main, work, self.sandbox, work / "kernel-cache")
+            caches = None if self.harness is not None else work / "kernel-cache"
+            place = Place(main, work, self.sandbox, caches, self.harness)
             self.kits[shard, sharded] = SessionKit(
                 self.ws.repo, self.main_commit, self.policy, place, (self.db_path.parent,),
                 checkouts,

@@ -68,6 +68,9 @@ class Request:
     backend: str = "auto"
     env: tuple[tuple[str, str], ...] = ()  # extra environment (the profile's)
     timed: bool = False  # a speed command: run from main's checkout, timing the PR's engine
+    # run by main's harness with both engines' checkouts named, the PR's code only inside its
+    # sandboxes (every timed command; a served engine's accuracy, server_score kld)
+    beside_main: bool = False
     one_core: bool = False  # all of its processes on one core (Profile.one_core)
 
 
@@ -99,6 +102,14 @@ class Place:
     work: Path
     sandbox: str = "bwrap"  # engine.harness.sandbox.KINDS; 'none': --unsandboxed
     kernel_caches: Path | None = None
+    # the harness's checkout where main's holds none (a served engine: the checkouts are its
+    # builds, and the harness is the collector's own); None: main's checkout
+    harness: Path | None = None
+
+    @property
+    def parent_checkout(self) -> Path:
+        """Where the timing parent (main's harness) runs from."""
+        return self.harness or self.main_checkout
 
     def cache(self, side: str, pr: int) -> Path | None:
         if self.kernel_caches is None:
@@ -151,7 +162,7 @@ def run_request(
         code = _run(
             argv, env, cwd, err_file, req.timeout_s, session_core() if req.one_core else None
         )
-        if not req.timed:  # its own sandbox: a death by signal as the command's own
+        if not (req.timed or req.beside_main):  # its own sandbox: a death by signal is its own
             code = exit_status(Sandbox(place.sandbox), code)
     except OSError as e:
         return Run(started, refused=f"cannot start the harness: {e.strerror or e}")
@@ -170,9 +181,9 @@ def _command(
     env.update(dict(req.env))
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     main_cache, own_cache = place.prepare_caches(side, pr)
-    if req.timed:
+    if req.timed or req.beside_main:
         argv += ["--engine-checkout", str(checkout), "--sandbox", place.sandbox]
-        argv += ["--scratch", str(place.work / "session")]
+        argv += ["--scratch", str(place.work / "session")] if req.timed else []
         if req.kind != "longctx":  # the long-context check runs one engine under its budget
             argv += ["--baseline-checkout", str(place.main_checkout)]
         for flag, cache in (("--engine-cache", own_cache), ("--baseline-cache", main_cache)):
@@ -180,8 +191,8 @@ def _command(
                 argv += [flag, str(cache)]
         if main_cache is not None:  # the parent verifies with main's kernels
             env["CUPY_CACHE_DIR"] = str(main_cache)
-        env["PYTHONPATH"] = str(place.main_checkout)
-        return argv, env, place.main_checkout
+        env["PYTHONPATH"] = str(place.parent_checkout)
+        return argv, env, place.parent_checkout
     if own_cache is not None:
         env["CUPY_CACHE_DIR"] = str(own_cache)
     home = place.work / "home"

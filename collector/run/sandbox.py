@@ -11,7 +11,9 @@ Sealed, a PR's code can reach none of it, so these are a second line: every proc
 left behind is killed (the collector is a child subreaper, `PR_SET_CHILD_SUBREAPER`; a sandbox
 dies with its session anyway), main's checkout must be exactly main's commit (`git status` with
 ignored files; restored if not), and no other PR's checkout may change during a PR's session (by
-stat; restored). Unsealed (`--unsandboxed`), a PR's process runs as the collector's user and can
+stat; restored). A built engine's checkouts are builds (no git work trees): main's and the
+other PRs' are watched by stat, and a change stops the round (only a rebuild restores one).
+Unsealed (`--unsandboxed`), a PR's process runs as the collector's user and can
 reach the box, so two more checks run after each PR session:
 * every side's compiled-kernel cache (`Place.cache`; CuPy's `CUPY_CACHE_DIR`: a cached binary
   is what a process runs for a kernel's source): a PR session that changed or removed a file in
@@ -63,6 +65,18 @@ def checkout_changes(checkout: Path) -> list[str]:
     if res.returncode != 0:
         return [f"(git status failed: {res.stderr.strip()[:200]})"]
     return [ln[3:] for ln in res.stdout.splitlines() if ln.strip()]
+
+
+def is_work_tree(path: Path) -> bool:
+    """A git checkout (restorable from its commit), not a build folder."""
+    return (path / ".git").exists()
+
+
+def unrestorable(build: Path) -> str:
+    return (
+        f"a session changed the build {build}, which only building it again restores: remove "
+        f"{build.parent} and run the round again"
+    )
 
 
 def restore_checkout(checkout: Path) -> None:
@@ -148,6 +162,11 @@ class BoxGuard:
     ) -> None:
         self.place = place
         self.main_checkout = place.main_checkout
+        # a built engine's main is a build, no git work tree: watched by stat, and never
+        # restored (rebuilt by hand: the round stops)
+        self.main_build = (
+            None if is_work_tree(self.main_checkout) else stat_tree([self.main_checkout])
+        )
         self.log = log
         self.checkouts = {c: stat_tree([c]) for c in checkouts}  # the PRs' checkouts
         self.sealed = place.sandbox != "none"  # then the walks below cannot find anything
@@ -172,10 +191,16 @@ class BoxGuard:
         if left:
             self.log(f"  {who} {task.kind} {task.model}: killed {left} processes it left running")
         found = []
-        changed = checkout_changes(self.main_checkout)
-        if changed:
-            restore_checkout(self.main_checkout)
-            found.append("main's checkout (" + ", ".join(changed[:5]) + ")")
+        if self.main_build is None:
+            changed = checkout_changes(self.main_checkout)
+            if changed:
+                restore_checkout(self.main_checkout)
+                found.append("main's checkout (" + ", ".join(changed[:5]) + ")")
+        else:
+            added, changed = tree_changes(self.main_build, stat_tree([self.main_checkout]))
+            if added or changed:
+                found.append("main's build (" + ", ".join((changed + added)[:5]) + ")")
+                self.stop_round = unrestorable(self.main_checkout)
         found += self._other_checkouts(task, own)
         found += self._other_kernel_caches(who, task)
         found += self._trusted_files(who, task)
@@ -192,7 +217,10 @@ class BoxGuard:
             if task.side == "pr" and path != own:
                 added, changed = tree_changes(before, now)
                 if added or changed:
-                    restore_checkout(path)
+                    if is_work_tree(path):
+                        restore_checkout(path)
+                    else:
+                        self.stop_round = unrestorable(path)
                     now = stat_tree([path])
                     found.append(
                         f"another PR's checkout {path.name} ({', '.join((changed + added)[:5])})"

@@ -39,12 +39,14 @@ def measure_session(kit: SessionKit, guard: BoxGuard, task: Task, checkout: Path
     """One session where its GPU is, and what only that box can find: what the session changed
     outside its own folders. `checkout` None: main. Judged by `record` (outcome.judge)."""
     checkout = checkout or kit.place.main_checkout
-    if task.side == "pr":  # its own earlier process may have rewritten them on disk
+    # a PR's checkout holds a copy of main's harness (a served engine's build holds none)
+    pinned = task.side == "pr" and kit.place.harness is None
+    if pinned:  # its own earlier process may have rewritten them on disk
         pin_harness(checkout, kit.repo, kit.main_commit, kit.policy.harness.paths)
     guard.before_session()
     run = run_task(task, checkout, kit.place, kit.policy, list(kit.disk_paths))
     run.box = guard.after_session(task, checkout)
-    if task.side == "pr" and not run.box:
+    if pinned and not run.box:
         paths = kit.policy.harness.paths
         drift = harness_drift(checkout, kit.repo, kit.main_commit, paths)
         if drift:  # put back before its next session by pin_harness

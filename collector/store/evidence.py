@@ -1,6 +1,7 @@
 """A round's stored evidence, read once for its verdict: the PRs, their sessions, each speed
-axis's pairs (main's engine and the PR's, timed turn by turn), accuracy dumps, prefill checks,
-long-context documents and earlier rounds' strikes; in a sharded round, one shard's view."""
+axis's pairs (main's engine and the PR's, timed turn by turn), accuracy dumps (a served engine's:
+its builds' comparisons, `kld`), prefill checks, long-context documents and earlier rounds'
+strikes; in a sharded round, one shard's view."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from collector.results import Pair, SessionRecord
 from collector.schedule import CONFIRM_SLOTS
 from collector.store import Store
 from collector.store.stored_policy import stored_policy
-from engine.harness.protocol import LongContextResult
+from engine.harness.protocol import KldResult, LongContextResult
 
 OF_SHARD = "(x.side <> 'main' OR x.shard = ?)"
 
@@ -85,6 +86,16 @@ class RoundData:
             [round_id, shard],
         ):
             self.dumps[(side, pr, model)].append(doc)
+        # a served engine's score sessions: each compares the side's build with main's (main's
+        # own: main's build with itself), in schedule order
+        self.klds: dict[tuple, list[KldResult]] = defaultdict(list)
+        for side, pr, model, doc in store.query(
+            "SELECT side, pr, model, document FROM sessions x WHERE round_id = ? "
+            "AND kind = 'score' AND status = 'ok' AND document IS NOT NULL "
+            f"AND json_extract_string(document, '$.kind') = 'kld' AND {scope} ORDER BY slot",
+            [round_id, shard],
+        ):
+            self.klds[(side, pr, model)].append(KldResult.model_validate_json(doc))
         self.checks: dict[tuple, dict[int, tuple[float, float]]] = defaultdict(dict)
         for side, pr, model, prefix, top1, kl in store.query(
             "SELECT c.side, c.pr, c.model, c.prefix, c.top1, c.kl_mean FROM prefill_checks c "

@@ -93,7 +93,9 @@ class Agreement:
     kl_p99: float
     kl_max: float
     same_top: float  # share of positions where the two agree on the top token
-    ppl_ratio: float  # the PR's perplexity of the text / main's
+    ppl_main: float  # main's perplexity of the text
+    ppl_pr: float  # the PR's
+    ppl_ratio: float  # ppl_pr / ppl_main
 
 
 def compare(main: LogitsFile, pr: LogitsFile) -> Agreement:
@@ -120,5 +122,7 @@ def compare(main: LogitsFile, pr: LogitsFile) -> Agreement:
         kl_p99=float(np.quantile(kl, 0.99)),
         kl_max=float(kl.max()),
         same_top=same / n,
+        ppl_main=float(np.exp(nll_main / n)),
+        ppl_pr=float(np.exp(nll_pr / n)),
         ppl_ratio=float(np.exp((nll_pr - nll_main) / n)),
     )

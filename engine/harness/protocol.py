@@ -298,8 +298,30 @@ class LongContextResult(Header):
     measured: Measured | None = None
 
 
+class KldResult(Header):
+    """A served engine's accuracy (server_score.py kld): each build's own perplexity tool over
+    the same windows of a text, the PR's log-probs held against main's position by position."""
+
+    kind: Literal["kld"] = "kld"
+    ctx: int = Field(gt=0)
+    chunks: int = Field(gt=0)
+    tokens: int = Field(gt=0)  # scored positions
+    kl_mean: NonNegFloat  # KL(main || PR), nats
+    kl_p99: NonNegFloat
+    kl_max: NonNegFloat
+    same_top: Annotated[float, Field(ge=0.0, le=1.0)]
+    ppl_main: PosFloat
+    ppl_pr: PosFloat
+    ppl_ratio: PosFloat
+
+
 BenchDocument = (
-    SweepResult | ConcurrentResult | ScoreResult | PrefillCheckResult | LongContextResult
+    SweepResult
+    | ConcurrentResult
+    | ScoreResult
+    | PrefillCheckResult
+    | LongContextResult
+    | KldResult
 )
 
 DOCUMENT_TYPES: dict[str, type[Header]] = {
@@ -308,6 +330,7 @@ DOCUMENT_TYPES: dict[str, type[Header]] = {
     "score": ScoreResult,
     "prefill-check": PrefillCheckResult,
     "longctx": LongContextResult,
+    "kld": KldResult,
 }
 
 

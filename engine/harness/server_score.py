@@ -7,25 +7,27 @@ Each build's `llama-perplexity` runs sealed (the sandbox of every engine: the bu
 it was built at, the model and the text read-only, one fresh folder to write, no network) and
 writes the log-probs of the text's second half-windows (`--kl-divergence-base`); this process
 (main's harness) compares them (kld.py): KL(main || PR) per scored token, the top-token
-agreement, the perplexity ratio. One JSON object on --out. Each tool run is bounded by
+agreement, the perplexity ratio: a `kld` document (protocol.KldResult) on --out. Each tool run is bounded by
 --timeout; a tool that fails or writes no usable file is the build's failure (main's: exit 3).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import click
 
 from engine.errors import BaselineError, EngineError, EngineOutputError
-from engine.harness.common import check_out, cli_main, progress
+from engine.gguf_file import file_id
+from engine.harness.common import Clock, check_out, cli_main, header, progress
 from engine.harness.kld import LogitsFileError, compare, read_logits
+from engine.harness.protocol import KldResult
 from engine.harness.sandbox import KINDS, SANDBOX_ENV, Sandbox
 from engine.harness.server_engine import INSIDE_BUILD, INSIDE_SHARED, in_build
 from engine.models import model_file
@@ -88,6 +90,7 @@ def kld(
     baseline_checkout: str, sandbox: str, timeout_s: float, out: str,
 ) -> None:  # fmt: skip
     """KL(main || PR), top-token agreement and perplexity ratio of the two builds on a text."""
+    clock = Clock()
     check_out(out)
     if ctx < 4 or chunks < 1 or threads < 1:
         raise EngineError("--ctx must be at least 4, --chunks and --threads at least 1")
@@ -116,12 +119,17 @@ def kld(
         except LogitsFileError as e:
             raise EngineOutputError(f"the PR's build: {e}") from None
         del files
-    report = {"model": model, "ctx": ctx, "chunks": chunks, **dataclasses.asdict(agreement)}
+    doc = KldResult(
+        **header(model, SimpleNamespace(backend="numpy", model_id=file_id(path)), clock),
+        ctx=ctx,
+        chunks=chunks,
+        **dataclasses.asdict(agreement),
+    )
     progress(
         f"kld {model}: KL mean {agreement.kl_mean:.2e} max {agreement.kl_max:.2e}, same top "
         f"{agreement.same_top:.3f}, PPL ratio {agreement.ppl_ratio:.4f} ({agreement.tokens} tokens)"
     )
-    text_out = json.dumps(report, indent=1) + "\n"
+    text_out = doc.model_dump_json(indent=1) + "\n"
     if out == "-":
         sys.stdout.write(text_out)
     else:

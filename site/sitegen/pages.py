@@ -18,6 +18,8 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from collector.policy import ENGINE_GATES
+from collector.results import GATE_ORDER
 from collector.store.readout import EXPORT_FORMATS as READOUT_EXPORT_FORMATS
 from collector.store.readout import (
     Evaluation,
@@ -231,6 +233,8 @@ class Site(RoundPages, PRPages):
             policy=self.policy,
             flat=_flatten(self.policy_round.policy_raw if self.policy_round else {}),
             calibrations=calibration.profiles(self.data),
+            engine_gates=ENGINE_GATES,
+            gate_kinds=GATE_ORDER,
         )
 
     def data_page(self, exports: dict[str, dict[str, list[str]]], schema_sql: str | None) -> str:

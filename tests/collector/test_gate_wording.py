@@ -399,6 +399,7 @@ def test_shortfall_words_are_none_exactly_when_the_axis_passes() -> None:
 def test_one_list_of_gate_kinds_and_labels() -> None:
     assert GATE_ORDER == (
         "merge",
+        "build",
         "run",
         "floor",
         "implausible",

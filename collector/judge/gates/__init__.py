@@ -9,6 +9,7 @@ verdict.PR_GATES. Every gate's text states the rule that decided it with the num
 
 from collector.judge.gates.accuracy import accuracy_gate
 from collector.judge.gates.base import GateContext, GateResult
+from collector.judge.gates.build import BUILD_FAILED, build_gate
 from collector.judge.gates.floor import floor_gate
 from collector.judge.gates.guard import guard_gate
 from collector.judge.gates.implausible import implausible_gate
@@ -21,11 +22,13 @@ from collector.judge.gates.run import run_gate
 from collector.results import GATE_ORDER
 
 __all__ = [
+    "BUILD_FAILED",
     "GATE_ORDER",
     "NOT_MERGED",
     "GateContext",
     "GateResult",
     "accuracy_gate",
+    "build_gate",
     "floor_gate",
     "guard_gate",
     "implausible_gate",

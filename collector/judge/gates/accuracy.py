@@ -4,13 +4,15 @@ target's held).
 
 Top-1 agreement, KL(main || PR) and the perplexity ratio over the evaluation text must each
 stay within the model's bars (policy [accuracy], collector/judge/accuracy.py for the method).
+A served engine's build is compared with main's build in one session (`kld`, its own tool's
+logits over the same text).
 """
 
 from __future__ import annotations
 
 import json
 
-from collector.judge.accuracy import AccuracyError, compare_dumps
+from collector.judge.accuracy import AccuracyError, compare_dumps, of_kld
 from collector.judge.gates.base import GateContext, GateResult
 from collector.judge.rules import EPS
 from collector.policy import AccuracyBars
@@ -25,6 +27,13 @@ def accuracy_gate(ctx: GateContext) -> GateResult:
     roles = [(m, KIND) for m in ctx.targets] + [(m, GUARD_KIND) for m in ctx.guards]
     for model, kind in roles:
         gate = f"{kind}:{model}"
+        if ctx.policy.profile.engine != "builtin":  # its builds compared in one session
+            klds = ctx.data.klds.get(("pr", ctx.pr, model))
+            if not klds:
+                out.skipped(gate, f"not judged: the PR's build was not scored (see run:{model})")
+                continue
+            _hold(out, gate, kind, model, of_kld(klds[0]), ctx)
+            continue
         if kind == GUARD_KIND and not ctx.data.dumps.get(("pr", ctx.pr, model)):
             continue  # a round stored before guards were scored
         main_dumps = ctx.data.dumps.get(("main", 0, model), [])
@@ -46,23 +55,30 @@ def accuracy_gate(ctx: GateContext) -> GateResult:
                 gate, f"the score dumps cannot be compared: {e}", f"accuracy on {model}: {e}"
             )
             continue
-        out.accuracy[model] = acc
-        missed, txt = judge(acc, ctx.policy.accuracy.bars(model))
-        if missed:
-            what = (
-                f"accuracy vs main broke on {model}"
-                if kind == KIND
-                else f"no-regression guard {model}: accuracy broke (top-1 {acc.top1:.4f}, "
-                f"KL {acc.kl:.4f})"
-            )
-            out.failed(
-                gate,
-                f"outside the bar on {', '.join(missed)}: {txt}",
-                f"{what} ({', '.join(missed)}): {txt}",
-            )
-        else:
-            out.passed(gate, f"within every bar: {txt}")
+        _hold(out, gate, kind, model, acc, ctx)
     return out
+
+
+def _hold(
+    out: GateResult, gate: str, kind: str, model: str, acc: AccuracyResult, ctx: GateContext
+) -> None:
+    """The PR's accuracy on `model` against the model's bars."""
+    out.accuracy[model] = acc
+    missed, txt = judge(acc, ctx.policy.accuracy.bars(model))
+    if missed:
+        what = (
+            f"accuracy vs main broke on {model}"
+            if kind == KIND
+            else f"no-regression guard {model}: accuracy broke (top-1 {acc.top1:.4f}, "
+            f"KL {acc.kl:.4f})"
+        )
+        out.failed(
+            gate,
+            f"outside the bar on {', '.join(missed)}: {txt}",
+            f"{what} ({', '.join(missed)}): {txt}",
+        )
+    else:
+        out.passed(gate, f"within every bar: {txt}")
 
 
 def judge(acc: AccuracyResult, bars: AccuracyBars) -> tuple[list[str], str]:

@@ -15,8 +15,12 @@ KIND = "prefill-path"
 
 def prefill_path_gate(ctx: GateContext) -> GateResult:
     out = GateResult()
+    prof = ctx.policy.profile
     for model in ctx.targets:
         gate = f"{KIND}:{model}"
+        if not prof.applies(KIND):
+            out.skipped(gate, f"not applicable to the {prof.engine} engine (the rules page)")
+            continue
         main = ctx.data.checks.get(("main", 0, model))
         pr = ctx.data.checks.get(("pr", ctx.pr, model))
         if not main:

@@ -48,6 +48,8 @@ def _slice(ref: dict, n_tokens: int) -> dict:
 
 def reference_gate(ctx: GateContext) -> GateResult:
     out = GateResult()
+    if not ctx.policy.profile.applies(KIND):  # llama.cpp is no independent reference of itself
+        return out
     rules = ctx.policy.accuracy
     for model in [*ctx.targets, *ctx.guards]:
         path = rules.reference.get(model)

@@ -10,7 +10,9 @@ BIN := $(VENV)/bin
 DEMO_STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: demo test lint clean sandbox
+LLAMA := .llama/llama.cpp-0.3.36
+
+.PHONY: demo test lint clean sandbox llama-demo
 
 $(DEMO_STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -67,5 +69,13 @@ lint: $(TEST_STAMP)
 test: lint
 	$(BIN)/python tests/run_suite.py
 
+# A round of llama.cpp PRs on its CPU backend (data/demo/llama/README.md): llama.cpp's tree from
+# the llama-cpp-python 0.3.36 sdist (pip downloads it), built sealed with CMake (needs cmake, a C++
+# compiler and ccache), timed through its servers; ~13 minutes on 2 cores, 5 of them main's build
+llama-demo: $(TEST_STAMP)
+	@[ -d $(LLAMA) ] || $(BIN)/sparkboard llama-cpp-source --release 0.3.36 --into $(LLAMA)
+	$(BIN)/sparkboard collect data/demo/llama/round.toml --db .llama/llama.duckdb
+	$(BIN)/sparkboard show --db .llama/llama.duckdb --round llama-cpu-demo
+
 clean:
-	rm -rf out .scratch
+	rm -rf out .scratch .llama

@@ -128,8 +128,8 @@ def _collect(
     if build is not None:  # a built engine: its builds are what the sessions measure
         recipe = Recipe(tuple(build.options), tuple(build.targets), build.jobs)
         main_checkout = build_round(
-            main_checkout, list(by_pr.values()), scratch / "builds", recipe, Sandbox(sandbox),
-            build.timeout_s, policy.failures.min_free_disk_mb, log,
+            main_checkout, list(by_pr.values()), scratch / "builds", compiler_cache(db_path),
+            recipe, Sandbox(sandbox), build.timeout_s, policy.failures.min_free_disk_mb, log,
         )  # fmt: skip
         writer.record_candidates(store, m.round, list(by_pr.values()))
         harness = HARNESS_CHECKOUT  # its checkouts hold no harness: the collector's own times them
@@ -159,6 +159,12 @@ def _collect(
             infra_left = r.run(todo, "confirming", progress, conn, hook)
     _finish(store, m.round, infra_left, log)
     return infra_left
+
+
+def compiler_cache(db_path: Path) -> Path:
+    """Main's compiler cache for a built engine, beside the database and kept from round to round
+    (the round's scratch goes when it ends): only main's builds write it."""
+    return db_path.parent / f".{db_path.name}.ccache"
 
 
 def _candidates(

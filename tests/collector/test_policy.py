@@ -119,3 +119,45 @@ def test_a_kind_of_axis_has_a_floor_and_an_axis_its_own() -> None:
     assert cpu.has_own_floor("concurrent@4") and not cpu.has_own_floor("decode@32")
     both = cpu.model_copy(update={"min_noise_axes": {"prefill": 0.1, "prefill@8000": 0.3}})
     assert both.noise_floor("prefill@8000") == 0.3 and both.noise_floor("prefill@32") == 0.1
+
+
+def test_an_engine_kind_says_how_it_is_built_and_which_gates_judge_it(tmp_path: Path) -> None:
+    """A served engine's profile must build its server and its tool; only it has a build gate,
+    and the builtin engine's own harness checks do not judge it."""
+    f = tmp_path / "p.toml"
+
+    def profile(extra: str) -> str:
+        f.write_text('extends = "default"\n[profiles.cpu]\n' + extra)
+        try:
+            resolve(load_policy(f), "cpu")
+        except PolicyError as e:
+            return str(e)
+        return ""
+
+    built = '\n[profiles.cpu.build]\ntargets = ["llama-server", "llama-perplexity"]\n'
+    ok = 'engine = "llama.cpp"\nlong_context = {}\nmemory_budget_mib = {}' + built
+    assert profile(ok) == ""
+    p = resolve(load_policy(f), "cpu").profile
+    assert p.applies("build") and p.applies("accuracy") and p.applies("memory")
+    assert not p.applies("prefill-path") and not p.applies("long-context")
+    builtin = resolve(load_policy(), "cpu").profile
+    assert not builtin.applies("build") and builtin.applies("prefill-path")
+    assert "build.targets must name llama-perplexity" in profile(
+        ok.replace(', "llama-perplexity"', "")
+    )
+    assert "build.targets must name llama-server, llama-perplexity" in profile(
+        'engine = "llama.cpp"\nlong_context = {}\nmemory_budget_mib = {}'
+    )
+    assert "long_context: not measured for engine llama.cpp" in profile(
+        'engine = "llama.cpp"' + built
+    )
+    assert "the builtin engine is not built" in profile(built)
+
+
+def test_the_llama_demo_policy_is_a_built_served_profile() -> None:
+    """data/demo/llama/policy.toml (its round needs llama.cpp's tree: make llama-demo)."""
+    path = Path(__file__).resolve().parents[2] / "data" / "demo" / "llama" / "policy.toml"
+    p = resolve(load_policy(path), "llama-cpu")
+    assert p.profile.engine == "llama.cpp" and p.profile.build is not None
+    assert p.profile.build.targets == ["llama-server", "llama-perplexity"]
+    assert p.accuracy.bars("smollm2-135m").kl_max == 0.002 and p.forgery.tie_nats == 0.2

@@ -160,4 +160,4 @@ def test_the_llama_demo_policy_is_a_built_served_profile() -> None:
     p = resolve(load_policy(path), "llama-cpu")
     assert p.profile.engine == "llama.cpp" and p.profile.build is not None
     assert p.profile.build.targets == ["llama-server", "llama-perplexity"]
-    assert p.accuracy.bars("smollm2-135m").kl_max == 0.002 and p.forgery.tie_nats == 0.2
+    assert p.accuracy.bars("smollm2-135m").kl_max == 0.006 and p.forgery.tie_nats == 0.2

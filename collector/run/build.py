@@ -210,11 +210,12 @@ def build_round(
     log: Callable[[str], None],
 ) -> Path:
     """Every checkout of a round built into `folder`: main's first (it alone fills the compiler
-    cache `cache`, kept from round to round), then each measurable PR's, reading it. Returns main's build; each built PR's
-    candidate now names its build as the checkout its sessions measure, and a PR whose build
-    failed is `build-failed`, the compiler's first lines its detail (the PR's REJECT). A build
-    the box failed, or main's own failure, stops the round (RoundError): nothing can be judged
-    against a main that does not build, and the box's failure is built again on the next run."""
+    cache `cache`, kept from round to round), then each measurable PR's, reading it. Returns
+    main's build; each built PR's candidate now names its build as the checkout its sessions
+    measure, and a PR whose build failed is `build-failed`, the compiler's first lines its
+    detail (the PR's REJECT). A build the box failed, or main's own failure, stops the round
+    (RoundError): nothing can be judged against a main that does not build, and the box's
+    failure is built again on the next run."""
 
     def one(name: str, checkout: Path, writes: bool) -> Build:
         log(f"  building {name} ({', '.join(recipe.targets)})")

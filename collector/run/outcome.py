@@ -128,11 +128,7 @@ def _status(task: Task, req: Request, run: Run, policy: ResolvedPolicy) -> tuple
         return "infra", "infrastructure error: " + _last_line(run.log_tail)
     if run.box and task.side == "pr":
         return "forged", run.box
-    if (req.timed or req.beside_main) and run.exit_code in (
-        EXIT_BASELINE,
-        EXIT_USER_ERROR,
-        EXIT_HARNESS,
-    ):
+    if req.by_harness and run.exit_code in (EXIT_BASELINE, EXIT_USER_ERROR, EXIT_HARNESS):
         # the timing parent is main's pinned harness: main's engine beside the PR's failed, or
         # main's harness refused the request or failed in itself; none is the PR's doing
         why = _last_line(run.log_tail).removeprefix("error: ")

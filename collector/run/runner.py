@@ -71,6 +71,13 @@ class Request:
     # run by main's harness with both engines' checkouts named, the PR's code only inside its
     # sandboxes (every timed command; a served engine's accuracy, server_score kld)
     beside_main: bool = False
+
+    @property
+    def by_harness(self) -> bool:
+        """Run by main's harness (from main's checkout, or the collector's for a served engine),
+        the engines' checkouts named; otherwise the command runs sealed in the PR's checkout."""
+        return self.timed or self.beside_main
+
     one_core: bool = False  # all of its processes on one core (Profile.one_core)
 
 
@@ -162,7 +169,7 @@ def run_request(
         code = _run(
             argv, env, cwd, err_file, req.timeout_s, session_core() if req.one_core else None
         )
-        if not (req.timed or req.beside_main):  # its own sandbox: a death by signal is its own
+        if not req.by_harness:  # its own sandbox: a death by signal is its own
             code = exit_status(Sandbox(place.sandbox), code)
     except OSError as e:
         return Run(started, refused=f"cannot start the harness: {e.strerror or e}")
@@ -181,7 +188,7 @@ def _command(
     env.update(dict(req.env))
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     main_cache, own_cache = place.prepare_caches(side, pr)
-    if req.timed or req.beside_main:
+    if req.by_harness:
         argv += ["--engine-checkout", str(checkout), "--sandbox", place.sandbox]
         argv += ["--scratch", str(place.work / "session")] if req.timed else []
         if req.kind != "longctx":  # the long-context check runs one engine under its budget
@@ -219,11 +226,6 @@ def _read(out_file: Path, kind: str, max_document_mb: int) -> tuple[object | Non
         return None, f"invalid {kind} document: {where}: {err['msg']}"[:400]
     except ValueError as e:
         return None, f"invalid {kind} document: {str(e)[:300]}"
-
-
-def last_core() -> int:
-    """The last core this process may run on (a test run pins its timed tests there too)."""
-    return max(os.sched_getaffinity(0))
 
 
 def session_core() -> int:

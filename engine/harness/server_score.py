@@ -7,8 +7,9 @@ Each build's `llama-perplexity` runs sealed (the sandbox of every engine: the bu
 it was built at, the model and the text read-only, one fresh folder to write, no network) and
 writes the log-probs of the text's second half-windows (`--kl-divergence-base`); this process
 (main's harness) compares them (kld.py): KL(main || PR) per scored token, the top-token
-agreement, the perplexity ratio: a `kld` document (protocol.KldResult) on --out. Each tool run is bounded by
---timeout; a tool that fails or writes no usable file is the build's failure (main's: exit 3).
+agreement, the perplexity ratio: a `kld` document (protocol.KldResult) on --out. Each tool run
+is bounded by --timeout; a tool that fails or writes no usable file is the build's failure
+(main's: exit 3).
 """
 
 from __future__ import annotations

@@ -287,9 +287,7 @@ class Legs:
             for p in procs:
                 self.connect(p)
             if self.probe is not None:  # every engine loaded and stopped: the device is drained
-                busy = self.probe.wait_idle()
-                if self.probe.held(busy):
-                    raise DeviceHeld(busy, "the engines loaded")
+                self.probe.drain("the engines loaded")
             self.steps.done("engine_loaded")
             if len({p.vocab for p in procs}) != 1:
                 raise EngineOutputError(

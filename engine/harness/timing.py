@@ -41,7 +41,7 @@ QUIT_WAIT_S = 30.0  # for an engine process that is dying to say how it ended
 # GPU busy or hot) gets no longer than this before it is killed
 QUIT_GRACE_S = 5.0
 # A GPU context is gone this long after its process is: work still running past it is not that
-# process's (measured on the H200: engine/harness/README.md)
+# process's (not yet measured on a GPU: tests/engine/test_device_held.py's GPU test prints it)
 FREED_WITHIN_S = 5.0
 SPRINKLE = 32  # a prompt gets one random id per this many positions
 

@@ -239,18 +239,13 @@ class TurnTaker:
         t0 = time.perf_counter()
         time.sleep(IDLE_WINDOW_S)  # asked nothing: an honest engine waits in its read
         self.ledger.window_s.append(time.perf_counter() - t0)
-        took, pids = self.tree.stop()
+        took = self._stop_all()
         # processes started during the turn count whole: none was there at its last answer
-        self._cpu_stopped = self.tree.cpu_s(pids)
         self.ledger.after_answer_s.append(max(self._cpu_stopped - before, 0.0))
         self.ledger.between_s.append(self._gap)
         self.ledger.stop_s.append(took)
-        self.stopped, self._turn = pids, None
         if self.probe is not None:
-            busy = self.probe.wait_idle()
-            self.ledger.device_busy_s.append(busy)
-            if self.probe.held(busy):
-                raise DeviceHeld(busy, "a turn ended")
+            self.ledger.device_busy_s.append(self.probe.drain("a turn ended"))
 
     def hold(self) -> None:
         """Once loaded, before its first turn: every process stopped, and the device drained of
@@ -259,11 +254,17 @@ class TurnTaker:
         reading here would lay at this one's door (2026-12-03: main's engine, connected first,
         read 60-600 ms of the PR's load after its "turn" at each leg's start). Nor is a device
         held here anyone's yet: the session checks it once every engine has loaded."""
-        _took, pids = self.tree.stop()
-        self._cpu_stopped = self.tree.cpu_s(pids)
-        self.stopped = pids
+        self._stop_all()
         if self.probe is not None:
             self.probe.wait_idle()
+
+    def _stop_all(self) -> float:
+        """Every process stopped, and the CPU they have used so far read (what `ready` counts
+        from): the seconds the stop took."""
+        took, pids = self.tree.stop()
+        self._cpu_stopped = self.tree.cpu_s(pids)
+        self.stopped, self._turn = pids, None
+        return took
 
     def release(self) -> None:
         """Continue every process for good (to quit, or to be killed)."""
@@ -312,6 +313,10 @@ class DeviceProbe:
         busy = time.perf_counter() - t0
         return 0.0 if busy <= self.IDLE_S else busy
 
-    def held(self, busy_s: float) -> bool:
-        """Was the device still busy when the wait that read `busy_s` gave up?"""
-        return busy_s >= self.DEADLINE_S
+    def drain(self, after: str) -> float:
+        """`wait_idle`; a device still busy at its deadline `after` something is held
+        (DeviceHeld)."""
+        busy = self.wait_idle()
+        if busy >= self.DEADLINE_S:
+            raise DeviceHeld(busy, after)
+        return busy

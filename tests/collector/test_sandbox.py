@@ -131,3 +131,29 @@ def test_every_change_to_anothers_compiled_kernels_is_caught(
     tamper(root)
     found = guard.after_session(PR_SWEEP, None)
     assert found is not None and "compiled kernels of" in found
+
+
+def test_a_build_changed_by_a_session_stops_the_round(tmp_path: Path) -> None:
+    """A built engine's checkouts are builds, no git work trees: main's and another PR's are
+    watched by stat, and a change stops the round (only a rebuild restores a build); a PR's own
+    build is its own business."""
+    builds = tmp_path / "builds"
+    for name in ("main", "pr-7", "pr-8"):
+        (builds / name / "bin").mkdir(parents=True)
+        (builds / name / "bin" / "llama-server").write_text(f"{name}'s server\n")
+    place = Place(builds / "main", tmp_path / "work", "bwrap", None, harness=tmp_path)
+    mine, other = builds / "pr-7", builds / "pr-8"
+    for tamper, found_words in (
+        (lambda: (mine / "bin" / "llama-server").write_text("its own\n"), None),
+        (lambda: (builds / "main" / "bin" / "llama-server").write_text("slower\n"), "main's build"),
+        (lambda: (other / "bin" / "extra.so").write_text("added\n"), "another PR's checkout pr-8"),
+    ):
+        guard = BoxGuard(place, lambda line: None, (mine, other))
+        guard.before_session()
+        tamper()
+        found = guard.after_session(PR_SWEEP, mine)
+        if found_words is None:
+            assert found is None and guard.stop_round is None
+        else:
+            assert found is not None and found_words in found, found
+            assert guard.stop_round is not None and "only building it again" in guard.stop_round

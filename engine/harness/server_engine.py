@@ -18,7 +18,9 @@ so the speed measurements (measure.py) and the turns (turns.py) are the same:
   clock cross-check, as an engine process's `in_s`.
 
 Every answer is the PR's words: ids outside the vocabulary, a count other than asked, a missing
-or negative timing make an `EngineOutputError` (main's: a `BaselineError`).
+or negative timing make an `EngineOutputError` (main's: a `BaselineError`). The requests of an
+answer that cannot be used are kept (`asked`), for main's server to be asked them too
+(`fails_too`: a failure both builds share is main's, speed_session.shared_failure).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.errors import BaselineError
 from engine.harness.http_unix import NotTheServer, ServerReplyError, UnixConnection
 from engine.harness.sandbox import Sandbox, exit_status
 from engine.harness.timing import QUIT_GRACE_S, EngineSpec, Region, Sample, TakesTurns
@@ -164,6 +167,9 @@ class ServerEngine(TakesTurns):
         self.turns = TurnTaker(ProcessTree(self.proc.pid, not spec.sandbox.sealed), probe)
         self.tokens: dict[int, list[int]] = {}  # each sequence's tokens, as sent and generated
         self.conns: list[UnixConnection] = []
+        # the requests of the operation under way, (bodies, in flight together): when the
+        # server's answer is unusable, main's server is asked them too (fails_too)
+        self.asked: tuple[list[tuple[int, dict]], bool] | None = None
 
     # --- start and stop ---------------------------------------------------------------------
 
@@ -299,6 +305,7 @@ class ServerEngine(TakesTurns):
             with self.turn():
                 return self._exchange(message, bodies, together, timed)
         group = self.group_of(message)
+        self.asked = (bodies, together)
         self.turns.asking()
         t0 = time.perf_counter()
         answers = self._answers(bodies, together)
@@ -362,6 +369,23 @@ class ServerEngine(TakesTurns):
 
     def vram(self, kv_tokens: int) -> dict | None:
         return None  # memory is read from outside (memory.py); a server reports none of its own
+
+    def fails_too(self, asked: tuple[list[tuple[int, dict]], bool]) -> str | None:
+        """Main's server asked, in a turn of its own and untimed, the requests the PR's server
+        answered unusably: why its own answers are unusable too (a failure the two builds share,
+        so main's, never the PR's: a bug of main's that a fresh challenge happened to reach), or
+        None (the PR's failure is its own)."""
+        assert self.baseline, "only main's server is the reference of a failure"
+        bodies, together = asked
+        try:
+            answers, _ = self._exchange({"op": "replay"}, bodies, together, timed=False)
+            for (_, body), answer in zip(bodies, answers, strict=True):
+                self._tokens(answer, body["n_predict"])
+                for at in range(body["n_predict"] if body["n_probs"] else 0):
+                    self.top_logprobs(answer, at)
+        except BaselineError as e:
+            return str(e)
+        return None
 
     def continuation(self, seq: int, ids: list[int], steps: int, n_probs: int) -> dict:
         """Untimed: `steps` greedy tokens after `ids` with each one's top log-probs (main's

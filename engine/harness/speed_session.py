@@ -23,7 +23,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from engine.backends import resolve_backend
-from engine.errors import EngineError, EngineOutputError
+from engine.errors import BaselineError, EngineError, EngineOutputError
 from engine.harness.canary import Canary
 from engine.harness.common import (
     DEFAULT_CORPUS,
@@ -313,6 +313,8 @@ class Legs:
         except DeviceHeld as held:
             assert self.probe is not None  # only a probe finds the device held
             raise whose_device(held, procs, self.probe) from None
+        except EngineOutputError as e:
+            raise shared_failure(e, procs) from None
         finally:
             for role, side in zip(self.roles, b.sides, strict=False):
                 role.memory.append(side.watch.stop())
@@ -323,6 +325,23 @@ class Legs:
             kill_leftovers()
         self.steps.done("engine_stopped")
         return results
+
+
+def shared_failure(e: EngineOutputError, procs: list) -> Exception:
+    """The error that ends a session whose measured engine answered unusably: its own
+    (`e`, the PR's fault), or, where main's server answers the same requests unusably too, a
+    `BaselineError` (a bug main's build has and the fresh challenge reached: measured again,
+    never the PR's). Engine processes keep state between operations that main's has not, so
+    only servers (each request whole) are asked again."""
+    main, measured = procs[0], procs[-1]
+    if not (isinstance(measured, ServerEngine) and isinstance(main, ServerEngine)):
+        return e
+    if measured.asked is None or main is measured or main.proc.poll() is not None:
+        return e
+    shared = main.fails_too(measured.asked)
+    if shared is None:
+        return e
+    return BaselineError(f"{shared}; the same requests failed the PR's too ({e}): a shared bug")
 
 
 def run_session(

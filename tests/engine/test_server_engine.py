@@ -6,6 +6,7 @@ hash for a model); `test_a_real_llama_server_...` runs llama.cpp's own where a b
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import shutil
@@ -15,13 +16,19 @@ import sys
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 from engine_helpers import REPO
 
 from collector.judge.forgery import idle_problem
 from collector.policy import load_policy
-from engine.cli_common import EXIT_BAD_OUTPUT, EXIT_HARNESS
+from engine.cli_common import EXIT_BAD_OUTPUT, EXIT_BASELINE, EXIT_HARNESS
+from engine.errors import EngineOutputError
+from engine.harness.common import config_of
 from engine.harness.protocol import ConcurrentResult, SweepResult, parse_document
+from engine.harness.sandbox import Sandbox
+from engine.harness.server_engine import ServerEngine, server_kind
+from engine.harness.timing import EngineSpec
 
 FAKE = REPO / "tests" / "support" / "fake_llama_server.py"
 # the fakes run in the sandbox, which binds the system's folders: the system's python3
@@ -200,6 +207,67 @@ def test_unusable_answers_are_the_prs_and_a_missing_server_is_said(tmp_path: Pat
     argv += ["--engine-checkout", str(pr), "--out", str(tmp_path / "x.json")]
     res = subprocess.run(argv, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "long-context check of a served engine" in res.stderr
+
+
+def _first_token_prompt(multiple_of_5: bool) -> list[int]:
+    """A prompt whose greedy first token under the fake's model is (or is not) a multiple of 5:
+    the fake `startbug` server fails (or answers) its generation."""
+    spec = importlib.util.spec_from_file_location("fake_llama_server", FAKE)
+    fake = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(fake)  # type: ignore[union-attr]
+    for k in range(1, 1000):
+        if (fake.log_probs([3, 1, 4, k], 1)[0] % 5 == 0) == multiple_of_5:
+            return [3, 1, 4, k]
+    raise AssertionError("no such prompt")
+
+
+def test_a_failure_mains_server_shares_is_mains_and_one_of_its_own_is_the_prs(
+    tmp_path: Path,
+) -> None:
+    """A request the PR's server answers unusably is asked of main's server too: where main's
+    fails it as well (a bug both builds carry, which a fresh challenge happened to reach, as
+    llama-server 0.3.35's chat parser and a generation that is not UTF-8), the failure is main's
+    and the session is measured again; where main's answers, it is the PR's."""
+    vocab = config_of("tiny").vocab_size
+    buggy, honest = fake_build(tmp_path, "buggy", "startbug"), fake_build(tmp_path, "honest")
+
+    def server(build: Path, baseline: bool) -> ServerEngine:
+        home = tmp_path / f"home-{build.name}-{baseline}"
+        home.mkdir()
+        spec = EngineSpec(build, Sandbox("none"), home)
+        s = ServerEngine(spec, "tiny", server_kind("llama.cpp"), 1, 64, 1, baseline=baseline)
+        s.connect(vocab)
+        return s
+
+    failing, answered = _first_token_prompt(True), _first_token_prompt(False)
+    pr, mains = server(buggy, False), [server(buggy, True), server(honest, True)]
+    try:
+        pr.reset(1, 64)
+        pr.prefill([0], [np.asarray(answered)], timed=False)  # answered: nothing to replay
+        with pytest.raises(EngineOutputError, match="status 500"):
+            pr.prefill([0], [np.asarray(failing)], timed=False)
+        assert pr.asked is not None and pr.asked[0][0][1]["prompt"][-4:] == failing
+        shared, own = (m.fails_too(pr.asked) for m in mains)
+        assert shared is not None and "main's server answered unusably" in shared
+        assert own is None
+    finally:
+        for s in (pr, *mains):
+            s.close()
+
+
+def test_a_session_ends_as_mains_failure_when_the_builds_share_the_bug(tmp_path: Path) -> None:
+    """The whole session: both builds with the bug end it as main's (measured again, exit
+    EXIT_BASELINE: the PR's when it reaches the bug first, main's own turn otherwise), the PR's
+    build alone with it as the PR's (EXIT_BAD_OUTPUT)."""
+    args = ("--ctx", "16,40", "--tokens", "4", "--reps", "2")
+    both = fake_build(tmp_path, "main", "startbug"), fake_build(tmp_path, "pr", "startbug")
+    res = served(tmp_path, "sweep", both[1], both[0], "none", *args)
+    assert res.returncode == EXIT_BASELINE, res.stderr[-2000:]
+    assert "main's server answered unusably" in res.stderr
+    honest = fake_build(tmp_path, "honest")
+    res = served(tmp_path, "sweep", both[1], honest, "none", *args)
+    assert res.returncode == EXIT_BAD_OUTPUT, res.stderr[-2000:]
+    assert "the server answered unusably" in res.stderr and "main's server" not in res.stderr
 
 
 @pytest.mark.skipif(

@@ -14,6 +14,9 @@ SPARKBOARD_FAKE_MODE picks how it behaves (a PR's server):
   busy      keeps a core busy from its first answer on (work while it is not its turn)
   garbage   answers ids outside the vocabulary
   nullprob  its last top log-prob null (a probability of 0, as llama-server writes minus infinity)
+  startbug  HTTP 500 to a generation whose first token is a multiple of 5 (as llama-server
+            0.3.30-0.3.35 answers one that starts with bytes that are not UTF-8): a bug that
+            main's build and an honest PR's share
 SPARKBOARD_FAKE_VOCAB is the vocabulary's size; SPARKBOARD_FAKE_WORK the loop per token;
 SPARKBOARD_FAKE_LINK a socket of the box the server links in place of its own.
 """
@@ -114,9 +117,9 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: object) -> None:
         pass
 
-    def reply(self, doc: dict) -> None:
+    def reply(self, doc: dict, status: int = 200) -> None:
         data = json.dumps(doc).encode()
-        self.send_response(200)
+        self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -131,7 +134,11 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         n = int(self.headers.get("Content-Length", "0"))
-        self.reply(complete(json.loads(self.rfile.read(n))))
+        answer = complete(json.loads(self.rfile.read(n)))
+        if MODE == "startbug" and answer["tokens"] and answer["tokens"][0] % 5 == 0:
+            self.reply({"error": {"code": 500, "message": "output does not match"}}, 500)
+            return
+        self.reply(answer)
 
     def address_string(self) -> str:
         return "unix"

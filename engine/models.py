@@ -115,6 +115,25 @@ def model_file(name: str) -> Path | None:
     return None if spec.kind == "dummy" else _gguf_path(spec).resolve()
 
 
+def served_model_file(name: str, folder: Path) -> Path:
+    """The GGUF file a served engine (llama.cpp's server and tools) loads for `name`: a GGUF
+    model's own file; a dummy written into `folder` once, in its own format with SmolLM2's
+    tokenizer, so every dummy is a model of another shape a served engine's PR is guarded by."""
+    spec = resolve(name)
+    if spec.kind != "dummy":
+        return _gguf_path(spec).resolve()
+    assert spec.dummy is not None
+    from engine.gguf_write import write_gguf
+
+    target = folder / (spec.dummy.model_id(spec.fmt).replace(":", "-") + ".gguf")
+    if not target.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        part = target.with_suffix(".part")
+        write_gguf(part, load_weights(name, np), tokenizer_from=smollm2_path())
+        part.replace(target)  # whole or absent: a crash leaves no half-written model
+    return target.resolve()
+
+
 def model_config(name: str) -> ModelConfig:
     """A model's config without loading its weights."""
     spec = resolve(name)

@@ -42,7 +42,7 @@ from engine.harness.http_unix import NotTheServer, ServerReplyError, UnixConnect
 from engine.harness.sandbox import Sandbox, exit_status
 from engine.harness.timing import QUIT_GRACE_S, EngineSpec, Region, Sample, TakesTurns
 from engine.harness.turns import DeviceProbe, ProcessTree, TurnTaker
-from engine.models import model_file
+from engine.models import model_file, served_model_file
 
 LOAD_TIMEOUT_S = 300.0  # model loaded and answering /health by then, or the server is stuck
 REQUEST_TIMEOUT_S = 600.0  # one request's answer (a 32k prefill on a slow box is minutes)
@@ -121,9 +121,47 @@ def _number(x: object) -> float | None:
     return float(x) if isinstance(x, int | float) and math.isfinite(x) and x >= 0 else None
 
 
+def aligned_top_logprobs(
+    tokens: list[int], rows: object, vocab: int
+) -> list[list[tuple[int, float]] | None]:
+    """Each token's top (id, log-prob) pairs from llama-server's `completion_probabilities`
+    rows, None where it withheld them. It sends a token's only once the text it has made so far
+    is whole UTF-8: a token that ends inside a character (a byte token) has none, and the one
+    that completes the character has its own. So the rows are matched to the tokens from the
+    last one back, each to the latest token with its id. A probability of 0 is a log-prob of
+    minus infinity, which its JSON writes as null: the floor. ValueError: rows it cannot have
+    meant."""
+    if not isinstance(rows, list) or len(rows) > len(tokens):
+        raise ValueError("sent no usable top log-probs")
+    out: list[list[tuple[int, float]] | None] = [None] * len(tokens)
+    at = len(tokens) - 1
+    for row in reversed(rows):
+        ident = row.get("id") if isinstance(row, dict) else None
+        while at >= 0 and tokens[at] != ident:
+            at -= 1
+        if at < 0:
+            raise ValueError("sent top log-probs for a token it did not generate")
+        try:
+            pairs = [
+                (r["id"], LOGPROB_FLOOR if r["logprob"] is None else r["logprob"])
+                for r in row["top_logprobs"]
+            ]
+        except (TypeError, KeyError):
+            raise ValueError("sent no usable top log-probs") from None
+        ok = all(type(i) is int and 0 <= i < vocab for i, _ in pairs) and all(
+            isinstance(lp, int | float) and lp <= 0 and math.isfinite(lp) for _, lp in pairs
+        )
+        if not pairs or not ok:
+            raise ValueError("sent no usable top log-probs")
+        out[at] = [(int(i), float(lp)) for i, lp in pairs]
+        at -= 1
+    return out
+
+
 class ServerEngine(TakesTurns):
     """One served engine in its sandbox, driven over its socket, stopped but during its own
-    turns. `slots` sequences of up to `slot_ctx` tokens each; `threads` compute threads."""
+    turns. `slots` sequences of up to `slot_ctx` tokens each; `threads` compute threads;
+    `models`: the parent's folder a dummy model's GGUF file is written to."""
 
     def __init__(
         self,
@@ -135,6 +173,7 @@ class ServerEngine(TakesTurns):
         threads: int,
         probe: DeviceProbe | None = None,
         baseline: bool = False,
+        models: Path | None = None,
     ) -> None:
         super().__init__()
         self.spec, self.baseline, self.kind = spec, baseline, kind
@@ -145,8 +184,9 @@ class ServerEngine(TakesTurns):
         # a short path of the parent's own (a socket's path has ~100 bytes at most)
         self.folder = Path(tempfile.mkdtemp(prefix="sb-sock-"))
         self.socket = self.folder / "server.sock"
-        # a dummy model has no file: its name is passed on, for the server to refuse
-        path = model_file(model)
+        # a dummy model is written as a GGUF file into `models` (the parent's, read-only to
+        # both servers); without that folder its name is passed on, for the server to refuse
+        path = served_model_file(model, models) if models is not None else model_file(model)
         argv = kind.argv(
             str(path or model), f"{INSIDE_SHARED}/server.sock", slots, slot_ctx, threads
         )
@@ -277,23 +317,15 @@ class ServerEngine(TakesTurns):
             raise self.failure(f"sent unusable timings {str(t)[:120]!r}")
         return sum(p for p in parts if p is not None) / 1e3
 
-    def top_logprobs(self, answer: dict, at: int) -> list[tuple[int, float]]:
-        """The top log-probs the answer gave at its `at`-th predicted token (a probability of 0
-        is a log-prob of minus infinity, which llama-server's JSON writes as null: the floor)."""
-        probs = answer.get("completion_probabilities")
+    def top_logprobs(self, answer: dict, n: int) -> list[list[tuple[int, float]] | None]:
+        """The top log-probs at each of the answer's `n` predicted tokens, None where the server
+        withheld them (aligned_top_logprobs)."""
         try:
-            rows = probs[at]["top_logprobs"]  # type: ignore[index]
-            pairs = [
-                (r["id"], LOGPROB_FLOOR if r["logprob"] is None else r["logprob"]) for r in rows
-            ]
-        except (TypeError, KeyError, IndexError):
-            raise self.failure("sent no usable top log-probs") from None
-        ok = all(type(i) is int and 0 <= i < self.vocab for i, _ in pairs) and all(
-            isinstance(lp, int | float) and lp <= 0 and math.isfinite(lp) for _, lp in pairs
-        )
-        if not pairs or not ok:
-            raise self.failure("sent no usable top log-probs")
-        return [(int(i), float(lp)) for i, lp in pairs]
+            return aligned_top_logprobs(
+                self._tokens(answer, n), answer.get("completion_probabilities", []), self.vocab
+            )
+        except ValueError as e:
+            raise self.failure(str(e)) from None
 
     def _exchange(
         self, message: dict, bodies: list[tuple[int, dict]], together: bool, timed: bool
@@ -346,8 +378,8 @@ class ServerEngine(TakesTurns):
         answers, seconds = self._exchange(message, bodies, together=False, timed=timed)
         samples = []
         for p, a in zip(prompts, answers, strict=True):
-            (first,) = self._tokens(a, 1)
-            samples.append(Sample(prompt=p, argmax=first, topk=self.top_logprobs(a, 0)))
+            (first,), (top,) = self._tokens(a, 1), self.top_logprobs(a, 1)
+            samples.append(Sample(prompt=p, argmax=first, topk=top))  # top None: withheld
         return samples, seconds
 
     def decode(
@@ -381,8 +413,8 @@ class ServerEngine(TakesTurns):
             answers, _ = self._exchange({"op": "replay"}, bodies, together, timed=False)
             for (_, body), answer in zip(bodies, answers, strict=True):
                 self._tokens(answer, body["n_predict"])
-                for at in range(body["n_predict"] if body["n_probs"] else 0):
-                    self.top_logprobs(answer, at)
+                if body["n_probs"]:
+                    self.top_logprobs(answer, body["n_predict"])
         except BaselineError as e:
             return str(e)
         return None

@@ -25,13 +25,12 @@ from types import SimpleNamespace
 import click
 
 from engine.errors import BaselineError, EngineError, EngineOutputError
-from engine.gguf_file import file_id
 from engine.harness.common import Clock, check_out, cli_main, header, progress
 from engine.harness.kld import LogitsFileError, compare, read_logits
 from engine.harness.protocol import KldResult
 from engine.harness.sandbox import KINDS, SANDBOX_ENV, Sandbox
 from engine.harness.server_engine import INSIDE_BUILD, INSIDE_SHARED, in_build
-from engine.models import model_file
+from engine.models import model_id, served_model_file
 
 PERPLEXITY = "bin/llama-perplexity"
 
@@ -95,12 +94,10 @@ def kld(
     check_out(out)
     if ctx < 4 or chunks < 1 or threads < 1:
         raise EngineError("--ctx must be at least 4, --chunks and --threads at least 1")
-    path = model_file(model)
-    if path is None:
-        raise EngineError(f"model {model} has no file for a server's tools to read")
     text = Path(text_file).resolve()
     box = Sandbox(sandbox)
     with tempfile.TemporaryDirectory(prefix="sparkboard-kld-") as tmp:
+        path = served_model_file(model, Path(tmp) / "models")  # a dummy: written there
         files = {}
         for side, build in (("main", baseline_checkout), ("pr", engine_checkout)):
             folder = Path(tmp) / side
@@ -121,7 +118,7 @@ def kld(
             raise EngineOutputError(f"the PR's build: {e}") from None
         del files
     doc = KldResult(
-        **header(model, SimpleNamespace(backend="numpy", model_id=file_id(path)), clock),
+        **header(model, SimpleNamespace(backend="numpy", model_id=model_id(model)), clock),
         ctx=ctx,
         chunks=chunks,
         **dataclasses.asdict(agreement),

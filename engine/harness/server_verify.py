@@ -17,12 +17,20 @@ them, at one request per disagreement (none beyond the first for an engine that 
 main computes). Prefill digests: the margin of the reported first token and the KL between
 main's top-k and the reported one (verify.digest_kl over main's top-k, the rest a tail bucket).
 Runs in main's turns, untimed, while main's server is up (before the session's engines stop).
+
+llama-server withholds the log-probs of a token that ends inside a UTF-8 character
+(ServerEngine.top_logprobs). Where main's are withheld at a token the sample does not share,
+that token has no margin (skipped: main's log-probs there cannot be had; the sample's other
+tokens are still held to main's). A prefill digest the PR's server withheld stands where main's
+server withholds its own for the same token, gets its margin where main's token differs, and is
+the PR's failure where main's server sends one for the same token at the same context.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from engine.errors import EngineOutputError
 from engine.harness.protocol import VerificationReport
 from engine.harness.server_engine import ServerEngine
 from engine.harness.timing import Sample
@@ -60,19 +68,37 @@ def _kl(main_top: list[tuple[int, float]], reported: list[tuple[int, float]]) ->
 def decode_margins(
     main: ServerEngine, seq: int, context: list[int], made: list[int]
 ) -> list[float]:
-    """Main's margin of each of `made`, generated after `context`."""
+    """Main's margin of each of `made`, generated after `context` (none for a disagreement
+    where main's own token's log-probs are withheld)."""
     margins: list[float] = []
-    while len(margins) < len(made):
-        at = len(margins)
-        answer = main.continuation(seq, context + made[:at], len(made) - at, REFERENCE_TOPK)
-        theirs = answer["tokens"]
-        for j in range(len(made) - at):
-            if theirs[j] == made[at + j]:
-                margins.append(0.0)
-                continue
-            margins.append(_margin(main.top_logprobs(answer, j), made[at + j]))
-            break
+    at = 0
+    while at < len(made):
+        rest = len(made) - at
+        answer = main.continuation(seq, context + made[:at], rest, REFERENCE_TOPK)
+        theirs, tops = answer["tokens"], main.top_logprobs(answer, rest)
+        agree = next((j for j in range(rest) if theirs[j] != made[at + j]), rest)
+        margins += [0.0] * agree
+        if agree < rest and tops[agree] is not None:
+            margins.append(_margin(tops[agree], made[at + agree]))
+        at += agree + 1  # main continues from the sample's own tokens past the disagreement
     return margins
+
+
+def prefill_check(
+    main: ServerEngine, prompt: list[int], s: Sample
+) -> tuple[float | None, float | None]:
+    """(margin, KL) of a prefill digest against main's server; None where it cannot be had."""
+    assert s.argmax is not None
+    answer = main.continuation(0, prompt, 1, REFERENCE_TOPK)
+    (theirs,), (top,) = answer["tokens"], main.top_logprobs(answer, 1)
+    if top is None:  # main's own token ends inside a character: its log-probs withheld
+        return (0.0 if theirs == s.argmax else None), None
+    if s.topk is None and theirs == s.argmax:
+        raise EngineOutputError(
+            "the server withheld the log-probs of a first token that main's server sends for "
+            "the same token at the same context"
+        )
+    return _margin(top, s.argmax), (None if s.topk is None else _kl(top, s.topk))
 
 
 def verify_on(main: ServerEngine, groups: list[list[Sample]], reference: str) -> VerificationReport:
@@ -85,11 +111,10 @@ def verify_on(main: ServerEngine, groups: list[list[Sample]], reference: str) ->
         for group in groups:
             for s in group:
                 prompt = [int(t) for t in s.prompt]
-                if s.argmax is not None and s.topk is not None:
-                    answer = main.continuation(0, prompt, 1, REFERENCE_TOPK)
-                    top = main.top_logprobs(answer, 0)
-                    pre.append(_margin(top, s.argmax))
-                    kls.append(_kl(top, s.topk))
+                if s.argmax is not None:
+                    margin, kl = prefill_check(main, prompt, s)
+                    pre += [] if margin is None else [margin]
+                    kls += [] if kl is None else [kl]
                 if s.ids is not None and len(s.ids) and s.first is not None:
                     made = [int(t) for t in np.asarray(s.ids).reshape(-1)]
                     dec += decode_margins(main, 0, [*prompt, int(s.first)], made)

@@ -1,7 +1,7 @@
 """A speed session's engine processes, from the timing parent (bench.py's commands run here).
 
 The session's scratch folder (each engine's home and compiled-kernel cache, the corpus as token
-ids), then `legs` times a new pair of engine processes (main's beside the one measured, each in its
+ids, a served engine's dummy models as GGUF files), then `legs` times a new pair of engine processes (main's beside the one measured, each in its
 own sandbox) that the command's body measures turn by turn, then the canary again and the
 verification of the measured engine's kept outputs against this checkout's model (verify.py).
 A process settles at a speed of its own for its whole life, so the repetitions are dealt over the
@@ -266,7 +266,7 @@ class Legs:
         slots, slot_ctx = self.room
         return ServerEngine(
             spec, self.model, server_kind(e.server), slots, slot_ctx, e.server_threads,
-            probe=self.probe, baseline=baseline,
+            probe=self.probe, baseline=baseline, models=self.scratch / "models",
         )  # fmt: skip
 
     def connect(self, p: EngineProcess | ServerEngine) -> None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from engine_helpers import assert_one_line_error, run_engine, write_gguf
+from engine_helpers import assert_one_line_error, run_engine
 
+from engine.gguf_write import write_gguf
 from engine.models import load_weights
 
 

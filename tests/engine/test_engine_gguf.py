@@ -7,11 +7,11 @@ from pathlib import Path
 import gguf
 import numpy as np
 import pytest
-from engine_helpers import write_gguf
 
 from engine.errors import EngineError
 from engine.gguf_file import load_gguf_weights
-from engine.models import load_weights
+from engine.gguf_write import write_gguf
+from engine.models import load_weights, served_model_file, smollm2_path
 from engine.numpy_backend import NumpyRunner
 
 
@@ -114,3 +114,21 @@ def test_damaged_files_are_refused(tmp_path: Path) -> None:
         load_gguf_weights(text)
     with pytest.raises(EngineError, match="not found"):
         load_gguf_weights(tmp_path / "absent.gguf")
+
+
+def test_a_dummy_is_served_as_a_gguf_file_written_once(tmp_path: Path) -> None:
+    """What a served engine loads for a dummy (a guard model of another shape): the dummy's
+    own weights and config in a GGUF file with SmolLM2's tokenizer, written once per folder;
+    a GGUF model is served from its own file."""
+    folder = tmp_path / "models"
+    path = served_model_file("tiny:q8_0", folder)
+    assert path.parent == folder.resolve() and not list(folder.glob("*.part"))
+    back, mine = load_gguf_weights(path), load_weights("tiny:q8_0", np)
+    assert back.config == mine.config
+    for name, t in mine.tensors.items():
+        assert np.array_equal(np.asarray(back.tensors[name].data), np.asarray(t.data)), name
+    tokens = gguf.GGUFReader(path).fields["tokenizer.ggml.tokens"]
+    assert len(tokens.data) == mine.config.vocab_size
+    written = path.stat().st_mtime_ns
+    assert served_model_file("tiny:q8_0", folder) == path and path.stat().st_mtime_ns == written
+    assert served_model_file("smollm2-135m", folder) == smollm2_path().resolve()

@@ -27,7 +27,7 @@ from engine.errors import EngineOutputError
 from engine.harness.common import config_of
 from engine.harness.protocol import ConcurrentResult, SweepResult, parse_document
 from engine.harness.sandbox import Sandbox
-from engine.harness.server_engine import ServerEngine, server_kind
+from engine.harness.server_engine import ServerEngine, aligned_top_logprobs, server_kind
 from engine.harness.timing import EngineSpec
 
 FAKE = REPO / "tests" / "support" / "fake_llama_server.py"
@@ -123,6 +123,40 @@ def test_a_probability_of_zero_written_as_null_is_a_floor_not_a_failure(tmp_path
     main, pr = fake_build(tmp_path, "main"), fake_build(tmp_path, "pr", mode="nullprob")
     v = sweep(tmp_path, pr, main, "none").measured.verification
     assert v is not None and set(v.decode_margins) == {0.0} and set(v.prefill_margins) == {0.0}
+
+
+def test_log_probs_withheld_inside_a_character_are_aligned_from_the_end() -> None:
+    """llama-server sends no log-probs for a token that ends inside a UTF-8 character; the rows
+    it sends belong to the tokens that complete one, matched from the last token back."""
+
+    def row(i: int) -> dict:
+        return {"id": i, "top_logprobs": [{"id": i, "logprob": -0.1}, {"id": 3, "logprob": None}]}
+
+    # 11 and 22 end inside a character; 5 completes the first one, 7 the text; 22 at the end
+    out = aligned_top_logprobs([11, 5, 22, 11, 7, 22], [row(5), row(7)], 100)
+    assert [o is not None for o in out] == [False, True, False, False, True, False]
+    assert out[1] == [(5, -0.1), (3, -1e4)]
+    # a byte token twice in a row, the second completing it: the row is the second's
+    assert [o is not None for o in aligned_top_logprobs([9, 9], [row(9)], 100)] == [False, True]
+    assert aligned_top_logprobs([11], [], 100) == [None]
+    for rows in ([row(8)], [row(5), row(5), row(5)], "x", [{"id": 5}]):
+        with pytest.raises(ValueError):
+            aligned_top_logprobs([11, 5], rows, 100)
+
+
+def test_a_digest_is_withheld_only_where_mains_server_withholds_it(tmp_path: Path) -> None:
+    """The fake servers withhold a byte token's log-probs as llama-server does: where main's does
+    too, an honest PR's session verifies; a PR's server that sends none where main's sends them
+    fails its session, and one that sends them where main's withholds them is held to main's
+    token."""
+    main = fake_build(tmp_path, "main")
+    pr = fake_build(tmp_path, "allprobs", "allprobs")
+    v = sweep(tmp_path, pr, main, "none").measured.verification
+    assert v is not None and set(v.decode_margins) == {0.0} and set(v.prefill_margins) == {0.0}
+    pr = fake_build(tmp_path, "noprobs", "noprobs")
+    res = served(tmp_path, "sweep", pr, main, "none", "--ctx", "16", "--tokens", "2", "--reps", "1")
+    assert res.returncode == EXIT_BAD_OUTPUT, res.stderr[-2000:]
+    assert "withheld the log-probs of a first token that main's server sends" in res.stderr
 
 
 @pytest.mark.timed
@@ -235,7 +269,8 @@ def test_a_failure_mains_server_shares_is_mains_and_one_of_its_own_is_the_prs(
         home = tmp_path / f"home-{build.name}-{baseline}"
         home.mkdir()
         spec = EngineSpec(build, Sandbox("none"), home)
-        s = ServerEngine(spec, "tiny", server_kind("llama.cpp"), 1, 64, 1, baseline=baseline)
+        kind, models = server_kind("llama.cpp"), tmp_path / "models"
+        s = ServerEngine(spec, "tiny", kind, 1, 64, 1, baseline=baseline, models=models)
         s.connect(vocab)
         return s
 

@@ -2,7 +2,8 @@
 
     python3 fake_llama_server.py --model M --host /path/server.sock --parallel N ... (its flags)
 
-It speaks the part of llama-server's HTTP API the harness uses (GET /health, POST /completion
+It reads the first bytes of its --model (a GGUF file, or it exits as llama-server does) and
+speaks the part of llama-server's HTTP API the harness uses (GET /health, POST /completion
 with token-id prompts, greedy, `n_probs`, `timings`) over a Unix socket, standard library only
 (it runs inside the sandbox with the system's python3). Its "model" is a hash: at a context, 8
 candidate tokens get logits from the last four tokens, every other token logit 0, so greedy
@@ -14,6 +15,9 @@ SPARKBOARD_FAKE_MODE picks how it behaves (a PR's server):
   busy      keeps a core busy from its first answer on (work while it is not its turn)
   garbage   answers ids outside the vocabulary
   nullprob  its last top log-prob null (a probability of 0, as llama-server writes minus infinity)
+  allprobs  log-probs for every token, a multiple of PARTIAL too (where main's server withholds
+            them)
+  noprobs   no log-probs at all (withholds digests main's server sends)
   startbug  HTTP 500 to a generation whose first token is a multiple of 5 (as llama-server
             0.3.30-0.3.35 answers one that starts with bytes that are not UTF-8): a bug that
             main's build and an honest PR's share
@@ -37,6 +41,9 @@ VOCAB = int(os.environ.get("SPARKBOARD_FAKE_VOCAB", "49152"))
 MODE = os.environ.get("SPARKBOARD_FAKE_MODE", "honest")
 WORK = int(os.environ.get("SPARKBOARD_FAKE_WORK", "3000"))
 CANDIDATES = 8
+# as llama-server sends no log-probs for a token that ends inside a UTF-8 character (a byte
+# token), this one sends none for a multiple of PARTIAL (the token after it completes it)
+PARTIAL = 11
 
 
 def logits(context: list[int]) -> dict[int, float]:
@@ -79,7 +86,7 @@ def complete(body: dict) -> dict:
         if MODE == "garbage":
             tok = VOCAB + 7
         made.append(tok)
-        if n_probs:
+        if n_probs and (tok % PARTIAL or MODE == "allprobs") and MODE != "noprobs":
             rows = [{"id": i, "logprob": lp} for i, lp in top]
             if MODE == "nullprob":  # a probability of 0, as llama-server's JSON writes it
                 rows[-1]["logprob"] = None
@@ -98,7 +105,7 @@ def complete(body: dict) -> dict:
             "predicted_ms": (t2 - t1) * 1e3,
         },
     }
-    if n_probs:
+    if probs:  # llama-server leaves the key out when every token's were withheld
         answer["completion_probabilities"] = probs
     return answer
 
@@ -149,7 +156,14 @@ class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
 
 def main(argv: list[str]) -> None:
-    host = argv[argv.index("--host") + 1]
+    host, model = argv[argv.index("--host") + 1], argv[argv.index("--model") + 1]
+    try:  # as llama-server, a model it cannot read ends it (the model itself is a hash here)
+        with open(model, "rb") as f:
+            if f.read(4) != b"GGUF":
+                raise OSError("not a GGUF file")
+    except OSError as e:
+        print(f"error: failed to load model {model}: {e}", file=sys.stderr)
+        sys.exit(1)
     time.sleep(0.1)  # "loading"
     decoy = os.environ.get("SPARKBOARD_FAKE_LINK")
     if decoy:  # listen elsewhere, and put a link to another socket of the box in its place

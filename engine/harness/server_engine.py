@@ -137,6 +137,8 @@ def aligned_top_logprobs(
     at = len(tokens) - 1
     for row in reversed(rows):
         ident = row.get("id") if isinstance(row, dict) else None
+        if type(ident) is not int:
+            raise ValueError("sent no usable top log-probs")
         while at >= 0 and tokens[at] != ident:
             at -= 1
         if at < 0:

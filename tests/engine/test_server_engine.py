@@ -139,7 +139,7 @@ def test_log_probs_withheld_inside_a_character_are_aligned_from_the_end() -> Non
     # a byte token twice in a row, the second completing it: the row is the second's
     assert [o is not None for o in aligned_top_logprobs([9, 9], [row(9)], 100)] == [False, True]
     assert aligned_top_logprobs([11], [], 100) == [None]
-    for rows in ([row(8)], [row(5), row(5), row(5)], "x", [{"id": 5}]):
+    for rows in ([row(8)], [row(5), row(5), row(5)], "x", [{"id": 5}], [{**row(5), "id": 5.0}]):
         with pytest.raises(ValueError):
             aligned_top_logprobs([11, 5], rows, 100)
 

@@ -169,7 +169,7 @@ ENGINE_KINDS = ("builtin", "llama.cpp")
 # check) nor against llama.cpp as an independent reference; only a built engine has a build.
 NOT_APPLICABLE = {
     "builtin": ("build",),
-    "llama.cpp": ("reference", "prefill-path", "long-context"),
+    "llama.cpp": ("reference", "prefill-path"),
 }
 ENGINE_GATES = {k: tuple(g for g in GATE_ORDER if g not in NOT_APPLICABLE[k]) for k in ENGINE_KINDS}
 # What a served engine's build must make: the server it is timed through, the tool it is scored

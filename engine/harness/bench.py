@@ -30,6 +30,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from types import SimpleNamespace
 
 import click
@@ -79,6 +80,8 @@ from engine.harness.protocol import (
 )
 from engine.harness.reaper import become_subreaper
 from engine.harness.sandbox import describe as describe_sandbox
+from engine.harness.server_engine import ServerEngine, server_kind
+from engine.harness.server_verify import verify_on
 from engine.harness.speed_session import (
     Engines,
     corpus_ids,
@@ -88,7 +91,7 @@ from engine.harness.speed_session import (
     scratch_folder,
     shares,
 )
-from engine.harness.timing import Challenges
+from engine.harness.timing import Challenges, EngineSpec
 from engine.harness.verify import verify as verify_outputs
 from engine.models import model_id
 
@@ -341,10 +344,9 @@ def longctx(
     max_ctx = config_of(model).max_context
     if ctx + tokens > max_ctx:
         raise EngineError(f"ctx {ctx} + tokens {tokens} exceeds {model}'s context of {max_ctx}")
-    if session.get("server"):
-        raise EngineError("--server: the long-context check of a served engine is not measured yet")
     engines = Engines.of(session)
-    if engines.baseline is not None:
+    served = engines.server is not None  # then main's build is named too (Engines.of)
+    if not served and engines.baseline is not None:
         raise EngineError("longctx measures one engine: --baseline-checkout is not taken")
     resolved = resolve_backend(backend)
     become_subreaper()
@@ -353,15 +355,43 @@ def longctx(
         spec = engine_spec(engines, resolved, scratch, baseline=False)
         check = LongContextRun(model, resolved, ctx, tokens, budget, clock=clock)
         check.sandbox = describe_sandbox(engines.sandbox)
-        check.run(spec, corpus_ids(scratch))
-    check.canary = canary.after()
-    if check.completed and verify:
+        serve = served_at(engines, model, ctx + tokens + 1, scratch) if served else None
+        check.run(spec, corpus_ids(scratch), serve)
+        check.canary = canary.after()
+        if served and check.completed and verify:  # main's server, unbudgeted, after the PR's
+            progress("verifying the long-context run against main's server")
+            main = serve(engine_spec(engines, resolved, scratch, baseline=True), True)
+            try:
+                main.connect(config_of(model).vocab_size)
+                check.verification = verify_on(
+                    main, check.groups, f"main's server ({main.kind.name})"
+                )
+            finally:
+                main.close()
+            check.mark("verified")
+    if check.completed and verify and not served:
         progress("verifying the long-context run against this checkout's model")
         reference = f"main's engine at {engine_commit()[:12]}"
         check.verification = verify_outputs(open_model(model, resolved), check.groups, reference)
         check.mark("verified")
     me = SimpleNamespace(backend=resolved, model_id=model_id(model))
     write_document(check.document(header(model, me, clock)), out)
+
+
+def served_at(
+    engines: Engines, model: str, slot_ctx: int, scratch: Path
+) -> Callable[[EngineSpec, bool], ServerEngine]:
+    """How the long-context check starts a server from a spec: one slot of `slot_ctx` tokens
+    (`main`: main's server, the reference of the verification)."""
+
+    def serve(spec: EngineSpec, main: bool = False) -> ServerEngine:
+        assert engines.server is not None
+        return ServerEngine(
+            spec, model, server_kind(engines.server), 1, slot_ctx, engines.server_threads,
+            baseline=main, models=scratch / "models",
+        )  # fmt: skip
+
+    return serve
 
 
 # --- extra commands --------------------------------------------------------------------------

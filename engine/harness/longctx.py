@@ -9,6 +9,11 @@ the GPU by holding all device memory but the budget itself before the engine sta
 for one prefill of `ctx` tokens and `tokens` decode steps after it, both timed and verified like
 any other measurement. Main must complete; the collector judges the PR against main (a failure
 where main completes, or a prefill far slower than main's there, is a REJECT).
+
+A served engine (`--server`: llama.cpp's `llama-server`) runs the check the same way: its
+server alone, one slot of the whole context, the budget on its data segment (the model file's
+pages are mapped, not counted; its KV cache and buffers are), a server that dies under it
+failing the check; its outputs are then held against main's build's server (bench.py).
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.harness.common import Clock
+from engine.errors import EngineOutputError
+from engine.harness.common import Clock, config_of
 from engine.harness.measure import Bench, Side, idle_report, timing_report, warm_up, watch_engine
 from engine.harness.protocol import (
     CanaryReport,
@@ -31,6 +37,7 @@ from engine.harness.protocol import (
     VerificationReport,
 )
 from engine.harness.reaper import kill_leftovers
+from engine.harness.server_engine import ServerEngine
 from engine.harness.timing import Challenges, EngineDied, EngineProcess, EngineSpec, Sample
 
 DEVICE_HEADROOM = 0  # bytes of device memory left free beyond the budget
@@ -82,18 +89,35 @@ class LongContextRun:
         if self.clock is not None:
             self.clock.mark(phase)
 
-    def run(self, spec: EngineSpec, corpus: Callable[[str, int], list[int]]) -> None:
-        """The check in one engine process started from `spec`, its budget held from outside;
-        `corpus`: the corpus as the model's token ids."""
+    def run(
+        self,
+        spec: EngineSpec,
+        corpus: Callable[[str, int], list[int]],
+        serve: Callable[[EngineSpec, bool], ServerEngine] | None = None,
+    ) -> None:
+        """The check in one engine started from `spec` (an engine process, or the server
+        `serve` starts from it), its budget held from outside; `corpus`: the corpus as the
+        model's token ids."""
         ballast = DeviceBallast(self.budget) if self.backend == "cupy" else None
         if ballast is None:
             spec = dataclasses.replace(spec, data_limit=self.budget)
+        engine: EngineProcess | ServerEngine | None = None
         try:
-            engine = EngineProcess(spec, self.model, self.backend, raise_on_death=True)
-            engine.connect()
+            if serve is None:
+                engine = EngineProcess(spec, self.model, self.backend, raise_on_death=True)
+                engine.connect()
+            else:
+                engine = serve(spec, False)
+                engine.connect(config_of(self.model).vocab_size)
             self.mark("engine_loaded")
             self._measure(engine, corpus)
-        except EngineDied as e:
+        except (EngineDied, EngineOutputError) as e:
+            # a server that died under the budget (loading, or later) failed the check; any
+            # other answer it could not have meant is the session's failure, as a process's
+            if isinstance(e, EngineOutputError) and not (
+                isinstance(engine, ServerEngine) and engine.died
+            ):
+                raise
             self.failure = (
                 f"{e} while prefilling {self.ctx} tokens and decoding {self.tokens} within "
                 f"{self.budget / 2**20:.0f} MiB"
@@ -103,7 +127,9 @@ class LongContextRun:
                 ballast.release()
             kill_leftovers()
 
-    def _measure(self, engine: EngineProcess, corpus: Callable[[str, int], list[int]]) -> None:
+    def _measure(
+        self, engine: EngineProcess | ServerEngine, corpus: Callable[[str, int], list[int]]
+    ) -> None:
         watch = watch_engine(engine, gpu=self.backend == "cupy")
         challenges = Challenges()
         self.seed = challenges.seed
@@ -135,7 +161,7 @@ class LongContextRun:
             if engine.timeline.regions:
                 self.timing = timing_report(engine)
             self.idle = idle_report(engine)
-            with contextlib.suppress(EngineDied):
+            with contextlib.suppress(EngineDied, EngineOutputError):
                 engine.close()
             self.mark("engine_stopped")
 

@@ -25,6 +25,7 @@ answer that cannot be used are kept (`asked`), for main's server to be asked the
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -40,11 +41,19 @@ import numpy as np
 from engine.errors import BaselineError
 from engine.harness.http_unix import NotTheServer, ServerReplyError, UnixConnection
 from engine.harness.sandbox import Sandbox, exit_status
-from engine.harness.timing import QUIT_GRACE_S, EngineSpec, Region, Sample, TakesTurns
+from engine.harness.timing import (
+    QUIT_GRACE_S,
+    EngineSpec,
+    Region,
+    Sample,
+    TakesTurns,
+    limit_data,
+)
 from engine.harness.turns import DeviceProbe, ProcessTree, TurnTaker
 from engine.models import model_file, served_model_file
 
 LOAD_TIMEOUT_S = 300.0  # model loaded and answering /health by then, or the server is stuck
+DEATH_GRACE_S = 2.0  # a dropped connection: how long its server (and sandbox) may take to end
 REQUEST_TIMEOUT_S = 600.0  # one request's answer (a 32k prefill on a slow box is minutes)
 DIGEST_TOPK = 16  # as an engine process's prefill digest (serve.py)
 LOGPROB_FLOOR = -1e4  # a log-prob of minus infinity (a token the server ruled out)
@@ -198,6 +207,7 @@ class ServerEngine(TakesTurns):
         readable = [] if path is None else [path.parent]  # the model's folder
         argv, env = in_build(spec.sandbox, spec.checkout, argv, spec.home, self.folder, readable)
         self.err = tempfile.TemporaryFile()  # noqa: SIM115 - its log, copied to ours at the end
+        limit = spec.data_limit  # the long-context check's budget, as an engine process's
         self.proc = subprocess.Popen(
             argv,
             cwd=spec.checkout,
@@ -205,6 +215,7 @@ class ServerEngine(TakesTurns):
             stdin=subprocess.DEVNULL,
             stdout=self.err,
             stderr=self.err,
+            preexec_fn=None if limit is None else limit_data(limit),
         )
         self.turns = TurnTaker(ProcessTree(self.proc.pid, not spec.sandbox.sealed), probe)
         self.tokens: dict[int, list[int]] = {}  # each sequence's tokens, as sent and generated
@@ -242,12 +253,18 @@ class ServerEngine(TakesTurns):
         ]
         self.turns.hold()  # loaded: stopped until its first turn
 
+    @property
+    def died(self) -> bool:
+        return self.proc.poll() is not None
+
     def is_mine(self, pid: int) -> bool:
         """Whether `pid` is one of the server's processes (a connection's other end)."""
         return pid in self.turns.tree.pids()
 
     def _broken(self, e: ServerReplyError) -> Exception:
         """An answer that cannot be used: the server died, or it said something unusable."""
+        with contextlib.suppress(subprocess.TimeoutExpired):  # a sandbox ends after the server
+            self.proc.wait(timeout=DEATH_GRACE_S)
         if self.proc.poll() is not None:
             code = exit_status(self.spec.sandbox, self.proc.returncode)
             how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"

@@ -100,7 +100,7 @@ class Timeline:
     regions: list[Region] = field(default_factory=list)
 
 
-def _limit_data(limit: int):  # noqa: ANN202 (a preexec_fn)
+def limit_data(limit: int):  # noqa: ANN202 (a preexec_fn)
     def apply() -> None:
         import resource
 
@@ -296,7 +296,7 @@ class EngineProcess(TakesTurns):
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=self.err,
-            preexec_fn=None if limit is None else _limit_data(limit),
+            preexec_fn=None if limit is None else limit_data(limit),
         )
         os.close(ctl_r)
         os.close(rep_w)

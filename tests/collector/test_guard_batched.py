@@ -18,12 +18,13 @@ from collector.policy import Profile, ResolvedPolicy, load_policy, resolve
 from collector.run.collect import collect
 from collector.run.commands import build_request
 from collector.run.outcome import judge
-from collector.run.runner import Run
+from collector.run.runner import Place, Run, _command
 from collector.samples import samples_of
 from collector.schedule import Task, plan_round
 from collector.store import open_store
 from engine.harness.protocol import SweepResult
 
+ROOT = Path(__file__).resolve().parents[2]
 CPU = resolve(load_policy(), "cpu")
 GPU = resolve(load_policy(), "gpu")
 
@@ -212,3 +213,24 @@ def test_a_batched_decode_wrong_only_for_the_guard_is_a_reject(
     assert ("pr", 2, "guard", "tiny:q8_0", "diverged") in sessions
     assert all(st == "ok" for side, n, _k, _m, st in sessions if side == "main" or n == 1)
     assert widths == [("2",)]  # every guard session decoded 2 sequences together
+
+
+def test_a_served_engines_long_context_check_is_held_against_mains_server(
+    tmp_path: Path,
+) -> None:
+    """llama.cpp's long-context check: the PR's build's server alone under the budget, then its
+    outputs held against main's build's server, so main's harness is given both builds (an
+    engine process's check runs one engine and verifies against main's model in the parent)."""
+    llama = ROOT / "data" / "demo" / "llama" / "policy.toml"
+    policy = resolve(load_policy(llama), "llama-cpu")
+    req = build_request(task("longctx", "smollm2-135m"), policy)
+    assert option(req.argv, "--server") == "llama.cpp" and req.beside_main and req.timed
+    assert option(req.argv, "--ctx") == "2048"
+    assert option(req.argv, "--memory-budget") == str(256 * 2**20)
+    place = Place(tmp_path / "main", tmp_path / "work", "none", None, tmp_path / "harness")
+    argv, _, cwd = _command(req, tmp_path / "pr", place, tmp_path / "out.json", "pr", 1)
+    assert option(argv, "--baseline-checkout") == str(tmp_path / "main") and cwd == place.harness
+    builtin = build_request(task("longctx", "tiny"), CPU)
+    assert not builtin.beside_main and option(builtin.argv, "--server") is None
+    argv, _, _ = _command(builtin, tmp_path / "pr", place, tmp_path / "out.json", "pr", 1)
+    assert option(argv, "--baseline-checkout") is None

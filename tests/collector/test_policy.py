@@ -140,7 +140,7 @@ def test_an_engine_kind_says_how_it_is_built_and_which_gates_judge_it(tmp_path: 
     assert profile(ok) == ""
     p = resolve(load_policy(f), "cpu").profile
     assert p.applies("build") and p.applies("accuracy") and p.applies("memory")
-    assert not p.applies("prefill-path") and not p.applies("long-context")
+    assert not p.applies("prefill-path") and p.applies("long-context")
     builtin = resolve(load_policy(), "cpu").profile
     assert not builtin.applies("build") and builtin.applies("prefill-path")
     assert "build.targets must name llama-perplexity" in profile(
@@ -149,9 +149,7 @@ def test_an_engine_kind_says_how_it_is_built_and_which_gates_judge_it(tmp_path: 
     assert "build.targets must name llama-server, llama-perplexity" in profile(
         'engine = "llama.cpp"\nlong_context = {}\nmemory_budget_mib = {}'
     )
-    assert "long_context: not measured for engine llama.cpp" in profile(
-        'engine = "llama.cpp"' + built
-    )
+    assert profile('engine = "llama.cpp"' + built) == ""  # the cpu profile's long context
     assert "the builtin engine is not built" in profile(built)
 
 

@@ -25,7 +25,12 @@ from collector.policy import load_policy
 from engine.cli_common import EXIT_BAD_OUTPUT, EXIT_BASELINE, EXIT_HARNESS
 from engine.errors import EngineOutputError
 from engine.harness.common import config_of
-from engine.harness.protocol import ConcurrentResult, SweepResult, parse_document
+from engine.harness.protocol import (
+    ConcurrentResult,
+    LongContextResult,
+    SweepResult,
+    parse_document,
+)
 from engine.harness.sandbox import Sandbox
 from engine.harness.server_engine import ServerEngine, aligned_top_logprobs, server_kind
 from engine.harness.timing import EngineSpec
@@ -240,7 +245,33 @@ def test_unusable_answers_are_the_prs_and_a_missing_server_is_said(tmp_path: Pat
     argv += ["--ctx", "64", "--memory-budget", "99999999", "--server", "llama.cpp"]
     argv += ["--engine-checkout", str(pr), "--out", str(tmp_path / "x.json")]
     res = subprocess.run(argv, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=60)
-    assert res.returncode == 2 and "long-context check of a served engine" in res.stderr
+    assert res.returncode == 2 and "--server needs --engine-checkout and --baseline" in res.stderr
+
+
+def test_the_long_context_check_of_a_served_engine(tmp_path: Path) -> None:
+    """`bench longctx --server`: the PR's server alone under the budget (its data segment), one
+    slot at the long context, then its outputs held against main's server; a server that holds
+    more than the budget at that context dies, and the check fails (not the session)."""
+    main = fake_build(tmp_path, "main")
+
+    def longctx(pr: Path, budget_mib: int) -> LongContextResult:
+        out = tmp_path / f"longctx-{pr.name}.json"
+        argv = [sys.executable, "-m", "engine.harness.bench", "longctx", "--model", "tiny"]
+        argv += ["--ctx", "300", "--tokens", "4", "--memory-budget", str(budget_mib * 2**20)]
+        argv += ["--server", "llama.cpp", "--engine-checkout", str(pr), "--baseline-checkout"]
+        argv += [str(main), "--sandbox", "none", "--out", str(out)]
+        res = subprocess.run(argv, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr[-2000:]
+        return parse_document(out.read_bytes(), "longctx")  # type: ignore[return-value]
+
+    honest = longctx(fake_build(tmp_path, "honest"), 512)
+    assert honest.completed and honest.failure is None and honest.prefill_tok_s
+    v = honest.measured.verification if honest.measured else None
+    assert v is not None and v.decode_margins == [0.0] * 4 and v.reference.startswith("main's")
+    assert honest.measured and honest.measured.memory.host_peak  # read from outside
+    hog = longctx(fake_build(tmp_path, "memhog", "memhog"), 512)
+    assert not hog.completed and "within 512 MiB" in (hog.failure or "")
+    assert "killed by signal" in hog.failure or "exited with code" in hog.failure
 
 
 def _first_token_prompt(multiple_of_5: bool) -> list[int]:

@@ -18,6 +18,8 @@ SPARKBOARD_FAKE_MODE picks how it behaves (a PR's server):
   allprobs  log-probs for every token, a multiple of PARTIAL too (where main's server withholds
             them)
   noprobs   no log-probs at all (withholds digests main's server sends)
+  memhog    holds a MiB per prompt token from 256 tokens on (dies where that is beyond its
+            memory: the long-context check)
   startbug  HTTP 500 to a generation whose first token is a multiple of 5 (as llama-server
             0.3.30-0.3.35 answers one that starts with bytes that are not UTF-8): a bug that
             main's build and an honest PR's share
@@ -75,6 +77,11 @@ def log_probs(context: list[int], n: int) -> tuple[int, list[tuple[int, float]]]
 def complete(body: dict) -> dict:
     t0 = time.perf_counter()
     context = [int(t) for t in body["prompt"]]
+    if MODE == "memhog" and len(context) >= 256:  # a copy of everything, at a long context
+        try:
+            HOARD.append(bytearray(len(context) * 2**20))
+        except MemoryError:  # as llama-server's std::bad_alloc: it aborts
+            os._exit(134)
     for _ in context:  # the prompt's work (no cache here: every request prefills it whole)
         sum(i * i for i in range(WORK // 8))
     t1 = time.perf_counter()
@@ -111,6 +118,7 @@ def complete(body: dict) -> dict:
 
 
 BUSY = threading.Event()
+HOARD: list[bytearray] = []
 
 
 def spin() -> None:

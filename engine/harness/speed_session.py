@@ -1,9 +1,10 @@
 """A speed session's engine processes, from the timing parent (bench.py's commands run here).
 
 The session's scratch folder (each engine's home and compiled-kernel cache, the corpus as token
-ids, a served engine's dummy models as GGUF files), then `legs` times a new pair of engine processes (main's beside the one measured, each in its
-own sandbox) that the command's body measures turn by turn, then the canary again and the
-verification of the measured engine's kept outputs against this checkout's model (verify.py).
+ids, a served engine's dummy models as GGUF files), then `legs` times a new pair of engine
+processes (main's beside the one measured, each in its own sandbox) that the command's body
+measures turn by turn, then the canary again and the verification of the measured engine's kept
+outputs against this checkout's model (verify.py).
 A process settles at a speed of its own for its whole life, so the repetitions are dealt over the
 legs (`shares`, `deal`) and the legs' results joined into one session's (`joined_legs`); where the
 seconds go is recorded step by step, the legs summed (`Steps`).
@@ -333,10 +334,12 @@ def shared_failure(e: EngineOutputError, procs: list) -> Exception:
     `BaselineError` (a bug main's build has and the fresh challenge reached: measured again,
     never the PR's). Engine processes keep state between operations that main's has not, so
     only servers (each request whole) are asked again."""
+    if len(procs) < 2:  # no main beside it (or the measured one never started)
+        return e
     main, measured = procs[0], procs[-1]
     if not (isinstance(measured, ServerEngine) and isinstance(main, ServerEngine)):
         return e
-    if measured.asked is None or main is measured or main.proc.poll() is not None:
+    if measured.asked is None or main.proc.poll() is not None:
         return e
     shared = main.fails_too(measured.asked)
     if shared is None:

@@ -148,11 +148,13 @@ def _prefill_check(task: Task, policy: ResolvedPolicy) -> Request:
 def _longctx(task: Task, policy: ResolvedPolicy) -> Request:
     prof = policy.profile
     budget = prof.memory_budget_mib[task.model] * 2**20
-    argv = [*policy.harness.bench, "longctx", *_args(task, policy), *_served(policy)]
+    served = _served(policy)
+    argv = [*policy.harness.bench, "longctx", *_args(task, policy), *served]
     argv += ["--ctx", str(prof.long_context[task.model])]
     argv += ["--tokens", str(prof.long_context_tokens)]
     argv += ["--memory-budget", str(budget)]
     # a server's run is held against main's server (its build beside): an engine process's
     # against main's model in the timing parent
-    served = prof.engine != "builtin"
-    return Request("longctx", argv=argv, timed=True, beside_main=served, **_common(task, policy))
+    return Request(
+        "longctx", argv=argv, timed=True, beside_main=bool(served), **_common(task, policy)
+    )

@@ -231,7 +231,7 @@ class ServerEngine(TakesTurns):
         first turn. `vocab`: the model's, read by the parent from the model file."""
         deadline = time.monotonic() + LOAD_TIMEOUT_S
         while True:
-            if self.proc.poll() is not None:
+            if self.died:
                 raise self.failure(f"exited while loading{self._last_words()}")
             if self.socket.exists():
                 health = UnixConnection(self.socket, 5.0, self.is_mine)
@@ -265,7 +265,7 @@ class ServerEngine(TakesTurns):
         """An answer that cannot be used: the server died, or it said something unusable."""
         with contextlib.suppress(subprocess.TimeoutExpired):  # a sandbox ends after the server
             self.proc.wait(timeout=DEATH_GRACE_S)
-        if self.proc.poll() is not None:
+        if self.died:
             code = exit_status(self.spec.sandbox, self.proc.returncode)
             how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
             return self.failure(how + self._last_words())
@@ -397,8 +397,8 @@ class ServerEngine(TakesTurns):
         answers, seconds = self._exchange(message, bodies, together=False, timed=timed)
         samples = []
         for p, a in zip(prompts, answers, strict=True):
-            (first,), (top,) = self._tokens(a, 1), self.top_logprobs(a, 1)
-            samples.append(Sample(prompt=p, argmax=first, topk=top))  # top None: withheld
+            (top,) = self.top_logprobs(a, 1)  # its one token checked with it
+            samples.append(Sample(prompt=p, argmax=a["tokens"][0], topk=top))  # top None: withheld
         return samples, seconds
 
     def decode(
@@ -431,9 +431,10 @@ class ServerEngine(TakesTurns):
         try:
             answers, _ = self._exchange({"op": "replay"}, bodies, together, timed=False)
             for (_, body), answer in zip(bodies, answers, strict=True):
-                self._tokens(answer, body["n_predict"])
-                if body["n_probs"]:
+                if body["n_probs"]:  # its tokens checked with them
                     self.top_logprobs(answer, body["n_predict"])
+                else:
+                    self._tokens(answer, body["n_predict"])
         except BaselineError as e:
             return str(e)
         return None

@@ -339,7 +339,7 @@ def shared_failure(e: EngineOutputError, procs: list) -> Exception:
     main, measured = procs[0], procs[-1]
     if not (isinstance(measured, ServerEngine) and isinstance(main, ServerEngine)):
         return e
-    if measured.asked is None or main.proc.poll() is not None:
+    if measured.asked is None or main.died:
         return e
     shared = main.fails_too(measured.asked)
     if shared is None:

@@ -274,6 +274,9 @@ class Profile(_Strict):
     # tokens decoded after the long prefill, verified against main's model: enough that a decode
     # wrong at long context shows (3 right of 4 cleared the bars; rounds before the key decoded 4)
     long_context_tokens: PosInt = 16
+    # long prefills each engine's process times in the check (a fresh prompt each, the fastest
+    # counting; the harness's --runs): load on the box only ever slows a run down
+    long_context_runs: PosInt = 1
     # Memory axes (lower is better): a PR using more than (1 + memory_growth) x main's memory, beyond
     # main's own range, is a REJECT.
     memory_growth: Annotated[float, Field(ge=0.0)] = 0.25

@@ -181,15 +181,14 @@ def _plan(
     recheck: dict[int, list[str]] | None = None,
 ) -> list[Slot]:
     """per_pr sessions of each PR, round-robin in manifest order; planned: a main slot before
-    them and one after; confirming: a main slot after them where a long-context check runs
-    again."""
+    them and one after (main's untimed evidence); confirming: the PRs' sessions alone."""
     all_targets = {m for _, t in prs for m in t}
     main_models = _ordered(all_targets, profile)
     main_guards = _ordered(
         {m for _, t in prs for m in guards_of(t, profile)} - all_targets, profile
     )
-    # the long-context memory check: planned, in each PR's first session and both main slots;
-    # confirming, where a PR's long-context prefill fell short, and in main's slot after them
+    # the long-context memory check (main's engine runs it beside the PR's, in the PR's
+    # session): planned, in each PR's first session; confirming, where its prefill fell short
     checked = {
         num: (recheck or {}).get(num, []) if confirming else list(profile.long_context)
         for num, _ in prs
@@ -202,29 +201,25 @@ def _plan(
         idx = first_slot + len(slots)
         slots.append(Slot(idx, side, pr, tasks(idx)))
 
-    def main_slot(first: bool, long_context: tuple[str, ...]) -> None:
+    def main_slot(first: bool) -> None:
         add("main", 0, lambda idx: _main_tasks(
-            round_id, idx, main_models, main_guards, score=not confirming,
-            prefill=first and checks_prefill, long_context=long_context, shard=shard,
+            round_id, idx, main_models, main_guards, prefill=first and checks_prefill,
+            shard=shard,
         ))  # fmt: skip
 
     if not confirming:
-        main_slot(True, tuple(m for m in profile.long_context if m in all_targets))
-    rechecked: set[str] = set()
+        main_slot(True)
     for nth in range(per_pr):
         for num, targets in prs:
             first = nth == 0 and not confirming  # a PR's accuracy evidence comes once
             long_context = tuple(checked[num]) if nth == 0 else ()
-            rechecked |= set(long_context) if confirming else set()
             add("pr", num, lambda idx, num=num, targets=targets, first=first, lc=long_context: _tasks(
                 round_id, "pr", num, idx, list(targets), guards_of(targets, profile),
                 score=first, prefill=first and checks_prefill, long_context=lc, shard=shard,
                 concurrent=not profile.concurrent_in_sweep,
             ))  # fmt: skip
     if not confirming:
-        main_slot(False, tuple(m for m in profile.long_context if m in all_targets))
-    elif rechecked:
-        main_slot(False, tuple(_ordered(rechecked, profile)))
+        main_slot(False)
     return slots
 
 
@@ -233,24 +228,18 @@ def _main_tasks(
     slot: int,
     models: list[str],
     guards: list[str],
-    score: bool,
     prefill: bool,
-    long_context: tuple[str, ...],
     shard: int | None,
 ) -> tuple[Task, ...]:
     """Main's own slot: its untimed evidence (scores of every model a PR targets or guards, the
-    prefill check of the targets) and its long-context checks; main's speed is timed beside
-    each PR in the PR's own sessions."""
+    prefill check of the targets); main's speed and its long-context check run beside each PR
+    in the PR's own sessions."""
     out: list[Task] = []
     for m in models:
-        if score:
-            out.append(_task(round_id, "main", 0, slot, "score", m, shard))
+        out.append(_task(round_id, "main", 0, slot, "score", m, shard))
         if prefill:
             out.append(_task(round_id, "main", 0, slot, "prefill-check", m, shard))
-        if m in long_context:
-            out.append(_task(round_id, "main", 0, slot, "longctx", m, shard))
-    if score:
-        out += [_task(round_id, "main", 0, slot, "score", m, shard) for m in guards]
+    out += [_task(round_id, "main", 0, slot, "score", m, shard) for m in guards]
     return tuple(out)
 
 

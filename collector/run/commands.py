@@ -151,10 +151,9 @@ def _longctx(task: Task, policy: ResolvedPolicy) -> Request:
     served = _served(policy)
     argv = [*policy.harness.bench, "longctx", *_args(task, policy), *served]
     argv += ["--ctx", str(prof.long_context[task.model])]
-    argv += ["--tokens", str(prof.long_context_tokens)]
-    argv += ["--memory-budget", str(budget)]
-    # a server's run is held against main's server (its build beside): an engine process's
-    # against main's model in the timing parent
-    return Request(
-        "longctx", argv=argv, timed=True, beside_main=bool(served), **_common(task, policy)
-    )
+    argv += ["--tokens", str(prof.long_context_tokens), "--memory-budget", str(budget)]
+    argv += ["--runs", str(prof.long_context_runs)] if prof.long_context_runs > 1 else []
+    # main's engine runs the check beside the PR's in the same session (its speed the one the
+    # PR's is held against); a server's outputs are held against main's server, an engine
+    # process's against main's model in the timing parent
+    return Request("longctx", argv=argv, timed=True, beside_main=True, **_common(task, policy))

@@ -213,15 +213,10 @@ def _answers_another(doc: BenchDocument, req: Request) -> str | None:
         for i, pos in enumerate(doc.positions):
             if len(pos.topk) > doc.topk:
                 return f"position {i}: {len(pos.topk)} top-k entries, topk is {doc.topk}"
-    if req.timed and task_wants_baseline(req) and getattr(doc, "baseline", None) is None:
+    beside = "main" if req.kind == "longctx" else "baseline"  # its own run, or its turns
+    if req.timed and getattr(doc, beside, None) is None:
         return "the document carries no measurement of main's engine beside it"
     return None
-
-
-def task_wants_baseline(req: Request) -> bool:
-    """Speed sessions time main's engine beside the measured one, except the long-context check
-    (one engine under a memory budget)."""
-    return req.timed and req.kind != "longctx"
 
 
 def _signal_name(code: int) -> str:

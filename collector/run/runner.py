@@ -191,10 +191,7 @@ def _command(
     if req.by_harness:
         argv += ["--engine-checkout", str(checkout), "--sandbox", place.sandbox]
         argv += ["--scratch", str(place.work / "session")] if req.timed else []
-        # the long-context check runs one engine under its budget (a server's then held
-        # against main's server: beside_main)
-        if req.kind != "longctx" or req.beside_main:
-            argv += ["--baseline-checkout", str(place.main_checkout)]
+        argv += ["--baseline-checkout", str(place.main_checkout)]
         for flag, cache in (("--engine-cache", own_cache), ("--baseline-cache", main_cache)):
             if cache is not None:
                 argv += [flag, str(cache)]

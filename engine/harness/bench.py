@@ -38,7 +38,7 @@ import numpy as np
 
 from engine.backends import resolve_backend
 from engine.cli_common import EXIT_HARNESS
-from engine.errors import EngineError
+from engine.errors import BaselineError, EngineError
 from engine.harness.canary import Canary
 from engine.harness.common import (
     Clock,
@@ -321,6 +321,12 @@ def concurrent(
     required=True,
     help="Bytes the engine process may use (CPU: its data segment; GPU: free device memory).",
 )
+@click.option(
+    "--runs",
+    default=1,
+    show_default=True,
+    help="Long prefills each engine's process times, each a fresh prompt; the fastest counts.",
+)
 @session_options
 @verify_option
 @out_option
@@ -330,34 +336,54 @@ def longctx(
     ctx: int,
     tokens: int,
     budget: int,
+    runs: int,
     verify: bool,
     out: str,
     backend: str,
     **session: object,
 ) -> None:
-    """Can the engine prefill a long context and decode after it within a memory budget?"""
+    """Can the engine prefill a long context and decode after it within a memory budget?
+
+    With --baseline-checkout, main's engine runs the same check in the same session, alone under
+    the same budget, right before or after the measured one (the order drawn at random): the
+    speed the measured engine's is held against, from the same minutes of the box. A main that
+    cannot complete ends the session as main's failure (exit 3)."""
     clock = Clock()
     check_out(out)
     require_positive(ctx, "--ctx")
     require_positive(tokens, "--tokens")
     require_positive(budget, "--memory-budget")
+    require_positive(runs, "--runs")
     max_ctx = config_of(model).max_context
     if ctx + tokens > max_ctx:
         raise EngineError(f"ctx {ctx} + tokens {tokens} exceeds {model}'s context of {max_ctx}")
     engines = Engines.of(session)
     served = engines.server is not None  # then main's build is named too (Engines.of)
-    if not served and engines.baseline is not None:
-        raise EngineError("longctx measures one engine: --baseline-checkout is not taken")
     resolved = resolve_backend(backend)
     become_subreaper()
     canary = Canary(resolved)
     with scratch_folder(engines.scratch) as scratch:
-        spec = engine_spec(engines, resolved, scratch, baseline=False)
-        check = LongContextRun(model, resolved, ctx, tokens, budget, clock=clock)
-        check.sandbox = describe_sandbox(engines.sandbox)
         serve = served_at(engines, model, ctx + tokens + 1, scratch) if served else None
-        check.run(spec, corpus_ids(scratch), serve)
+        corpus = corpus_ids(scratch)
+
+        def checked(baseline: bool) -> LongContextRun:
+            run = LongContextRun(model, resolved, ctx, tokens, budget, runs, clock=clock)
+            run.run(engine_spec(engines, resolved, scratch, baseline=baseline), corpus, serve)
+            return run
+
+        main_first = engines.baseline is not None and Challenges().below(2) == 0
+        main_run = checked(True) if main_first else None
+        check = checked(False)
+        check.sandbox = describe_sandbox(engines.sandbox)
+        if engines.baseline is not None and main_run is None:
+            main_run = checked(True)
         check.canary = canary.after()
+        if main_run is not None:
+            if not main_run.completed or main_run.outside_failure:
+                why = main_run.failure or main_run.outside_failure or "it did not complete"
+                raise BaselineError(f"main's engine failed the long-context check itself: {why}")
+            commit = "unknown" if served else engine_commit(engines.baseline)
+            check.main = main_run.as_main(commit, main_first)
         if served and check.completed and verify:  # main's server, unbudgeted, after the PR's
             progress("verifying the long-context run against main's server")
             main = serve(engine_spec(engines, resolved, scratch, baseline=True), True)

@@ -6,9 +6,14 @@ fell back to a path 60x slower. A speed table at short contexts cannot see it. T
 the engine process to a memory budget that the timing parent enforces from outside — on the CPU
 the process's data segment (RLIMIT_DATA, set before it starts: NumPy's arrays live there), on
 the GPU by holding all device memory but the budget itself before the engine starts — and asks
-for one prefill of `ctx` tokens and `tokens` decode steps after it, both timed and verified like
-any other measurement. Main must complete; the collector judges the PR against main (a failure
-where main completes, or a prefill far slower than main's there, is a REJECT).
+for `runs` prefills of `ctx` tokens (each a fresh prompt, the fastest counting) and `tokens`
+decode steps after the last, timed and verified like any other measurement. Main's engine runs
+the same check in the same session, alone under the same budget, right before or after (the
+order drawn at random): one run of an 8,000-token prefill strays by a quarter on a 2-core box,
+and main's own sessions elsewhere in the round read faster than every PR's (2026-12-05), so the
+PR's speed is held against main's from the same minutes. Main must complete; the collector
+judges the PR against main (a failure where main completes, or a prefill far slower than main's
+beside it, is a REJECT).
 
 A served engine (`--server`: llama.cpp's `llama-server`) runs the check the same way: its
 server alone, one slot of the whole context, the budget on its data segment (the model file's
@@ -31,6 +36,7 @@ from engine.harness.measure import Bench, Side, idle_report, timing_report, warm
 from engine.harness.protocol import (
     CanaryReport,
     IdleReport,
+    LongContextMain,
     LongContextResult,
     Measured,
     TimingReport,
@@ -70,6 +76,7 @@ class LongContextRun:
     ctx: int
     tokens: int
     budget: int
+    runs: int = 1  # long prefills timed in the process, each a fresh prompt: the fastest counts
     completed: bool = False
     failure: str | None = None
     prefill_s: float | None = None
@@ -84,6 +91,7 @@ class LongContextRun:
     clock: Clock | None = None  # the command's: it records the phases, as far as the run got
     canary: CanaryReport | None = None
     sandbox: str | None = None
+    main: LongContextMain | None = None  # main's run in the same session
 
     def mark(self, phase: str) -> None:
         if self.clock is not None:
@@ -138,12 +146,19 @@ class LongContextRun:
             b = Bench([Side(engine, watch)], challenges, material, 0.0)
             warm_up(b)
             self.mark("warmed")
-            engine.reset(1, self.ctx + self.tokens + 1)
-            (sample,), self.prefill_s = engine.prefill([0], [b.prompt(self.ctx)])
+            fastest: Sample | None = None
+            for _ in range(self.runs):  # load on the box only ever slows a run down
+                engine.reset(1, self.ctx + self.tokens + 1)
+                (sample,), seconds = engine.prefill([0], [b.prompt(self.ctx)])
+                if self.prefill_s is None or seconds < self.prefill_s:
+                    fastest, self.prefill_s = sample, seconds
+            assert fastest is not None
             first = b.first_tokens(1)
             ids, self.decode_s = engine.decode([0], first, self.tokens)
+            # the fastest prefill is the one reported; the decode after the last one holds
+            # that one's prompt to main's model too
             self.groups = [
-                [sample],
+                [fastest],
                 [Sample(prompt=sample.prompt, first=int(first[0]), ids=ids[:, 0])],
             ]
             self.completed = True
@@ -164,6 +179,17 @@ class LongContextRun:
             with contextlib.suppress(EngineDied, EngineOutputError):
                 engine.close()
             self.mark("engine_stopped")
+
+    def as_main(self, commit: str, first: bool) -> LongContextMain:
+        """Main's completed run as the speed the measured engine's is held against."""
+        assert self.completed and self.prefill_s and self.decode_s
+        return LongContextMain(
+            commit=commit,
+            first=first,
+            prefill_tok_s=self.ctx / self.prefill_s,
+            decode_tok_s=self.tokens / self.decode_s,
+            memory=self.memory,  # type: ignore[arg-type]
+        )
 
     def document(self, head: dict) -> LongContextResult:
         measured = None
@@ -189,4 +215,6 @@ class LongContextRun:
             prefill_tok_s=self.ctx / self.prefill_s if completed and self.prefill_s else None,
             decode_tok_s=self.tokens / self.decode_s if completed and self.decode_s else None,
             measured=measured,
+            runs=self.runs,
+            main=self.main,
         )

@@ -282,6 +282,19 @@ class PrefillCheckResult(Header):
     prefixes: list[PrefixCheck] = Field(min_length=1)
 
 
+class LongContextMain(Strict):
+    """Main's engine through the same long-context check in the same session, alone under the
+    same budget, right before or after the measured one (`first`): the speed the measured
+    engine's is held against. It completed (a main that cannot ends the session as main's
+    failure); its outputs are main's own (not verified)."""
+
+    commit: str = Field(min_length=1, max_length=64)  # git HEAD of its checkout, or "unknown"
+    first: bool  # it ran before the measured engine
+    prefill_tok_s: PosFloat  # the fastest of its runs
+    decode_tok_s: PosFloat
+    memory: MemoryReport | None = None
+
+
 class LongContextResult(Header):
     """The long-context memory check: prefill `ctx` tokens and decode `tokens` more with the engine
     process held to `budget_bytes` (its data segment on the CPU; on the GPU, the device memory the
@@ -293,9 +306,11 @@ class LongContextResult(Header):
     budget_bytes: int = Field(gt=0)
     completed: bool
     failure: str | None = Field(default=None, max_length=400)  # why not, in plain words
-    prefill_tok_s: PosFloat | None = None
+    prefill_tok_s: PosFloat | None = None  # the fastest of its runs
     decode_tok_s: PosFloat | None = None
     measured: Measured | None = None
+    runs: int = Field(default=1, ge=1, le=64)  # long prefills each engine's process timed
+    main: LongContextMain | None = None  # main's run, in the same session
 
 
 class KldResult(Header):

@@ -215,12 +215,11 @@ def test_a_batched_decode_wrong_only_for_the_guard_is_a_reject(
     assert widths == [("2",)]  # every guard session decoded 2 sequences together
 
 
-def test_a_served_engines_long_context_check_is_held_against_mains_server(
-    tmp_path: Path,
-) -> None:
-    """llama.cpp's long-context check: the PR's build's server alone under the budget, then its
-    outputs held against main's build's server, so main's harness is given both builds (an
-    engine process's check runs one engine and verifies against main's model in the parent)."""
+def test_the_long_context_check_is_given_mains_engine_beside_the_prs(tmp_path: Path) -> None:
+    """Main's engine runs the long-context check beside the PR's (main's harness is given both
+    checkouts): llama.cpp's, each build's server alone under the budget, the PR's outputs then
+    held against main's server; the builtin engine's, each process alone under it, the PR's
+    outputs held against main's model in the parent."""
     llama = ROOT / "data" / "demo" / "llama" / "policy.toml"
     policy = resolve(load_policy(llama), "llama-cpu")
     req = build_request(task("longctx", "smollm2-135m"), policy)
@@ -230,7 +229,10 @@ def test_a_served_engines_long_context_check_is_held_against_mains_server(
     place = Place(tmp_path / "main", tmp_path / "work", "none", None, tmp_path / "harness")
     argv, _, cwd = _command(req, tmp_path / "pr", place, tmp_path / "out.json", "pr", 1)
     assert option(argv, "--baseline-checkout") == str(tmp_path / "main") and cwd == place.harness
+    # the builtin engine's check runs main's engine beside the PR's too, each process timing
+    # the profile's long prefills
     builtin = build_request(task("longctx", "tiny"), CPU)
-    assert not builtin.beside_main and option(builtin.argv, "--server") is None
+    assert builtin.beside_main and option(builtin.argv, "--server") is None
+    assert option(builtin.argv, "--runs") == "2" == str(CPU.profile.long_context_runs)
     argv, _, _ = _command(builtin, tmp_path / "pr", place, tmp_path / "out.json", "pr", 1)
-    assert option(argv, "--baseline-checkout") is None
+    assert option(argv, "--baseline-checkout") == str(tmp_path / "main")

@@ -40,29 +40,25 @@ def test_tasks_targets_and_guards() -> None:
         ("concurrent", "tiny"),
         ("guard", "tiny:q8_0"),
     ]
-    # main: no speed session of its own; its scores twice (the second: calibration), the
-    # prefill check once, the long-context check of the targets in both
+    # main: no speed session of its own (nor a long-context check: it runs beside the PR's);
+    # its scores twice (the second: calibration), the prefill check once
     main = [[(t.kind, t.model) for t in s.tasks] for s in slots if s.side == "main"]
-    assert main[0] == [
-        ("score", "tiny"), ("prefill-check", "tiny"), ("longctx", "tiny"), ("score", "tiny:q8_0"),
-    ]  # fmt: skip
-    assert main[1] == [("score", "tiny"), ("longctx", "tiny"), ("score", "tiny:q8_0")]
+    assert main[0] == [("score", "tiny"), ("prefill-check", "tiny"), ("score", "tiny:q8_0")]
+    assert main[1] == [("score", "tiny"), ("score", "tiny:q8_0")]
 
 
 def test_confirmation_times_again_and_rechecks_only_a_short_long_context() -> None:
-    """Confirmation sessions score nothing; the long-context check runs again only for the PR
-    whose long-context prefill fell short, and in main's slot after them."""
+    """Confirmation sessions score nothing and have no main slot; the long-context check runs
+    again (main's beside it) only for the PR whose long-context prefill fell short."""
     slots = plan_confirmation(
         "r", [(1, ["tiny"]), (2, ["tiny"])], PROFILE, recheck={1: ["tiny"], 2: []}
     )
-    assert sides(slots) == "12M" and all(s.index >= CONFIRM_SLOTS for s in slots)
+    assert sides(slots) == "12" and all(s.index >= CONFIRM_SLOTS for s in slots)
     kinds = {s.side + str(s.pr): [t.kind for t in s.tasks] for s in slots}
     assert kinds == {
         "pr1": ["sweep", "concurrent", "longctx", "guard"],
         "pr2": ["sweep", "concurrent", "guard"],
-        "main0": ["longctx"],
     }
-    # nothing to recheck: no long-context task, and no main slot at all
     plain = plan_confirmation("r", [(1, ["tiny"])], PROFILE)
     assert sides(plain) == "1" and all(t.kind != "longctx" for s in plain for t in s.tasks)
 

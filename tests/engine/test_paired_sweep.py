@@ -10,14 +10,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from engine_helpers import REPO, checkout_with
 
 from engine.cli_common import EXIT_BAD_OUTPUT, EXIT_BASELINE
-from engine.cli_common import run_group as run_cli
-from engine.harness.bench import bench
 from engine.harness.common import engine_commit
-from engine.harness.protocol import SCHEMA_VERSION, ConcurrentResult, SweepResult, parse_document
+from engine.harness.protocol import (
+    SCHEMA_VERSION,
+    ConcurrentResult,
+    LongContextResult,
+    SweepResult,
+    parse_document,
+)
 
 ENV = {"PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
 BROKEN = "raise SystemExit('this engine cannot start')\n"
@@ -110,12 +113,34 @@ def test_a_failing_baseline_is_exit_3_and_a_failing_engine_is_not(tmp_path: Path
     assert not (tmp_path / "out.json").exists()
 
 
-def test_longctx_measures_one_engine(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["longctx", "--model", "tiny", "--ctx", "64", "--memory-budget", "100000000"]
-    argv += ["--baseline-checkout", ".", "--out", "-"]
-    assert run_cli(bench, argv) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error: ") and "--baseline-checkout is not taken" in err
+def longctx(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "engine.harness.bench", "longctx", "--model", "tiny"]
+    argv += ["--backend", "numpy", "--ctx", "64", "--tokens", "4"]
+    argv += ["--memory-budget", str(256 * 2**20), *args, "--out", str(tmp_path / "out.json")]
+    return subprocess.run(argv, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
+
+
+def test_the_long_context_check_runs_mains_engine_beside_and_its_failure_is_mains(
+    tmp_path: Path,
+) -> None:
+    """Main's engine runs the check in the same session, alone under the same budget (the
+    speed the PR's is held against); each process times --runs prefills, the fastest kept. A
+    main that cannot complete is main's failure (exit 3), never the PR's."""
+    pr = checkout_with(tmp_path, name="pr")
+    res = longctx(tmp_path, "--runs", "2", "--engine-checkout", str(pr), "--baseline-checkout", ".")
+    assert res.returncode == 0, res.stderr
+    doc = parse_document((tmp_path / "out.json").read_bytes(), "longctx")
+    assert isinstance(doc, LongContextResult) and doc.completed and doc.runs == 2
+    assert doc.main is not None and doc.main.commit == engine_commit(REPO)
+    assert doc.main.prefill_tok_s > 0 and doc.main.memory is not None
+    v = doc.measured.verification if doc.measured else None
+    assert v is not None and v.decode_margins and max(v.decode_margins) == 0.0
+    broken = checkout_with(tmp_path, append=BROKEN, name="broken")
+    (tmp_path / "out.json").unlink()
+    res = longctx(tmp_path, "--engine-checkout", str(pr), "--baseline-checkout", str(broken))
+    assert res.returncode == EXIT_BASELINE == 3, res.stderr
+    assert "main's engine failed the long-context check itself" in res.stderr
+    assert not (tmp_path / "out.json").exists()
 
 
 def test_legs_start_the_engines_anew_and_deal_the_repetitions(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ import duckdb
 from collector.axes import axis, parse_axis
 from collector.policy import Profile
 from collector.schedule import Task
-from engine.harness.protocol import DeviceInfo, LongContextResult
+from engine.harness.protocol import DeviceInfo, LongContextMain, LongContextResult
 
 DEVICE_NAME, DRIVER = "NVIDIA H200", "570.133.20"
 # main's decode / prefill tok/s at context 128, per model (H200-ish)
@@ -173,10 +173,18 @@ class Session:
 def longctx_document(rng: random.Random, s: Session, profile: Profile, wall: float) -> str:
     """The long-context check's document (engine/harness/protocol.py): completed under the
     profile's budget, its prefill main's level at that context (a PR's moved by a tenth of its
-    gain, like its other prefills)."""
+    gain, like its other prefills), main's run of it beside."""
     t = s.task
     ctx = profile.long_context[t.model]
-    prefill = level(t.model, axis("prefill", ctx), s.round_ix) * (1.0 + 0.1 * s.gain)
+    main_level = level(t.model, axis("prefill", ctx), s.round_ix)
+    prefill = main_level * (1.0 + 0.1 * s.gain)
+    decode = level(t.model, axis("decode", 128), s.round_ix) * 0.5
+    main = LongContextMain(
+        commit=s.commit,
+        first=rng.random() < 0.5,
+        prefill_tok_s=main_level * rng.gauss(1.0, 0.003),
+        decode_tok_s=decode * rng.gauss(1.0, 0.003),
+    )
     doc = LongContextResult(
         model=t.model,
         model_id="synthetic",
@@ -189,7 +197,8 @@ def longctx_document(rng: random.Random, s: Session, profile: Profile, wall: flo
         budget_bytes=profile.memory_budget_mib[t.model] * 2**20,
         completed=True,
         prefill_tok_s=prefill * rng.gauss(1.0, 0.003),
-        decode_tok_s=level(t.model, axis("decode", 128), s.round_ix) * 0.5 * rng.gauss(1.0, 0.003),
+        decode_tok_s=decode * rng.gauss(1.0, 0.003),
+        main=main,
     )
     return doc.model_dump_json()
 

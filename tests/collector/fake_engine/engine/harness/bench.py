@@ -90,6 +90,16 @@ def contexts(b, model: str, ctxs: list[int], tokens: int, reps: int) -> list[dic
     ]
 
 
+def longctx_speeds(b, model: str) -> dict:  # noqa: ANN001
+    return {
+        "prefill_tok_s": 5000.0
+        * C.speed(model, "prefill", b)
+        * C.path_speed(model, "longctx", b)
+        * C.jitter(),
+        "decode_tok_s": 1000.0 * C.speed(model, "decode", b) * C.jitter(),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("command")
@@ -98,7 +108,7 @@ def main() -> None:
     ap.add_argument("--widths", default="2")
     ap.add_argument("--tokens", type=int, default=8)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=3)  # concurrent's; longctx's prefills
     ap.add_argument("--prompt-len", type=int, default=16)
     ap.add_argument("--backend", default="auto")
     ap.add_argument("--out", required=True)
@@ -149,19 +159,18 @@ def main() -> None:
             doc.update(widths=parts[0]["widths"], width_tokens=a.width_tokens)
     elif a.command == "concurrent":
         doc.update(kind="concurrent", tokens=a.tokens, widths=parts[0]["widths"])
-    elif a.command == "longctx":  # the long-context memory check: it completes
+    elif a.command == "longctx":  # the long-context memory check: it completes (main beside)
         doc.update(
             kind="longctx",
             ctx=int(a.ctx),
             tokens=a.tokens,
             budget_bytes=a.memory_budget,
             completed=True,
-            prefill_tok_s=5000.0
-            * C.speed(a.model, "prefill")
-            * C.path_speed(a.model, "longctx")
-            * C.jitter(),
-            decode_tok_s=1000.0 * C.speed(a.model, "decode") * C.jitter(),
+            runs=a.runs if "--runs" in sys.argv else 1,
+            **longctx_speeds(B, a.model),
         )
+        if a.baseline_checkout:
+            doc["main"] = {"commit": "unknown", "first": True, **longctx_speeds(MAIN, a.model)}
     else:
         raise SystemExit(f"error: unknown command {a.command}")
     doc["measured"] = measured()
@@ -182,7 +191,7 @@ def main() -> None:
             part["memory"] = {"host_after_load": resident, "host_peak": resident}
     if sides[0] is B and "memory" in parts[0]:
         doc["measured"]["memory"] = parts[0].pop("memory")
-    if len(parts) > 1:
+    if len(parts) > 1 and a.command != "longctx":  # longctx's: main's own run of the check
         base = parts[1]
         doc["baseline"] = {
             "commit": "main",

@@ -42,6 +42,7 @@ from engine.errors import BaselineError
 from engine.harness.http_unix import NotTheServer, ServerReplyError, UnixConnection
 from engine.harness.sandbox import Sandbox, exit_status
 from engine.harness.timing import (
+    LOAD_TIMEOUT_S,
     QUIT_GRACE_S,
     EngineSpec,
     Region,
@@ -52,7 +53,6 @@ from engine.harness.timing import (
 from engine.harness.turns import DeviceProbe, ProcessTree, TurnTaker
 from engine.models import model_file, served_model_file
 
-LOAD_TIMEOUT_S = 300.0  # model loaded and answering /health by then, or the server is stuck
 DEATH_GRACE_S = 2.0  # a dropped connection: how long its server (and sandbox) may take to end
 REQUEST_TIMEOUT_S = 600.0  # one request's answer (a 32k prefill on a slow box is minutes)
 DIGEST_TOPK = 16  # as an engine process's prefill digest (serve.py)

@@ -285,8 +285,18 @@ class Legs:
         try:
             for i, spec in enumerate(self.specs):
                 procs.append(self.start(spec, baseline=i < last))
-            for p in procs:
-                self.connect(p)
+            try:
+                for p in procs:
+                    self.connect(p)
+            except EngineOutputError:
+                # a load stuck behind a kernel left running (one engine's own, or the other's
+                # holding the device): every engine stopped, a device still busy is held, and
+                # whose it is decides (the PR's engine's load can hold main's up too)
+                if self.probe is not None:
+                    for p in procs:
+                        p.turns.tree.stop()
+                    self.probe.drain("an engine did not load")
+                raise
             if self.probe is not None:  # every engine loaded and stopped: the device is drained
                 self.probe.drain("the engines loaded")
             self.steps.done("engine_loaded")

@@ -19,6 +19,7 @@ import contextlib
 import hashlib
 import os
 import secrets
+import select
 import signal
 import subprocess
 import sys
@@ -43,6 +44,11 @@ QUIT_GRACE_S = 5.0
 # A GPU context is gone this long after its process is: work still running past it is not that
 # process's (not yet measured on a GPU: tests/engine/test_device_held.py's GPU test prints it)
 FREED_WITHIN_S = 5.0
+# An engine that has not loaded (its hello, a server's /health) this long after it started is
+# stuck: the 8B's load with its kernels compiled cold takes ~70 s on the H200. The parent's
+# environment (the collector's, never a PR's) may shorten it: the GPU test of a load held up by
+# a kernel left running does.
+LOAD_TIMEOUT_S = float(os.environ.get("SPARKBOARD_LOAD_TIMEOUT_S", "300"))
 SPRINKLE = 32  # a prompt gets one random id per this many positions
 
 
@@ -304,7 +310,12 @@ class EngineProcess(TakesTurns):
         self.turns = TurnTaker(ProcessTree(self.proc.pid, not spec.sandbox.sealed), probe)
 
     def connect(self) -> None:
-        """Wait for the engine's hello (its model loaded), then stop it until its first turn."""
+        """Wait for the engine's hello (its model loaded; LOAD_TIMEOUT_S at most), then stop it
+        until its first turn."""
+        loaded, _, _ = select.select([self.rep], [], [], LOAD_TIMEOUT_S)
+        if not loaded:
+            err = BaselineError if self.baseline else EngineOutputError
+            raise err(f"{self.name} did not load within {LOAD_TIMEOUT_S:.0f} s")
         hello = self._recv()
         self.vocab = int(hello.get("vocab", 0))
         if self.vocab <= 0:
@@ -441,6 +452,7 @@ class EngineProcess(TakesTurns):
     def close(self) -> None:
         """Ask the engine process to quit, and make sure it has (one that already ended has
         said why: its error is the one raised)."""
+        grace = QUIT_GRACE_S
         try:
             if self.proc.poll() is None and not self.err.closed:
                 self.turns.release()
@@ -448,14 +460,17 @@ class EngineProcess(TakesTurns):
                     send(self.ctl, {"op": "quit"})
                 except WireError:
                     self._died()
-                self._recv()
+                if select.select([self.rep], [], [], QUIT_GRACE_S)[0]:
+                    self._recv()
+                else:  # still loading, or stuck: it had its grace
+                    grace = 0.0
         finally:
             for fd in (self.ctl, self.rep):
                 with contextlib.suppress(OSError):
                     os.close(fd)
             self.turns.release()
             try:
-                self.proc.wait(timeout=QUIT_GRACE_S)
+                self.proc.wait(timeout=grace)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()

@@ -9,10 +9,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from engine_helpers import REPO, checkout_with
 
-from engine.errors import BaselineError, EngineError, EngineForged
+from engine.errors import BaselineError, EngineError, EngineForged, EngineOutputError
 from engine.harness import timing
 from engine.harness.sandbox import Sandbox
 from engine.harness.timing import EngineProcess, EngineSpec, whose_device
@@ -132,12 +133,97 @@ def test_a_kernel_left_spinning_on_the_gpu_ends_the_session_forged(
     argv += ["--backend", "cupy", "--ctx", "16,32", "--tokens", "4", "--reps", "3"]
     argv += ["--min-time", "0.01", "--baseline-checkout", ".", "--engine-checkout", str(pr)]
     argv += ["--sandbox", sandbox_kind, "--out", str(tmp_path / "out.json")]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    # a load the kernel holds up (the H200, 2026-12-05: main's load never ended) is judged at the
+    # load deadline, shortened here; an honest load compiling its kernels cold takes ~70 s
+    env = {**os.environ, "PYTHONPATH": str(REPO), "SPARKBOARD_LOAD_TIMEOUT_S": "120"}
     env.pop("SPARKBOARD_DEBUG", None)
     t0 = time.monotonic()
-    res = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    res = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
     last = res.stderr.strip().splitlines()[-1]
     print(f"{time.monotonic() - t0:.1f} s: {last}")  # how long the kill took to free it
     assert res.returncode == EXIT_FORGED, res.stderr[-3000:]
     assert last.startswith("error: the engine process left work running on the GPU"), last
     assert not (tmp_path / "out.json").exists()
+
+
+# appended to an engine's engine/__init__.py: its process never says hello
+NEVER_LOADS = "\nimport time as _time\n_time.sleep(600)\n"
+
+
+@pytest.mark.parametrize("stuck", ["pr", "main"])
+def test_an_engine_that_never_loads_fails_within_the_deadline(
+    tmp_path: Path, stuck: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An engine that never loads is that engine's failure once LOAD_TIMEOUT_S passed (main's:
+    BaselineError); the parent never waits for it for good."""
+    monkeypatch.setattr(timing, "LOAD_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(timing, "QUIT_GRACE_S", 0.5)
+    checkout = checkout_with(tmp_path, append=NEVER_LOADS, name="stuck")
+    spec = EngineSpec(checkout, Sandbox("none"), tmp_path / "home")
+    e = EngineProcess(spec, "tiny", "numpy", baseline=stuck == "main")
+    try:
+        with pytest.raises(EngineOutputError) as err:
+            e.connect()
+        assert (type(err.value) is BaselineError) == (stuck == "main")
+        assert "did not load within 1 s" in str(err.value)
+    finally:
+        e.close()
+
+
+@pytest.mark.parametrize("culprit", ["pr", "box"])
+def test_a_load_held_up_by_a_kernel_left_running_is_laid_at_its_door(
+    tmp_path: Path, culprit: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Main's load never ends while the device is held (on the H200 a PR's kernel left spinning
+    held a session in an engine's load for good): the session stops every engine, finds the
+    device still held, and kills them in turn: the PR's `forged` where the work was its
+    engine's, the box's (measured again) where it was neither's; never main's failure for what
+    the PR did."""
+    from engine.harness.common import Clock
+    from engine.harness.measure import Bench
+    from engine.harness.speed_session import Legs, Role, Steps
+    from engine.harness.timing import Challenges
+
+    monkeypatch.setattr(timing, "LOAD_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(timing, "QUIT_GRACE_S", 0.5)
+    monkeypatch.setattr(timing, "FREED_WITHIN_S", 0.5)
+    probe = HeldBy()
+    main = checkout_with(tmp_path, append=NEVER_LOADS, name="main")
+    pr = checkout_with(tmp_path, name="pr")
+    specs = [
+        EngineSpec(main, Sandbox("none"), tmp_path / "main-home"),
+        EngineSpec(pr, Sandbox("none"), tmp_path / "pr-home"),
+    ]
+    legs = Legs(
+        "tiny", "numpy", specs, tmp_path, Steps(Clock()), probe, [Role([], []), Role([], [])]
+    )
+    bystander = None
+    started = EngineProcess.__init__
+
+    def watched(self: EngineProcess, *args: object, **kwargs: object) -> None:
+        started(self, *args, **kwargs)
+        if not self.baseline and culprit == "pr":
+            probe.pid = self.pid  # the device busy while the PR's engine lives
+
+    monkeypatch.setattr(EngineProcess, "__init__", watched)
+    if culprit == "box":
+        import subprocess
+        import sys
+
+        bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        probe.pid = bystander.pid
+    try:
+        b = Bench([], Challenges(), np.zeros(1, dtype=np.int64))
+        with pytest.raises((EngineError, EngineOutputError)) as err:
+            legs.run(b, lambda b, leg: [], 0)
+        if culprit == "pr":
+            assert isinstance(err.value, EngineForged), err.value
+            assert "the engine process left work running on the GPU" in str(err.value)
+            assert "an engine did not load" in str(err.value)
+        else:
+            assert type(err.value) is EngineError, err.value
+            assert "another process on the box" in str(err.value)
+    finally:
+        if bystander is not None:
+            bystander.kill()
+            bystander.wait()

@@ -367,8 +367,11 @@ def longctx(
         corpus = corpus_ids(scratch)
 
         def checked(baseline: bool) -> LongContextRun:
-            run = LongContextRun(model, resolved, ctx, tokens, budget, runs, clock=clock)
+            run = LongContextRun(model, resolved, ctx, tokens, budget, runs, baseline, clock=clock)
             run.run(engine_spec(engines, resolved, scratch, baseline=baseline), corpus, serve)
+            if baseline and (not run.completed or run.outside_failure):  # never the PR's
+                why = run.failure or run.outside_failure or "it did not complete"
+                raise BaselineError(f"main's engine failed the long-context check itself: {why}")
             return run
 
         main_first = engines.baseline is not None and Challenges().below(2) == 0
@@ -379,9 +382,6 @@ def longctx(
             main_run = checked(True)
         check.canary = canary.after()
         if main_run is not None:
-            if not main_run.completed or main_run.outside_failure:
-                why = main_run.failure or main_run.outside_failure or "it did not complete"
-                raise BaselineError(f"main's engine failed the long-context check itself: {why}")
             commit = "unknown" if served else engine_commit(engines.baseline)
             check.main = main_run.as_main(commit, main_first)
         if served and check.completed and verify:  # main's server, unbudgeted, after the PR's

@@ -77,6 +77,7 @@ class LongContextRun:
     tokens: int
     budget: int
     runs: int = 1  # long prefills timed in the process, each a fresh prompt: the fastest counts
+    baseline: bool = False  # main's engine's run: whatever goes wrong in it is main's
     completed: bool = False
     failure: str | None = None
     prefill_s: float | None = None
@@ -112,10 +113,12 @@ class LongContextRun:
         engine: EngineProcess | ServerEngine | None = None
         try:
             if serve is None:
-                engine = EngineProcess(spec, self.model, self.backend, raise_on_death=True)
+                engine = EngineProcess(
+                    spec, self.model, self.backend, raise_on_death=True, baseline=self.baseline
+                )
                 engine.connect()
             else:
-                engine = serve(spec, False)
+                engine = serve(spec, self.baseline)
                 engine.connect(config_of(self.model).vocab_size)
             self.mark("engine_loaded")
             self._measure(engine, corpus)

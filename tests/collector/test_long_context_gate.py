@@ -38,7 +38,7 @@ def paired(profile: str, model: str, ctx: int, main: float, pr: float) -> str:
 def test_a_slower_path_under_the_budget_fails_against_main_beside_it() -> None:
     """The floor: 0.98 / band(the axis's noise floor), against main's run in the same session."""
     assert paired("cpu", "tiny", 8000, 10_000.0, 9_900.0) == "pass"
-    floor = 0.98 / 1.1**1.5  # the cpu profile credits prefill@8000 10% (policy.toml)
+    floor = 0.98 / 1.2**1.5  # the cpu profile credits prefill@8000 20% (policy.toml)
     assert paired("cpu", "tiny", 8000, 10_000.0, 10_000.0 * (floor + 0.01)) == "pass"
     assert paired("cpu", "tiny", 8000, 10_000.0, 10_000.0 * (floor - 0.01)) == "fail"
     assert paired("cpu", "tiny", 8000, 10_000.0, 5_000.0) == "fail"  # a path half as fast
@@ -65,7 +65,7 @@ def test_rounds_before_main_ran_beside_keep_their_rule() -> None:
     """No baseline in the PR's documents: main's own sessions, its slowest, the PR's fastest."""
     mains = [doc(8000, 10_000.0), doc(8000, 10_500.0)]
     assert judged("cpu", "tiny", mains, [doc(8000, 8_900.0)]).status == "pass"
-    assert judged("cpu", "tiny", mains, [doc(8000, 8_000.0)]).status == "fail"
+    assert judged("cpu", "tiny", mains, [doc(8000, 7_000.0)]).status == "fail"
     two = judged("cpu", "tiny", mains, [doc(8000, 5_000.0), doc(8000, 9_800.0)])
     assert two.status == "pass" and "the fastest of its 2 runs" in two.reason
     # a PR that did not complete where main's own sessions never did: not judged yet

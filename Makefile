@@ -1,7 +1,7 @@
 # Two commands on a fresh machine:
 #   make demo   a real round on this machine (CPU profile), then the site, into out/
 #               needs Python >= 3.11 and make; no root, no browser
-#   make test   lint and the test suite (what CI runs, 12.5-13.3 minutes on 2 cores after make demo in three fresh clones of 2026-12-05, d2aa662 to 2782300); adds the dev
+#   make test   lint and the test suite (what CI runs, about 11 minutes on 2 cores: tests/run_suite.py); adds the dev
 #               tools and Ray, and installs
 #               Chromium for the browser tests where it can (root and apt-get), else says so
 PY ?= python3
@@ -64,8 +64,8 @@ lint: $(TEST_STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 
-# The tests that time real work on this box run on a core of their own, the rest beside them on
-# the other cores (pytest-xdist): tests/run_suite.py says why
+# The tests that time real work on this box run each on a core of its own, the rest beside them
+# on the other cores (pytest-xdist): tests/run_suite.py says why
 test: lint
 	$(BIN)/python tests/run_suite.py
 

@@ -10,7 +10,8 @@ each pause drawn from an exponential distribution around their means, from a see
 `Neighbour` runs it as a context manager around a block (the A/A round of
 tests/collector/test_demo_aa.py). It never runs during a test that is not about noise. It runs
 on any of the box's cores, wherever the scheduler puts it, even when the test that starts it is
-pinned to one (tests/run_suite.py): another tenant of the box, not of the round's core.
+pinned to one (tests/run_suite.py): another tenant of the box, not of the round's core (under
+`make test` it shares the box with the demo round's core too).
 """
 
 from __future__ import annotations

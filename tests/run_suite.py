@@ -127,8 +127,13 @@ def main(extra: list[str]) -> int:
         )
 
         def others() -> None:
-            lanes.run("the untimed tests", [*untimed, "-n", str(max(2, len(rest)))], set(rest))
-            lanes.timed(rest[-1])
+            try:
+                lanes.run("the untimed tests", [*untimed, "-n", str(max(2, len(rest)))], set(rest))
+                lanes.timed(rest[-1])
+            except Exception as e:  # a lane that dies must fail the suite, never pass it
+                with lanes.lock:
+                    lanes.failed.append(f"the other lane ({e!r})")
+                raise
 
         lane = threading.Thread(target=others)
         lane.start()

@@ -73,6 +73,7 @@ class Lanes:
         self.failed: list[str] = []
         self.lock = threading.Lock()
         self.runs = itertools.count(1)
+        self.stopped = threading.Event()  # interrupted: no lane takes another test
 
     def say(self, text: str) -> None:
         with self.lock:
@@ -98,7 +99,7 @@ class Lanes:
 
     def timed(self, core: int) -> None:
         """Take timed tests from the queue, one at a time on `core`, until it is empty."""
-        while True:
+        while not self.stopped.is_set():
             try:
                 node = self.todo.get_nowait()
             except queue.Empty:
@@ -117,7 +118,8 @@ def main(extra: list[str]) -> int:
         if len(cpus) < 2:
             lanes.say("one core: the timed tests after the others")
             lanes.run("the untimed tests", [*untimed, "-n", "2"], set(cpus))
-            lanes.timed(cpus[0])
+            if not lanes.failed:
+                lanes.timed(cpus[0])
             return 1 if lanes.failed else 0
         mine, rest = cpus[-1], cpus[:-1]
         lanes.say(
@@ -137,8 +139,13 @@ def main(extra: list[str]) -> int:
 
         lane = threading.Thread(target=others)
         lane.start()
-        lanes.timed(mine)
-        lane.join()
+        try:
+            lanes.timed(mine)
+            lane.join()
+        except KeyboardInterrupt:  # the runs got it too (one process group): take no more
+            lanes.stopped.set()
+            lane.join()
+            raise
         if lanes.failed:
             lanes.say(f"failed: {', '.join(lanes.failed)}")
         return 1 if lanes.failed else 0

@@ -91,8 +91,8 @@ def collect_aa(db: Path) -> list[dict]:
 @pytest.mark.slow
 @pytest.mark.timed
 def test_aa_round_beside_a_noisy_neighbour(tmp_path: Path) -> None:
-    """About two minutes on 2 cores, while a neighbour takes one of the two cores in irregular
-    bursts (tests/support/neighbour.py). Each A/A PR's engine is timed beside main's, turn by turn,
+    """About two and a half minutes, while a neighbour takes the round's own core in irregular
+    bursts (tests/support/neighbour.py; `make test` gives this test a core). Each A/A PR's engine is timed beside main's, turn by turn,
     so the load reaches both alike: still `none` on every axis, no PR forged or diverged, and a
     wrong round is a failure, never measured again. (A quiet box is the easier case; the round
     itself, `sparkboard collect data/demo/aa-round.toml`, calibrates one.)"""

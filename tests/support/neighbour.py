@@ -9,15 +9,15 @@ each pause drawn from an exponential distribution around their means, from a see
 
 `Neighbour` runs it as a context manager around a block (the A/A round of
 tests/collector/test_demo_aa.py). It never runs during a test that is not about noise. It runs
-on any of the box's cores, wherever the scheduler puts it, even when the test that starts it is
-pinned to one (tests/run_suite.py): another tenant of the box, not of the round's core (under
-`make test` it shares the box with the demo round's core too).
+on the cores of the test that starts it: under `make test` (tests/run_suite.py) the A/A round's
+own core, a tenant of the round's core, never of the core the demo round is timed on beside it
+(2026-12-05: let loose on a 2-core box, it took turns on the demo round's core too, and the
+demo's smallest real gain, #120's +6%, read `none` in one of five runs).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import random
 import signal
@@ -45,12 +45,6 @@ def run(duty: float, mean_burst_s: float, seconds: float, seed: int) -> None:
         time.sleep(rng.expovariate(1 / mean_pause) if mean_pause > 0 else 0)
 
 
-def anywhere_on_the_box() -> None:
-    """Every core of the box (within its cpuset), whatever core the parent was pinned to."""
-    with contextlib.suppress(OSError):  # a cpuset that forbids it: the parent's cores then
-        os.sched_setaffinity(0, range(os.cpu_count() or 1))
-
-
 class Neighbour:
     """The neighbour in a child process for the duration of a `with` block."""
 
@@ -61,9 +55,7 @@ class Neighbour:
 
     def __enter__(self) -> Neighbour:
         env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-        self.proc = subprocess.Popen(
-            self.argv, env=env, stdin=subprocess.DEVNULL, preexec_fn=anywhere_on_the_box
-        )
+        self.proc = subprocess.Popen(self.argv, env=env, stdin=subprocess.DEVNULL)
         return self
 
     def __exit__(

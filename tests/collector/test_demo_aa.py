@@ -92,10 +92,11 @@ def collect_aa(db: Path) -> list[dict]:
 @pytest.mark.timed
 def test_aa_round_beside_a_noisy_neighbour(tmp_path: Path) -> None:
     """About two and a half minutes, while a neighbour takes the round's own core in irregular
-    bursts (tests/support/neighbour.py; `make test` gives this test a core). Each A/A PR's engine is timed beside main's, turn by turn,
-    so the load reaches both alike: still `none` on every axis, no PR forged or diverged, and a
-    wrong round is a failure, never measured again. (A quiet box is the easier case; the round
-    itself, `sparkboard collect data/demo/aa-round.toml`, calibrates one.)"""
+    bursts (tests/support/neighbour.py; `make test` gives this test a core). Each A/A PR's engine
+    is timed beside main's, turn by turn, so the load reaches both alike: still `none` on every
+    axis, no PR forged or diverged, and a wrong round is a failure, never measured again. (A
+    quiet box is the easier case; the round itself, `sparkboard collect data/demo/aa-round.toml`,
+    calibrates one.)"""
     with Neighbour(duty=0.5, mean_burst_s=0.2, seed=2):
         wrong = aa_problems(collect_aa(tmp_path / "aa.duckdb"))
     assert not wrong, "\n".join(wrong)

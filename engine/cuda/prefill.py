@@ -3,35 +3,40 @@ are cuBLAS GEMMs (float16 in, float32 out, the residual added with beta = 1) on 
 dequantized by `dequant_f16` into one reused float16 buffer (F16 weights are used in place);
 rope_kv writes the chunk into the KV cache and attn_prefill_<HD>, the tiled causal kernel,
 attends over it.
+
+A short chunk (at most GRAPH_TOKENS, the benchmarks' 128- and 512-token prompts) is a few
+milliseconds of host-bound launches on a small model, and how fast the host issues them is what
+moved a 1B's prefill@128 between processes (data/demo/gpu/README.md). Such a chunk is captured as
+a CUDA graph at its first use, per (length, sequence, position, logits): the scalars of its
+launches are the graph's, its tokens come through a device buffer, and every buffer it touches
+is allocated before the capture and kept, so a replay launches the same kernels on the same
+memory. The graphs die with the KV cache they write (forget_graphs, at a reset that reallocates).
 """
 
 from __future__ import annotations
 
 import math
+import sys
+from collections import OrderedDict
 from typing import Any
 
 import cupy as cp
 import numpy as np
 
 from engine.config import ModelConfig
-from engine.cuda.geometry import ROPE_WARPS, WT_F16, prefill_attention
+from engine.cuda.blas import Blas
+from engine.cuda.geometry import ROPE_WARPS, WT_F16, env_flag, prefill_attention
 from engine.cuda.kv_cache import KvCache
 from engine.cuda.launch import NULL, KernelLauncher, f32, i32
 from engine.cuda.layout import GpuWeight
 from engine.cuda.weights_gpu import GpuLayer, GpuModel
 
-try:  # CuPy >= 13 keeps the library wrappers here
-    from cupy_backends.cuda.libs import cublas
-except ImportError:  # pragma: no cover - older CuPy
-    from cupy.cuda import cublas
-
 PREFILL_CHUNK = 4096
 DEQUANT_BUFFER_ELEMENTS = 1 << 27  # float16 scratch for prefill weights: 256 MiB
-CUDA_R_16F, CUDA_R_32F = 2, 0
-CUBLAS_OP_N, CUBLAS_OP_T = 0, 1
-CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT = 68, -1
 LOG2E = 1.4426950408889634
 RMSNORM_F16_THREADS = 256  # a block per row (kernels/layers.cu rmsnorm_f16)
+GRAPH_TOKENS = 1024  # chunks up to this long replay a captured graph (longer: the GPU bounds them)
+MAX_GRAPHS = 64  # captured chunks kept, least recently used dropped (a concurrent run's 32 rows)
 
 
 class Prefill:
@@ -42,9 +47,18 @@ class Prefill:
     ) -> None:
         self.config, self.model, self.launch, self.chunk = c, model, launch, chunk
         self._bufs: dict[str, Any] = {}
-        self._deq: Any = None
-        self._one = np.ones(1, dtype=np.float32)  # host scalars for cuBLAS (pointer mode host)
-        self._zero = np.zeros(1, dtype=np.float32)
+        self._deq: Any = None  # made at the first chunk of a model with quantized matrices
+        m = model
+        matrices = [w for L in m.layers for w in L.matrices] + [m.w_out]
+        self._needs_deq = any(w.wt != WT_F16 for w in matrices)
+        self.blas = Blas(launch.stream)
+        # (n, seq, pos0, logits) -> (graph, its logits buffer), or (False, None): capture failed
+        self.graphs: OrderedDict[tuple, tuple[Any, Any]] = OrderedDict()
+        self.use_graphs = env_flag("SPARKBOARD_PREFILL_GRAPHS", True)
+
+    def forget_graphs(self) -> None:
+        """Drop the captured chunks (their KV cache and sequence buffers are going away)."""
+        self.graphs.clear()
 
     def _pbuf(self, name: str, shape: tuple[int, ...], dtype: Any) -> Any:
         a = self._bufs.get(name)
@@ -58,22 +72,88 @@ class Prefill:
         self, cache: KvCache, seq_ids: Any, seq: int, pos0: int, ids: np.ndarray, logits: str
     ) -> Any:
         """Append `ids` (at most `chunk`) to `seq` at positions pos0..; returns the logits of
-        "all" rows, of the "last" row, or None ("none"). seq_ids: the decode step's buffer,
-        which rope_kv takes as its argument list does (it uses `seq`)."""
-        c, m, k = self.config, self.model, self.launch
+        "all" rows, of the "last" row (a buffer the next chunk overwrites: copy it first), or
+        None ("none"). seq_ids: the decode step's buffer, which rope_kv takes as its argument
+        list does (it uses `seq`)."""
         n = ids.size
-        C = self.chunk
+        bufs = self._chunk_buffers(n, logits)
+        bufs["tok"].set(ids.astype(np.int32), stream=self.launch.stream)
+        if not self._graphable(n, logits):
+            return self._forward(cache, seq_ids, seq, pos0, n, logits, bufs)
+        key = (n, seq, pos0, logits)
+        graph, out = self.graphs.pop(key, None) or self._capture(
+            cache, seq_ids, seq, pos0, n, logits, bufs
+        )
+        self.graphs[key] = (graph, out)  # the most recently used last
+        if len(self.graphs) > MAX_GRAPHS:
+            self.graphs.popitem(last=False)
+        if graph is False:
+            return self._forward(cache, seq_ids, seq, pos0, n, logits, bufs)
+        graph.launch(self.launch.stream)
+        return out
+
+    def _graphable(self, n: int, logits: str) -> bool:
+        """A short chunk with its last row's logits or none, launched as is (not profiled)."""
+        k = self.launch
+        return (
+            self.use_graphs
+            and n <= GRAPH_TOKENS
+            and logits != "all"
+            and k.trace is None
+            and not k.skip
+        )
+
+    def _capture(
+        self, cache: KvCache, seq_ids: Any, seq: int, pos0: int, n: int, logits: str, bufs: dict
+    ) -> tuple[Any, Any]:
+        """The chunk's launches as a CUDA graph (False: run it eagerly, as without graphs)."""
+        stream = self.launch.stream
+        try:
+            stream.begin_capture()
+            try:
+                out = self._forward(cache, seq_ids, seq, pos0, n, logits, bufs)
+            finally:
+                graph = stream.end_capture()
+        except Exception as exc:  # a CuPy or cuBLAS without graph capture
+            print(
+                f"warning: CUDA graph capture of a prefill failed ({exc}); prefilling without",
+                file=sys.stderr,
+            )
+            self.use_graphs = False
+            return False, None
+        return graph, out
+
+    def _chunk_buffers(self, n: int, logits: str) -> dict[str, Any]:
+        """Views of the kept scratch buffers for a chunk of n tokens, allocated before any
+        capture (an allocation is not a launch a graph can replay)."""
+        c, C = self.config, self.chunk
+        q_dim, kv_dim = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
+        shapes = {
+            "tok": ((C,), cp.int32),
+            "x": ((C, c.dim), cp.float32),
+            "h16": ((C, c.dim), cp.float16),
+            "qkv": ((C, q_dim + 2 * kv_dim), cp.float32),
+            "q": ((C, q_dim), cp.float32),
+            "a16": ((C, q_dim), cp.float16),
+            "gu": ((C, 2 * c.ffn_dim), cp.float32),
+            "f16": ((C, c.ffn_dim), cp.float16),
+        }
+        bufs = {k: self._pbuf(k, shape, dtype)[:n] for k, (shape, dtype) in shapes.items()}
+        if logits == "last":
+            bufs["logits"] = self._pbuf("logits", (1, c.vocab_size), cp.float32)
+        if self._deq is None and self._needs_deq:
+            self._deq = cp.empty(DEQUANT_BUFFER_ELEMENTS, dtype=cp.float16)
+        return bufs
+
+    def _forward(
+        self, cache: KvCache, seq_ids: Any, seq: int, pos0: int, n: int, logits: str, bufs: dict
+    ) -> Any:
+        """The chunk's launches, on the tokens already in bufs["tok"] (graph-capturable for
+        "last" and "none")."""
+        c, m, k = self.config, self.model, self.launch
         hd = c.head_dim
-        q_dim, kv_dim = c.n_heads * hd, c.n_kv_heads * hd
-        tok = self._pbuf("tok", (C,), cp.int32)[:n]
-        x = self._pbuf("x", (C, c.dim), cp.float32)[:n]
-        h16 = self._pbuf("h16", (C, c.dim), cp.float16)[:n]
-        qkv = self._pbuf("qkv", (C, q_dim + 2 * kv_dim), cp.float32)[:n]
-        q = self._pbuf("q", (C, q_dim), cp.float32)[:n]
-        a16 = self._pbuf("a16", (C, q_dim), cp.float16)[:n]
-        gu = self._pbuf("gu", (C, 2 * c.ffn_dim), cp.float32)[:n]
-        f16 = self._pbuf("f16", (C, c.ffn_dim), cp.float16)[:n]
-        tok.set(ids.astype(np.int32), stream=k.stream)
+        tok, x, h16, qkv = bufs["tok"], bufs["x"], bufs["h16"], bufs["qkv"]
+        q, a16, gu, f16 = bufs["q"], bufs["a16"], bufs["gu"], bufs["f16"]
         e = m.tok_embd
         k(
             "embed",
@@ -113,7 +193,7 @@ class Prefill:
         nr = rows.shape[0]
         hn = h16[:nr]
         self._rmsnorm_f16(rows, m.out_norm, hn, nr)
-        out = cp.empty((nr, c.vocab_size), dtype=cp.float32)
+        out = bufs["logits"] if logits == "last" else cp.empty((nr, c.vocab_size), cp.float32)
         self._gemm(hn, m.w_out, out, 0.0)
         return out
 
@@ -154,18 +234,12 @@ class Prefill:
 
     def _gemm(self, x16: Any, w: GpuWeight, out: Any, beta: float, col0: int = 0) -> None:
         """out[M, col0:col0+N] (float32) = x16[M, K] @ W[N, K]^T + beta * out[...]."""
-        m_rows, k = x16.shape
+        k = x16.shape[1]
         ldc = out.shape[1]
-        handle = cp.cuda.device.get_cublas_handle()
-        # CuPy binds its shared handle to a stream only inside its own wrappers: bind it to
-        # ours, or the GEMM runs on another stream and races the kernels around it.
-        cublas.setStream(handle, self.launch.stream.ptr)
         if w.wt == WT_F16:
             slices = [(0, w.rows, w.q)]
         else:
             per = max(1, DEQUANT_BUFFER_ELEMENTS // k)
-            if self._deq is None:
-                self._deq = cp.empty(DEQUANT_BUFFER_ELEMENTS, dtype=cp.float16)
             slices = [(r0, min(per, w.rows - r0), None) for r0 in range(0, w.rows, per)]
         for r0, nr, w16 in slices:
             if w16 is None:
@@ -187,11 +261,6 @@ class Prefill:
                 )
             self.launch.library_call(
                 f"gemm n={nr} k={k}",
-                cublas.gemmEx,
-                handle, CUBLAS_OP_T, CUBLAS_OP_N, nr, m_rows, k,
-                self._one.ctypes.data, w16.data.ptr, CUDA_R_16F, k,
-                x16.data.ptr, CUDA_R_16F, k,
-                (self._one if beta else self._zero).ctypes.data,
-                out.data.ptr + (col0 + r0) * 4, CUDA_R_32F, ldc,
-                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT,
+                self.blas.gemm_f16,
+                w16.data.ptr, nr, x16, out.data.ptr + (col0 + r0) * 4, ldc, beta,
             )  # fmt: skip

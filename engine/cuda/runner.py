@@ -3,8 +3,9 @@
 The runner wires its parts: weights_gpu.py puts the model on the GPU, kv_cache.py holds the
 cache, decode.py is the decode step and its CUDA graphs (decode_greedy replays it `steps`
 times with the argmax fed back on the device and copies the tokens back once at the end),
-prefill.py the chunked prefill, launch.py launches the kernels (kernels.py compiles them) and
-profiling.py times the step's kernels. The sequence bookkeeping is engine.runner.Runner's.
+prefill.py the chunked prefill (a short chunk replayed as a CUDA graph too), launch.py launches
+the kernels (kernels.py compiles them) and profiling.py times the step's kernels. The sequence
+bookkeeping is engine.runner.Runner's.
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ class CupyRunner(Runner):
             self._lens[:] = 0
             return
         self.step = self.cache = None
+        self.prefiller.forget_graphs()  # they write the cache and read the step's buffers
         cp.get_default_memory_pool().free_all_blocks()
         if self._free_after_load is None:
             self._note_load()

@@ -9,6 +9,8 @@
 #   long    --prefill-tokens 8192: a short prefill region of ~0.3 s instead of ~35 ms
 #   runs    --min-time 0.4: four times the runs per turn, the fastest kept
 #   pinruns pinned and runs together: each side's runs spread over ~0.4 s of turns
+#   eager   pinned, short prefills launched kernel by kernel (SPARKBOARD_PREFILL_GRAPHS=0), as
+#           before they were replayed as CUDA graphs
 # Prints, per variant and axis, the sd of the legs' log ratios and the sessions' median ratios.
 set -u
 OUT=${OUT:-/tmp/out}; export PYTHONPATH=$PWD
@@ -19,7 +21,8 @@ CORE=$(($(nproc) - 1))
 bench() {  # variant session
   local v=$1 s=$2 pre="" mt=0.1 pt=1024
   case $v in pinned) pre="taskset -c $CORE" ;; long) pt=8192 ;; runs) mt=0.4 ;;
-    pinruns) pre="taskset -c $CORE" mt=0.4 ;; esac
+    pinruns) pre="taskset -c $CORE" mt=0.4 ;;
+    eager) pre="env SPARKBOARD_PREFILL_GRAPHS=0 taskset -c $CORE" ;; esac
   timeout 200 $pre python3 -m engine.harness.bench sweep --model "$MODEL" --ctx 128,512 \
     --tokens 64 --reps 4 --legs 4 --warmup 0 --min-time $mt --prefill-tokens $pt \
     --widths 2,8,32 --width-tokens 16 --width-runs 4 --prompt-len 128 \

@@ -16,6 +16,11 @@ open, whoever wrote them and whenever. An honest engine keeps none there; a tabl
 helper process or read from a shared-memory file is memory all the same (`outside`: its largest
 reading, which the long-context check holds to an allowance). A mapped file's touched pages are
 in the resident set already (counted twice then: the PR's choice).
+
+The readings run in a thread of the timing parent, and where the session is pinned (a one-core
+session: the parent and both engines on one core, taking turns) that thread leaves the session's
+core first: each nvidia-smi it starts (~0.1 s of CPU, twice a second per engine) inherits its
+cores, and on the session's core it took half of the core from whichever engine's turn it fell in.
 """
 
 from __future__ import annotations
@@ -33,6 +38,16 @@ POLL_S = 0.02
 GPU_POLL_S = 0.5
 OUTSIDE_POLL_S = 0.2
 NVIDIA_SMI_TIMEOUT_S = 10
+
+
+def leave_session_cores() -> None:
+    """Move the calling thread (and what it starts) off the cores its process is pinned to,
+    where the process is pinned to fewer than all of the machine's cores; else leave it."""
+    mine = os.sched_getaffinity(0)
+    others = set(range(os.cpu_count() or 1)) - mine
+    if others:
+        with contextlib.suppress(OSError):  # none of the others allowed here (a cpuset)
+            os.sched_setaffinity(0, others)  # pid 0: this thread alone
 
 
 def resident_bytes(pid: int, high_water: bool = False) -> int | None:
@@ -182,6 +197,7 @@ class MemoryWatch:
         return outside_bytes(self.pid, self._helpers(), self._sandboxed)
 
     def _poll(self) -> None:
+        leave_session_cores()
         ticks = 0
         while not self._done.wait(POLL_S):
             ticks += 1

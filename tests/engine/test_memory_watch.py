@@ -4,6 +4,7 @@ engine holds outside its own process counts — a helper process's, a memfd's, a
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -110,3 +111,35 @@ def test_a_peak_between_two_polls_is_seen() -> None:
     )
     _outside, host = watched(code)
     assert host >= HOLD
+
+
+WATCH_CORES = """
+import json, os, sys, time
+from engine.harness.memory import MemoryWatch
+core = sorted(os.sched_getaffinity(0))[-1]
+if sys.argv[1] == "pinned":
+    os.sched_setaffinity(0, {core})
+watch = MemoryWatch(os.getpid(), gpu=False)
+time.sleep(0.2)  # its first readings taken
+mine, its = os.sched_getaffinity(0), os.sched_getaffinity(watch._thread.native_id)
+print(json.dumps({"core": core, "parent": sorted(mine), "watch": sorted(its)}))
+watch.stop()
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_the_readings_leave_a_pinned_session_core() -> None:
+    """A session pinned to one core (the parent and both engines take turns there): the
+    parent's memory readings, and the nvidia-smi each starts, run on the other cores, so they
+    never take the core from an engine in its turn; an unpinned parent's stay where they were."""
+
+    def cores(mode: str) -> dict:
+        cmd = [sys.executable, "-c", WATCH_CORES, mode]
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=True)
+        return json.loads(res.stdout)
+
+    pinned = cores("pinned")
+    assert pinned["parent"] == [pinned["core"]]
+    assert pinned["watch"] and pinned["core"] not in pinned["watch"]
+    free = cores("free")
+    assert free["watch"] == free["parent"] and len(free["parent"]) >= 2

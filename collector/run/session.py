@@ -59,7 +59,8 @@ def run_task(
     task: Task, checkout: Path, place: Place, policy: ResolvedPolicy, disk_paths: list[Path]
 ) -> Run:
     """Run a task; a session whose outcome is the box's (outcome.judge: fault 'infra', any
-    failure of main among them) is run again, up to `infra_retries` times. Speed tasks are timed
+    failure of main among them) is run again, up to `infra_retries` times, each wait twice the
+    last (a box in a slow phase, or between phases, settles; its canary moved). Speed tasks are timed
     from main's checkout (main's pinned harness), measuring the engine of `checkout` beside
     main's."""
     f = policy.failures
@@ -74,7 +75,7 @@ def run_task(
         run.attempts = attempts
         if judge(task, req, run, policy).fault != "infra" or attempts > f.infra_retries:
             return run
-        time.sleep(f.retry_wait_s)
+        time.sleep(f.retry_wait_s * 2 ** (attempts - 1))
 
 
 def stop_if_box_changed(o: Run | Outcome) -> None:

@@ -39,7 +39,7 @@ def git(repo: Path, *args: str) -> str:
 
 def test_policy_text(hang_timeout: int = 8, long_context: bool = False) -> str:
     text = default_policy_path().read_text()
-    text = text.replace("infra_retries = 2", "infra_retries = 1")
+    text = text.replace("infra_retries = 4", "infra_retries = 1")
     text = text.replace("retry_wait_s = 2.0", "retry_wait_s = 0.0")
     text = text.replace("min_free_disk_mb = 200", "min_free_disk_mb = 1")
     # the fake engine's speeds are exact: no box noise to credit

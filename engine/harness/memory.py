@@ -20,7 +20,8 @@ in the resident set already (counted twice then: the PR's choice).
 The readings run in a thread of the timing parent, and where the session is pinned (a one-core
 session: the parent and both engines on one core, taking turns) that thread leaves the session's
 core first: each nvidia-smi it starts (~0.1 s of CPU, twice a second per engine) inherits its
-cores, and on the session's core it took half of the core from whichever engine's turn it fell in.
+cores, and on the session's core it shared the core with whichever engine's turn it fell in (a
+1B's short prefills read half speed for whole legs on an H100 before: data/demo/gpu/README.md).
 """
 
 from __future__ import annotations

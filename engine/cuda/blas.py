@@ -34,7 +34,7 @@ class Blas:
     """A cuBLAS handle on one stream, with out = x16 @ W^T + beta * out as its one operation."""
 
     def __init__(self, stream: Any) -> None:
-        self.lib = lib = _libcublas()
+        lib = _libcublas()
         self.workspace = cp.empty(WORKSPACE_BYTES, dtype=cp.uint8)
         self.handle = ctypes.c_void_p()
         self._check(lib.cublasCreate_v2(ctypes.byref(self.handle)), "cublasCreate")
@@ -50,7 +50,9 @@ class Blas:
         self._gemm.restype = ctypes.c_int
         p, i = ctypes.c_void_p, ctypes.c_int
         self._gemm.argtypes = [p, i, i, i, i, i, p, p, i, i, p, i, i, p, p, i, i, i, i]
-        self._scalars = {v: ctypes.c_float(v) for v in (0.0, 1.0)}  # pointer mode host
+        # alpha and beta for pointer mode host: kept alive here, passed by address
+        self._scalars = [ctypes.c_float(v) for v in (0.0, 1.0)]
+        self._address = {float(c.value): ctypes.addressof(c) for c in self._scalars}
 
     @staticmethod
     def _check(status: int, what: str) -> None:
@@ -61,7 +63,7 @@ class Blas:
         """out[M, :n] (float32, row stride ldc, at out_ptr) = x16[M, K] @ W[n, K]^T + beta * out,
         W float16 row-major at w_ptr, float32 accumulation."""
         m, k = x16.shape
-        one, b = (ctypes.addressof(self._scalars[v]) for v in (1.0, float(beta)))
+        one, b = self._address[1.0], self._address[float(beta)]
         self._check(
             self._gemm(
                 self.handle, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k,

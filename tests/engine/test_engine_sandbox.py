@@ -91,7 +91,22 @@ def bystander() -> Iterator[subprocess.Popen]:
 
 # --- processes ---------------------------------------------------------------------------------
 
-SEES = """
+# The box's settings that root changes by writing a file: the CPU's frequency and its cores, the
+# kernel's memory policy, the CPU's wake-up latency (the card's clocks sit behind a capability)
+SETTINGS = [
+    "/sys/devices/system/cpu/cpu0/cpufreq/scaling_max_freq",
+    "/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor",
+    "/sys/devices/system/cpu/intel_pstate/max_perf_pct",
+    "/sys/devices/system/cpu/cpu1/online",
+    "/sys/kernel/mm/transparent_hugepage/enabled",
+    "/dev/cpu_dma_latency",
+]
+
+SEES = (
+    f"""
+SETTINGS = {SETTINGS!r}
+"""
+    + """
 import ctypes, errno, json, os, signal, sys
 targets = [int(p) for p in sys.argv[1:]]
 libc = ctypes.CDLL(None, use_errno=True)
@@ -117,8 +132,16 @@ try:
     out["sysctl"] = "written"
 except OSError as e:
     out["sysctl"] = errno.errorcode[e.errno]
+out["settings"] = {}
+for path in SETTINGS:  # opened for writing only: nothing is written, even where it opens
+    try:
+        os.close(os.open(path, os.O_WRONLY))
+        out["settings"][path] = "opened"
+    except OSError as e:
+        out["settings"][path] = errno.errorcode[e.errno]
 print(json.dumps(out))
 """
+)
 
 
 def test_it_cannot_see_signal_or_ptrace_any_process_outside(can_seal: None, tmp_path: Path) -> None:
@@ -134,6 +157,10 @@ def test_it_cannot_see_signal_or_ptrace_any_process_outside(can_seal: None, tmp_
     # nobody, with no capability left, and the box's settings out of reach
     assert seen["uid"] == SANDBOX_UID and int(seen["cap_eff"], 16) == 0
     assert seen["sysctl"] in ("EROFS", "EACCES", "EPERM"), seen["sysctl"]
+    present = [p for p in SETTINGS if os.path.exists(p)]
+    assert present, "none of the settings is on this box: the test would prove nothing"
+    refused = {p: seen["settings"][p] for p in present}
+    assert set(refused.values()) <= {"EROFS", "EACCES", "EPERM", "ENOENT"}, refused
 
 
 # --- files ---------------------------------------------------------------------------------------

@@ -10,14 +10,16 @@ answer, and checks the answers against main's model afterwards (`verify.py`).
 
 Operations (wire.py messages; every answer carries "ok"):
   reset {n_seqs, max_len}     truncate {seq, len}     vram {kv_tokens}     quit
-  prefill {seqs, ids, n} -> {argmax: [...], in_s}, then {topk: [[[id, logprob], ...], ...]}
+  prefill {seqs, ids, n} -> {argmax: [...], in_s}; more -> {topk: [[[id, logprob], ...], ...]}
                          (ids: one prompt of n tokens per sequence, end to end, each prefilled
                          into its sequence in turn: several short prompts make one timed region)
   decode {seqs, first, steps} -> {ids (steps x seqs), in_s}
 `in_s` is this process's own figure for the operation (CUDA events on the GPU, the host clock on
 the CPU), which the parent holds against its clock as a cross-check. The answer that stops the
 parent's clock commits to the result (prefill: the argmax, decode: the ids); the prefill digest
-follows it, so computing it is never timed.
+is computed once the parent, its clock read, asks for `more`: never timed, and never begun while
+the parent, on the core it may share with this process, is still to read its clock (a 1B's
+digests are milliseconds of CPU: data/demo/gpu/README.md, "Short prefills' regions").
 """
 
 from __future__ import annotations
@@ -101,6 +103,12 @@ class Server:
                 raise WireError(f"unknown operation {op!r}")
             handler(msg)
 
+    def await_more(self) -> None:
+        """Wait for the parent's word that it has read the answer (and its clock)."""
+        op = recv(self.ctl).get("op")
+        if op != "more":
+            raise WireError(f"expected the parent's 'more', got {op!r}")
+
     def op_reset(self, msg: dict) -> None:
         self.runner.reset(int(msg["n_seqs"]), int(msg["max_len"]))
         send(self.rep, {"ok": True})
@@ -123,6 +131,7 @@ class Server:
         argmax = [int(np.argmax(x)) for x in logits]
         in_s = self.timer.stop()
         send(self.rep, {"ok": True, "argmax": argmax, "in_s": in_s})
+        self.await_more()
         digests = []
         for x in logits:
             row = np.asarray(x).reshape(1, -1)

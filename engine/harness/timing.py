@@ -362,6 +362,15 @@ class EngineProcess(TakesTurns):
         except WireError:
             self._died()
 
+    def _rest(self, replies: int) -> list[dict]:
+        """The answers after the first (a prefill's digests), each asked for with `more` once
+        the first is read, so the engine does no work while the parent reads its clock."""
+        out = []
+        for _ in range(replies - 1):
+            self._send({"op": "more"})
+            out.append(self._recv())
+        return out
+
     def call(self, message: dict, replies: int = 1) -> list[dict]:
         """An untimed operation (reset, truncate, ...), in its turn (a turn of its own when
         none is under way)."""
@@ -370,7 +379,7 @@ class EngineProcess(TakesTurns):
                 return self.call(message, replies)
         self.turns.asking()
         self._send(message)
-        out = [self._recv() for _ in range(replies)]
+        out = [self._recv(), *self._rest(replies)]
         self.turns.answered()
         self._track(message)
         return out
@@ -387,7 +396,7 @@ class EngineProcess(TakesTurns):
         self._send(message)
         first = self._recv()
         seconds = max(time.perf_counter() - t0, 1e-9)
-        rest = [self._recv() for _ in range(replies - 1)]
+        rest = self._rest(replies)
         self.turns.answered()
         self.timeline.regions.append(Region(seconds, _in_s(first), group))
         self._track(message)

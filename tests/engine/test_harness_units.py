@@ -333,3 +333,50 @@ def test_score_rows_in_row_blocks_match_each_row_alone_in_either_memory_order() 
         alone = log_softmax(logits[r : r + 1], "ref")[0]
         assert got[r].target_logprob == min(float(alone[targets[r]]), 0.0)
         assert [lp for _, lp in got[r].topk] == [float(alone[i]) for i, _ in got[r].topk]
+
+
+def test_the_engine_sends_a_prefills_digests_only_when_the_parent_asks() -> None:
+    """serve.py answers a prefill with its argmax, then waits for `more` before it computes the
+    digests: on a core it shares with the parent it must not work while the parent reads its
+    clock. Anything but `more` there breaks the protocol."""
+    import select
+    import threading
+
+    from engine.harness.serve import Server
+    from engine.harness.wire import pack_ids, recv, send
+
+    def serving() -> tuple[int, int, threading.Thread, list]:
+        ctl_r, ctl_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        errors: list = []
+
+        def run() -> None:
+            try:
+                Server(FakeRunner(), ctl_r, rep_w).serve()
+            except Exception as e:  # noqa: BLE001 (the test reads it)
+                errors.append(e)
+            finally:
+                os.close(rep_w)  # the parent's read ends instead of waiting
+
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        assert recv(rep_r)["vocab"] == VOCAB
+        send(ctl_w, {"op": "reset", "n_seqs": 2, "max_len": 8})
+        assert recv(rep_r) == {"ok": True}
+        ids = np.arange(2 * 5, dtype=np.int64) % VOCAB
+        send(ctl_w, {"op": "prefill", "seqs": [0, 1], "ids": pack_ids(ids), "n": 5})
+        assert len(recv(rep_r)["argmax"]) == 2
+        return ctl_w, rep_r, t, errors
+
+    ctl_w, rep_r, t, errors = serving()
+    assert select.select([rep_r], [], [], 0.3)[0] == []  # nothing more until asked
+    send(ctl_w, {"op": "more"})
+    assert len(recv(rep_r)["topk"]) == 2
+    send(ctl_w, {"op": "quit"})
+    assert recv(rep_r) == {"ok": True}
+    t.join(5)
+
+    ctl_w, rep_r, t, errors = serving()
+    send(ctl_w, {"op": "reset", "n_seqs": 1, "max_len": 8})
+    t.join(5)
+    assert not t.is_alive() and "expected the parent's 'more'" in str(errors[0]), errors

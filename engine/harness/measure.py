@@ -5,7 +5,8 @@ from resuming the engine and sending the request to reading the answer that comm
 result (timing.py). One untimed warm-up (a short prefill and a few decode steps) runs first, so
 compilation stays out of the numbers; then each context and each width gets `warmup` untimed
 repetitions of its own shape, because a backend may size buffers or capture CUDA graphs per
-KV-cache shape.
+KV-cache shape, and a short prefill's region of several prompts one untimed region of its shape
+(`warm_region`: the graphs of its sequences).
 
 Two engines (main's beside the PR's, `Side`s of one `Bench`) take turns: each repetition of a
 timed operation is four turns, A B B A, the first drawn from the session's seed, each turn a
@@ -149,11 +150,26 @@ def warm_up(b: Bench) -> None:
             e.decode([0], b.first_tokens(1), WARMUP_STEPS, timed=False)  # first calls: untimed
 
 
+def warm_region(b: Bench, k: int, ctx: int, tokens: int) -> None:
+    """One untimed region of a short prefill's shape (k prompts of ctx, one a sequence) per
+    engine, before its timed repetitions. A backend's first call of a shape does one-time work
+    (a CUDA graph captured per sequence: a 1B's first region of 8 x 128 read 50-80 ms, the next
+    15 ms), and in the first turn of a repetition that run would set the runs of every turn: one
+    or two instead of four (data/demo/gpu/README.md, "Short prefills' regions")."""
+    for side in b.sides:
+        e = side.engine
+        with e.turn():
+            e.reset(k, ctx + tokens + 1)
+            e.prefill(list(range(k)), [b.prompt(ctx) for _ in range(k)], timed=False)
+
+
 def measure_context(b: Bench, ctx: int, tokens: int, reps: int, warmup: int) -> list[ContextSample]:
     """`reps` timed repetitions at one context, per side: prefill `ctx` tokens (several fresh
     prompts per region when one is short), then decode `tokens` after the first of them. The
     first `warmup` repetitions run the same way and are dropped."""
     k = b.prompts_per_region(ctx)
+    if k > 1:
+        warm_region(b, k, ctx, tokens)
     decode_tok_s: list[list[float]] = [[] for _ in b.sides]
     prefill_tok_s: list[list[float]] = [[] for _ in b.sides]
     for rep in range(warmup + reps):

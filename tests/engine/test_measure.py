@@ -144,17 +144,55 @@ def test_inner_runs_get_fresh_challenges() -> None:
 
 def test_a_short_prefill_is_timed_several_fresh_prompts_to_a_region() -> None:
     """--prefill-tokens 100 at ctx 30: four prompts of 30 tokens in each timed request, one per
-    sequence, each fresh; the rate counts every prompt's tokens."""
+    sequence, each fresh (after one untimed region of that shape); the rate counts every
+    prompt's tokens."""
     b, engine = bench(FakeRunner(), prefill_tokens=100)
     [sample] = measure_context(b, ctx=30, tokens=5, reps=2, warmup=0)
-    assert engine.requests == [[0, 1, 2, 3]] * 2
-    assert len(engine.prefills) == 8 and len(set(engine.prefills)) == 8
+    assert engine.requests == [[0, 1, 2, 3]] * 3  # the warm region, then two timed
+    assert len(engine.prefills) == 12 and len(set(engine.prefills)) == 12
     assert all(len(p) == 30 for p in engine.prefills)
+    assert len(engine.timeline.regions) == 2 * 2  # the warm region untimed
     prefill_s = [r.parent_s for r in engine.timeline.regions[::2]]  # prefill, decode, ...
     assert sample.prefill_tok_s == pytest.approx([4 * 30 / s for s in prefill_s])
     # every prompt of the region is a sample to verify; the decode continues the first one
     assert len(checks(b)) == 2 * (4 + 1)
     assert engine.runner.seqs[0][:30] == list(engine.prefills[-4])
+
+
+class FirstCallOfAShape(FakeRunner):
+    """A backend whose first prefill into each sequence does one-time work (a CUDA graph's
+    capture), as the GPU engine's short prefills do."""
+
+    ONE_TIME_S = 0.03
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[int] = set()
+
+    def prefill(self, seq: int, tokens: np.ndarray, all_logits: bool = False) -> np.ndarray:
+        if seq not in self.seen:
+            self.seen.add(seq)
+            time.sleep(self.ONE_TIME_S)
+        return super().prefill(seq, tokens, all_logits)
+
+
+def test_a_short_prefills_one_time_work_sets_no_turns_runs() -> None:
+    """Regions of several prompts whose first call of the shape is slow: that call is untimed,
+    before the repetitions, so the first turn (whose runs every turn repeats) runs several
+    regions and every timed region is the fast one."""
+    log: list = []
+    main = InProcessEngine(FirstCallOfAShape(), "main", log)
+    pr = InProcessEngine(FirstCallOfAShape(), "pr", log)
+    sides = [Side(main, verified=False), Side(pr)]  # type: ignore[arg-type]
+    b = Bench(sides, Challenges(seed=7), np.asarray(corpus()), 0.04, prefill_tokens=80)
+    measure_context(b, ctx=20, tokens=3, reps=2, warmup=0)
+    for e in (main, pr):
+        assert e.requests[0] == [0, 1, 2, 3]  # the warm region: its four sequences' first calls
+        regions = [r.parent_s for r in e.timeline.regions]
+        assert max(regions) < FirstCallOfAShape.ONE_TIME_S  # no timed region paid for it
+        assert len(e.requests) - 1 >= 2 * 2 * 2  # each turn ran several regions
+    turns = [ops for _, ops in log if "prefill" in ops]
+    assert all(ops.count("prefill") >= 2 for ops in turns[2:])  # past the warm regions
 
 
 def two_engines(min_time: float) -> tuple[Bench, InProcessEngine, InProcessEngine, list]:

@@ -153,9 +153,9 @@ def warm_up(b: Bench) -> None:
 def warm_region(b: Bench, k: int, ctx: int, tokens: int) -> None:
     """One untimed region of a short prefill's shape (k prompts of ctx, one a sequence) per
     engine, before its timed repetitions. A backend's first call of a shape does one-time work
-    (a CUDA graph captured per sequence: a 1B's first region of 8 x 128 read 50-80 ms, the next
-    15 ms), and in the first turn of a repetition that run would set the runs of every turn: one
-    or two instead of four (data/demo/gpu/README.md, "Short prefills' regions")."""
+    (a CUDA graph captured per sequence: a 1B's first region of 8 x 128 read 49-110 ms, the next
+    15-20 ms), and in the first turn of a repetition that run would set the runs of every turn:
+    one instead of about four (data/demo/gpu/README.md, "Short prefills' regions")."""
     for side in b.sides:
         e = side.engine
         with e.turn():

@@ -78,6 +78,7 @@ from engine.harness.sandbox import Sandbox, probe
 probe(Sandbox('bwrap', gpu=True), Path('/tmp/probe'), 'import cupy; cupy.ones(4).sum()')") \
     >/dev/null 2>&1 || flag="--unsandboxed"
   echo "sandbox flag: ${flag:-none (sealed)}" | tee "$DB/flag.txt"
+  rm -f "$DB/done"  # an earlier start's, in the same lease: `wait` would merge at once
   local r
   for r in "${ROUNDS[@]}"; do  # a round's database from an earlier lease: collect resumes it
     [ -f ".snap/$r.duckdb" ] && cp ".snap/$r.duckdb" "$DB/" && echo "resuming $r from .snap/"

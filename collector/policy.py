@@ -277,6 +277,10 @@ class Profile(_Strict):
     # long prefills each engine's process times in the check (a fresh prompt each, the fastest
     # counting; the harness's --runs): load on the box only ever slows a run down
     long_context_runs: PosInt = 1
+    # processes of each engine in the check's session (the harness's --legs): 2 runs main, PR,
+    # PR, main (or its mirror), so a drift of the box's speed, and whatever favours a session's
+    # first or second process, falls on both engines alike
+    long_context_legs: Annotated[int, Field(ge=1, le=8)] = 1
     # Memory axes (lower is better): a PR using more than (1 + memory_growth) x main's memory, beyond
     # main's own range, is a REJECT.
     memory_growth: Annotated[float, Field(ge=0.0)] = 0.25

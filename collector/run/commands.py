@@ -153,6 +153,7 @@ def _longctx(task: Task, policy: ResolvedPolicy) -> Request:
     argv += ["--ctx", str(prof.long_context[task.model])]
     argv += ["--tokens", str(prof.long_context_tokens), "--memory-budget", str(budget)]
     argv += ["--runs", str(prof.long_context_runs)] if prof.long_context_runs > 1 else []
+    argv += ["--legs", str(prof.long_context_legs)] if prof.long_context_legs > 1 else []
     # main's engine runs the check beside the PR's in the same session (its speed the one the
     # PR's is held against); a server's outputs are held against main's server, an engine
     # process's against main's model in the timing parent

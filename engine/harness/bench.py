@@ -327,6 +327,13 @@ def concurrent(
     show_default=True,
     help="Long prefills each engine's process times, each a fresh prompt; the fastest counts.",
 )
+@click.option(
+    "--legs",
+    default=1,
+    show_default=True,
+    help="With --baseline-checkout: processes of each engine, alternating (main, PR, PR, main, "
+    "... or its mirror); each engine's fastest counts.",
+)
 @session_options
 @verify_option
 @out_option
@@ -337,6 +344,7 @@ def longctx(
     tokens: int,
     budget: int,
     runs: int,
+    legs: int,
     verify: bool,
     out: str,
     backend: str,
@@ -345,15 +353,18 @@ def longctx(
     """Can the engine prefill a long context and decode after it within a memory budget?
 
     With --baseline-checkout, main's engine runs the same check in the same session, alone under
-    the same budget, right before or after the measured one (the order drawn at random): the
-    speed the measured engine's is held against, from the same minutes of the box. A main that
-    cannot complete ends the session as main's failure (exit 3)."""
+    the same budget, right before or after the measured one (the order drawn at random; with
+    --legs 2, main PR PR main or its mirror, so a drift of the box's speed and whatever favours
+    a session's first or last process fall on both): the speed the measured engine's is held
+    against, from the same minutes of the box. A main that cannot complete ends the session as
+    main's failure (exit 3)."""
     clock = Clock()
     check_out(out)
     require_positive(ctx, "--ctx")
     require_positive(tokens, "--tokens")
     require_positive(budget, "--memory-budget")
     require_positive(runs, "--runs")
+    require_positive(legs, "--legs")
     max_ctx = config_of(model).max_context
     if ctx + tokens > max_ctx:
         raise EngineError(f"ctx {ctx} + tokens {tokens} exceeds {model}'s context of {max_ctx}")
@@ -374,12 +385,20 @@ def longctx(
                 raise BaselineError(f"main's engine failed the long-context check itself: {why}")
             return run
 
-        main_first = engines.baseline is not None and Challenges().below(2) == 0
-        main_run = checked(True) if main_first else None
-        check = checked(False)
+        paired = engines.baseline is not None
+        main_first = paired and Challenges().below(2) == 0
+        mine: list[LongContextRun] = []
+        mains: list[LongContextRun] = []
+        for baseline in leg_order(main_first, legs if paired else 1, paired):
+            if not baseline and mine and not (mine[-1].completed and not mine[-1].outside_failure):
+                continue  # a leg that failed stands: the PR's engine is not started again
+            if baseline and mains and not (mine and mine[-1].completed):
+                continue  # main's speed is not needed beside a PR that failed
+            (mains if baseline else mine).append(checked(baseline))
+        check = LongContextRun.of_legs(mine)
+        check.legs = len(mine) if paired else 1
         check.sandbox = describe_sandbox(engines.sandbox)
-        if engines.baseline is not None and main_run is None:
-            main_run = checked(True)
+        main_run = LongContextRun.of_legs(mains) if mains else None
         check.canary = canary.after()
         if main_run is not None:
             commit = "unknown" if served else engine_commit(engines.baseline)
@@ -402,6 +421,15 @@ def longctx(
         check.mark("verified")
     me = SimpleNamespace(backend=resolved, model_id=model_id(model))
     write_document(check.document(header(model, me, clock)), out)
+
+
+def leg_order(main_first: bool, legs: int, paired: bool) -> list[bool]:
+    """Whose process runs the long-context check in turn (True: main's): the measured engine
+    alone unpaired; else `legs` pairs, each the mirror of the one before (main PR PR main ...)."""
+    if not paired:
+        return [False]
+    pair = [True, False] if main_first else [False, True]
+    return [side for i in range(legs) for side in (pair if i % 2 == 0 else pair[::-1])]
 
 
 def served_at(

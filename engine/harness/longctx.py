@@ -11,7 +11,9 @@ decode steps after the last, timed and verified like any other measurement. Main
 the same check in the same session, alone under the same budget, right before or after (the
 order drawn at random): one run of an 8,000-token prefill strays by a quarter on a 2-core box,
 and main's own sessions elsewhere in the round read faster than every PR's (2026-12-05), so the
-PR's speed is held against main's from the same minutes. Main must complete; the collector
+PR's speed is held against main's from the same minutes; with `--legs 2` each engine runs it in
+two processes, main PR PR main or its mirror (`bench.leg_order`, `LongContextRun.of_legs`), so
+neither engine has the session's first or last minutes to itself. Main must complete; the collector
 judges the PR against main (a failure where main completes, or a prefill far slower than main's
 beside it, is a REJECT).
 
@@ -39,6 +41,7 @@ from engine.harness.protocol import (
     LongContextMain,
     LongContextResult,
     Measured,
+    MemoryReport,
     TimingReport,
     VerificationReport,
 )
@@ -51,6 +54,16 @@ DEVICE_HEADROOM = 0  # bytes of device memory left free beyond the budget
 # tmpfs files) during the check: the budget is the engine process's, and memory kept beside it
 # is not a way around it. An honest engine holds none (measured: 0 on the CPU and the H200).
 OUTSIDE_ALLOWANCE = 16 * 2**20
+
+
+def _larger(reports: list[MemoryReport]) -> MemoryReport:
+    """Each reading's largest over several processes' reports (None where none has it)."""
+
+    def most(k: str) -> int | None:
+        seen = [v for r in reports if (v := getattr(r, k)) is not None]
+        return max(seen) if seen else None
+
+    return MemoryReport(**{k: most(k) for k in MemoryReport.model_fields})
 
 
 class DeviceBallast:
@@ -93,6 +106,7 @@ class LongContextRun:
     canary: CanaryReport | None = None
     sandbox: str | None = None
     main: LongContextMain | None = None  # main's run in the same session
+    legs: int = 1  # processes of this engine in the session, alternating with main's (bench.py)
 
     def mark(self, phase: str) -> None:
         if self.clock is not None:
@@ -183,6 +197,46 @@ class LongContextRun:
                 engine.close()
             self.mark("engine_stopped")
 
+    @classmethod
+    def of_legs(cls, legs: list[LongContextRun]) -> LongContextRun:
+        """One engine's legs of a session (each its own process, timed in the order main, PR,
+        PR, main or its mirror) as one run: its fastest prefill and decode, every leg's outputs
+        to verify and every leg's timing and idle readings, the larger memory readings; the
+        first failure stands (a leg that fails ends the engine's legs)."""
+        assert legs
+        one = dataclasses.replace(legs[0])
+        if len(legs) == 1:
+            return one
+        one.completed = all(r.completed for r in legs)
+        one.failure = next((r.failure for r in legs if r.failure), None)
+        one.outside_failure = next((r.outside_failure for r in legs if r.outside_failure), None)
+        done = [r for r in legs if r.completed]
+        one.prefill_s = min((r.prefill_s for r in done if r.prefill_s), default=None)
+        one.decode_s = min((r.decode_s for r in done if r.decode_s), default=None)
+        one.groups = [g for r in legs for g in r.groups]
+        timings = [r.timing for r in legs if r.timing is not None]
+        one.timing = (
+            TimingReport(
+                regions=[x for t in timings for x in t.regions],
+                groups=[x for t in timings for x in t.groups]
+                if all(t.groups for t in timings)
+                else [],
+            )
+            if timings
+            else None
+        )
+        idles = [r.idle for r in legs if r.idle is not None]
+        one.idle = (
+            IdleReport(
+                **{k: [x for i in idles for x in getattr(i, k)] for k in IdleReport.model_fields}
+            )
+            if idles
+            else None
+        )
+        memories = [r.memory for r in legs if isinstance(r.memory, MemoryReport)]
+        one.memory = _larger(memories) if memories else legs[0].memory
+        return one
+
     def as_main(self, commit: str, first: bool) -> LongContextMain:
         """Main's completed run as the speed the measured engine's is held against."""
         assert self.completed and self.prefill_s and self.decode_s
@@ -219,5 +273,6 @@ class LongContextRun:
             decode_tok_s=self.tokens / self.decode_s if completed and self.decode_s else None,
             measured=measured,
             runs=self.runs,
+            legs=self.legs,
             main=self.main,
         )

@@ -310,6 +310,9 @@ class LongContextResult(Header):
     decode_tok_s: PosFloat | None = None
     measured: Measured | None = None
     runs: int = Field(default=1, ge=1, le=64)  # long prefills each engine's process timed
+    # processes of each engine in the session (main, PR, PR, main, ... or its mirror): the
+    # figures are the fastest over them
+    legs: int = Field(default=1, ge=1, le=8)
     main: LongContextMain | None = None  # main's run, in the same session
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from engine_helpers import REPO, checkout_with
 
 from engine.cli_common import EXIT_BAD_OUTPUT, EXIT_BASELINE
+from engine.harness.bench import leg_order
 from engine.harness.common import engine_commit
 from engine.harness.protocol import (
     SCHEMA_VERSION,
@@ -141,6 +142,35 @@ def test_the_long_context_check_runs_mains_engine_beside_and_its_failure_is_main
     assert res.returncode == EXIT_BASELINE == 3, res.stderr
     assert "main's engine process exited with code 1" in res.stderr
     assert not (tmp_path / "out.json").exists()
+
+
+def test_long_context_legs_alternate_the_engines_and_keep_every_legs_evidence(
+    tmp_path: Path,
+) -> None:
+    """`--legs 2`: main's engine and the PR's each run the check in two processes, main PR PR
+    main or its mirror; the document keeps each engine's fastest, and every leg's timed regions,
+    turns and outputs (all of them verified)."""
+    assert leg_order(True, 2, True) == [True, False, False, True]
+    assert leg_order(False, 3, True) == [False, True, True, False, False, True]
+    assert leg_order(True, 2, False) == [False]  # unpaired: the measured engine alone
+    pr = checkout_with(tmp_path, name="pr")
+    docs = {}
+    for legs in (1, 2):
+        res = longctx(
+            tmp_path, "--legs", str(legs), "--engine-checkout", str(pr), "--baseline-checkout", "."
+        )
+        assert res.returncode == 0, res.stderr
+        docs[legs] = parse_document((tmp_path / "out.json").read_bytes(), "longctx")
+        (tmp_path / "out.json").unlink()
+    one, two = docs[1], docs[2]
+    assert isinstance(two, LongContextResult) and two.completed and two.legs == 2 and one.legs == 1
+    assert two.main is not None and two.main.prefill_tok_s > 0 and two.prefill_tok_s
+    assert one.measured and two.measured and one.measured.timing and two.measured.timing
+    assert len(two.measured.timing.regions) == 2 * len(one.measured.timing.regions)
+    assert two.measured.idle and one.measured.idle
+    assert len(two.measured.idle.stop_s) == 2 * len(one.measured.idle.stop_s)
+    v1, v2 = one.measured.verification, two.measured.verification
+    assert v1 and v2 and len(v2.decode_margins) == 2 * len(v1.decode_margins) > 0
 
 
 def test_legs_start_the_engines_anew_and_deal_the_repetitions(tmp_path: Path) -> None:

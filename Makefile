@@ -71,7 +71,7 @@ test: lint
 
 # A round of llama.cpp PRs on its CPU backend (data/demo/llama/README.md): llama.cpp's tree from
 # the llama-cpp-python 0.3.36 sdist (pip downloads it), built sealed with CMake (needs cmake, a C++
-# compiler and ccache), timed through its servers; ~32 minutes on 2 cores, 5 of them main's build
+# compiler and ccache), timed through its servers; ~30 minutes on 2 cores, 5 of them main's build
 llama-demo: $(TEST_STAMP)
 	@[ -d $(LLAMA) ] || $(BIN)/sparkboard llama-cpp-source --release 0.3.36 --into $(LLAMA)
 	$(BIN)/sparkboard collect data/demo/llama/round.toml --db .llama/llama.duckdb

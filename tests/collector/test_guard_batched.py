@@ -226,6 +226,8 @@ def test_the_long_context_check_is_given_mains_engine_beside_the_prs(tmp_path: P
     assert option(req.argv, "--server") == "llama.cpp" and req.beside_main and req.timed
     assert option(req.argv, "--ctx") == "2048"
     assert option(req.argv, "--memory-budget") == str(256 * 2**20)
+    # main's server and the PR's alternate, a server per leg (main PR PR main or its mirror)
+    assert option(req.argv, "--legs") == "2" and option(req.argv, "--runs") is None
     place = Place(tmp_path / "main", tmp_path / "work", "none", None, tmp_path / "harness")
     argv, _, cwd = _command(req, tmp_path / "pr", place, tmp_path / "out.json", "pr", 1)
     assert option(argv, "--baseline-checkout") == str(tmp_path / "main") and cwd == place.harness

@@ -329,6 +329,7 @@ def concurrent(
 )
 @click.option(
     "--legs",
+    type=click.IntRange(1, 8),
     default=1,
     show_default=True,
     help="With --baseline-checkout: processes of each engine, alternating (main, PR, PR, main, "
@@ -364,7 +365,6 @@ def longctx(
     require_positive(tokens, "--tokens")
     require_positive(budget, "--memory-budget")
     require_positive(runs, "--runs")
-    require_positive(legs, "--legs")
     max_ctx = config_of(model).max_context
     if ctx + tokens > max_ctx:
         raise EngineError(f"ctx {ctx} + tokens {tokens} exceeds {model}'s context of {max_ctx}")
@@ -389,7 +389,7 @@ def longctx(
         main_first = paired and Challenges().below(2) == 0
         mine: list[LongContextRun] = []
         mains: list[LongContextRun] = []
-        for baseline in leg_order(main_first, legs if paired else 1, paired):
+        for baseline in leg_order(main_first, legs, paired):
             if not baseline and mine and not (mine[-1].completed and not mine[-1].outside_failure):
                 continue  # a leg that failed stands: the PR's engine is not started again
             if baseline and mains and not (mine and mine[-1].completed):

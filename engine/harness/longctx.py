@@ -34,14 +34,21 @@ import numpy as np
 
 from engine.errors import EngineOutputError
 from engine.harness.common import Clock, config_of
-from engine.harness.measure import Bench, Side, idle_report, timing_report, warm_up, watch_engine
+from engine.harness.measure import (
+    Bench,
+    Side,
+    idle_report,
+    joined_memory,
+    timing_report,
+    warm_up,
+    watch_engine,
+)
 from engine.harness.protocol import (
     CanaryReport,
     IdleReport,
     LongContextMain,
     LongContextResult,
     Measured,
-    MemoryReport,
     TimingReport,
     VerificationReport,
 )
@@ -54,16 +61,6 @@ DEVICE_HEADROOM = 0  # bytes of device memory left free beyond the budget
 # tmpfs files) during the check: the budget is the engine process's, and memory kept beside it
 # is not a way around it. An honest engine holds none (measured: 0 on the CPU and the H200).
 OUTSIDE_ALLOWANCE = 16 * 2**20
-
-
-def _larger(reports: list[MemoryReport]) -> MemoryReport:
-    """Each reading's largest over several processes' reports (None where none has it)."""
-
-    def most(k: str) -> int | None:
-        seen = [v for r in reports if (v := getattr(r, k)) is not None]
-        return max(seen) if seen else None
-
-    return MemoryReport(**{k: most(k) for k in MemoryReport.model_fields})
 
 
 class DeviceBallast:
@@ -107,6 +104,7 @@ class LongContextRun:
     sandbox: str | None = None
     main: LongContextMain | None = None  # main's run in the same session
     legs: int = 1  # processes of this engine in the session, alternating with main's (bench.py)
+    engines: list = field(default_factory=list)  # the process (or server) it measured, per leg
 
     def mark(self, phase: str) -> None:
         if self.clock is not None:
@@ -155,6 +153,7 @@ class LongContextRun:
     def _measure(
         self, engine: EngineProcess | ServerEngine, corpus: Callable[[str, int], list[int]]
     ) -> None:
+        self.engines = [engine]
         watch = watch_engine(engine, gpu=self.backend == "cupy")
         challenges = Challenges()
         self.seed = challenges.seed
@@ -214,27 +213,11 @@ class LongContextRun:
         one.prefill_s = min((r.prefill_s for r in done if r.prefill_s), default=None)
         one.decode_s = min((r.decode_s for r in done if r.decode_s), default=None)
         one.groups = [g for r in legs for g in r.groups]
-        timings = [r.timing for r in legs if r.timing is not None]
-        one.timing = (
-            TimingReport(
-                regions=[x for t in timings for x in t.regions],
-                groups=[x for t in timings for x in t.groups]
-                if all(t.groups for t in timings)
-                else [],
-            )
-            if timings
-            else None
-        )
-        idles = [r.idle for r in legs if r.idle is not None]
-        one.idle = (
-            IdleReport(
-                **{k: [x for i in idles for x in getattr(i, k)] for k in IdleReport.model_fields}
-            )
-            if idles
-            else None
-        )
-        memories = [r.memory for r in legs if isinstance(r.memory, MemoryReport)]
-        one.memory = _larger(memories) if memories else legs[0].memory
+        one.engines = [e for r in legs for e in r.engines]
+        timed = [e for e in one.engines if e.timeline.regions]
+        one.timing = timing_report(*timed) if timed else None
+        one.idle = idle_report(*one.engines) if one.engines else None
+        one.memory = joined_memory([r.memory for r in legs if r.memory is not None])
         return one
 
     def as_main(self, commit: str, first: bool) -> LongContextMain:

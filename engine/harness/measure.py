@@ -42,6 +42,7 @@ from engine.harness.memory import MemoryWatch
 from engine.harness.protocol import (
     ContextSample,
     IdleReport,
+    MemoryReport,
     TimingReport,
     VramInfo,
     WidthRun,
@@ -305,6 +306,24 @@ def idle_report(*engines: EngineProcess) -> IdleReport:
         while_stopped_s=r("while_stopped_s"),
         stop_s=r("stop_s"),
         device_busy_s=r("device_busy_s"),
+    )
+
+
+def most(values: list[int | None]) -> int | None:
+    """The largest reading, None when no leg had one."""
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
+def joined_memory(reports: list[MemoryReport]) -> MemoryReport | None:
+    """The most any leg's process held at each reading (None without a reading)."""
+    if not reports:
+        return None
+    return MemoryReport(
+        host_after_load=max(r.host_after_load for r in reports),
+        host_peak=max(r.host_peak for r in reports),
+        gpu_after_load=most([r.gpu_after_load for r in reports]),
+        gpu_peak=most([r.gpu_peak for r in reports]),
     )
 
 

@@ -38,7 +38,16 @@ from engine.harness.common import (
     progress,
     require_positive,
 )
-from engine.harness.measure import Bench, Side, idle_report, timing_report, warm_up, watch_engine
+from engine.harness.measure import (
+    Bench,
+    Side,
+    idle_report,
+    joined_memory,
+    most,
+    timing_report,
+    warm_up,
+    watch_engine,
+)
 from engine.harness.protocol import (
     Baseline,
     ContextSample,
@@ -187,24 +196,6 @@ class Role:
     checks: list = field(default_factory=list)  # groups of Samples (the measured engine's)
 
 
-def _most(values: list[int | None]) -> int | None:
-    """The largest reading, None when no leg had one."""
-    known = [v for v in values if v is not None]
-    return max(known) if known else None
-
-
-def _joined_memory(reports: list[MemoryReport]) -> MemoryReport | None:
-    """The most any leg's process held at each reading."""
-    if not reports:
-        return None
-    return MemoryReport(
-        host_after_load=max(r.host_after_load for r in reports),
-        host_peak=max(r.host_peak for r in reports),
-        gpu_after_load=_most([r.gpu_after_load for r in reports]),
-        gpu_peak=_most([r.gpu_peak for r in reports]),
-    )
-
-
 def _joined_contexts(parts: list[ContextSample]) -> ContextSample:
     first = parts[0]
     return ContextSample(
@@ -213,8 +204,8 @@ def _joined_contexts(parts: list[ContextSample]) -> ContextSample:
         decode_tok_s=[v for c in parts for v in c.decode_tok_s],
         prefill_tok_s=[v for c in parts for v in c.prefill_tok_s],
         vram=first.vram,
-        host_peak=_most([c.host_peak for c in parts]),
-        gpu_peak=_most([c.gpu_peak for c in parts]),
+        host_peak=most([c.host_peak for c in parts]),
+        gpu_peak=most([c.gpu_peak for c in parts]),
     )
 
 
@@ -407,7 +398,7 @@ def run_session(
         seed=b.challenges.seed,
         timing=timing_report(*mine.engines),
         verification=report,
-        memory=_joined_memory(mine.memory),
+        memory=joined_memory(mine.memory),
         phases=clock.phases,
         idle=idle_report(*mine.engines),
         canary=canary_report,
@@ -438,7 +429,7 @@ def main_beside(roles: list[Role], per_side: list[dict]) -> Baseline | None:
         # a server's checkout is its build, no git work tree: the collector knows its commit
         commit="unknown" if isinstance(first, ServerEngine) else engine_commit(first.spec.checkout),
         timing=timing_report(*main.engines),
-        memory=_joined_memory(main.memory),
+        memory=joined_memory(main.memory),
         idle=idle_report(*main.engines),
         **per_side[0],
     )

@@ -184,11 +184,14 @@ def main_against_main(data: RoundData) -> dict[str, AccuracyResult]:
     held against itself (stored as the accuracy of pr 0)."""
     import json
 
-    out = {m: of_kld(docs[0]) for (side, _, m), docs in data.klds.items() if side == "main"}
+    def tie(model: str) -> float:
+        return data.policy.accuracy.bars(model).top1_tie_nats
+
+    out = {m: of_kld(d[0], tie(m)) for (side, _, m), d in data.klds.items() if side == "main"}
     for (side, _pr, model), docs in sorted(data.dumps.items()):
         if side == "main" and len(docs) >= 2:
             try:
-                out[model] = compare_dumps(json.loads(docs[0]), json.loads(docs[1]))
+                out[model] = compare_dumps(json.loads(docs[0]), json.loads(docs[1]), tie(model))
             except AccuracyError:
                 continue
     return out

@@ -93,6 +93,10 @@ class Agreement:
     kl_p99: float
     kl_max: float
     same_top: float  # share of positions where the two agree on the top token
+    # where they do not: main's log-prob of its own top token minus main's log-prob of the PR's
+    # (nats, ascending); a near-tie that another summation order flips is a small gap, a wrong
+    # top token a large one (the collector's tie margin tells them apart)
+    top_gaps: list[float]
     ppl_main: float  # main's perplexity of the text
     ppl_pr: float  # the PR's
     ppl_ratio: float  # ppl_pr / ppl_main
@@ -105,14 +109,17 @@ def compare(main: LogitsFile, pr: LogitsFile) -> Agreement:
     if not np.array_equal(main.tokens, pr.tokens):
         raise LogitsFileError("the PR's build tokenized the text otherwise than main's")
     nxt = main.next_tokens()
-    kls, same, nll_main, nll_pr = [], 0, 0.0, 0.0
+    kls, gaps, same, nll_main, nll_pr = [], [], 0, 0.0, 0.0
     n = len(main.rows)
     for start in range(0, n, BLOCK_ROWS):
         stop = min(start + BLOCK_ROWS, n)
         p, q = main.log_probs(start, stop), pr.log_probs(start, stop)
         kls.append(np.sum(np.exp(p) * (p - q), axis=1))
-        same += int(np.sum(p.argmax(axis=1) == q.argmax(axis=1)))
         rows = np.arange(stop - start)
+        top_main, top_pr = p.argmax(axis=1), q.argmax(axis=1)
+        same += int(np.sum(top_main == top_pr))
+        differ = top_main != top_pr
+        gaps.append((p[rows, top_main] - p[rows, top_pr])[differ])
         nll_main -= float(p[rows, nxt[start:stop]].sum())
         nll_pr -= float(q[rows, nxt[start:stop]].sum())
     kl = np.maximum(np.concatenate(kls), 0.0)
@@ -122,6 +129,7 @@ def compare(main: LogitsFile, pr: LogitsFile) -> Agreement:
         kl_p99=float(np.quantile(kl, 0.99)),
         kl_max=float(kl.max()),
         same_top=same / n,
+        top_gaps=sorted(round(max(float(g), 0.0), 6) for g in np.concatenate(gaps)),
         ppl_main=float(np.exp(nll_main / n)),
         ppl_pr=float(np.exp(nll_pr / n)),
         ppl_ratio=float(np.exp((nll_pr - nll_main) / n)),

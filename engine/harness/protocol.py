@@ -328,9 +328,20 @@ class KldResult(Header):
     kl_p99: NonNegFloat
     kl_max: NonNegFloat
     same_top: Annotated[float, Field(ge=0.0, le=1.0)]
+    # where the top tokens differ, main's log-prob of its top minus of the PR's (nats, ascending;
+    # absent in documents written before 2026-12-06, whose top-1 is `same_top` alone)
+    top_gaps: list[NonNegFloat] | None = None
     ppl_main: PosFloat
     ppl_pr: PosFloat
     ppl_ratio: PosFloat
+
+    @model_validator(mode="after")
+    def _gaps_are_the_disagreements(self) -> KldResult:
+        if self.top_gaps is not None and len(self.top_gaps) != round(
+            (1.0 - self.same_top) * self.tokens
+        ):
+            raise ValueError("top_gaps must hold one gap for each position whose top differs")
+        return self
 
 
 BenchDocument = (

@@ -61,6 +61,12 @@ def test_the_same_logits_agree_and_others_are_measured_exactly(
     assert b.kl_mean == pytest.approx(kl.mean(), rel=1e-3)
     assert b.kl_max == pytest.approx(kl.max(), rel=1e-3)
     assert b.same_top == np.mean(p.argmax(1) == q.argmax(1))
+    # each flip's gap: main's log-prob of its own top minus of the PR's top, under main's
+    rows = np.arange(len(p))
+    flips = p.argmax(1) != q.argmax(1)
+    gaps = (p[rows, p.argmax(1)] - p[rows, q.argmax(1)])[flips]
+    assert len(b.top_gaps) == flips.sum() and b.top_gaps == sorted(b.top_gaps)
+    assert b.top_gaps == pytest.approx(sorted(gaps), abs=1e-3)
     # the next token of each scored position: chunk c's positions 4..6 predict 5..7
     nxt = np.concatenate([text[c * N_CTX + 5 : c * N_CTX + 8] for c in range(N_CHUNK)])
     rows = np.arange(len(nxt))

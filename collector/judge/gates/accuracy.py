@@ -2,8 +2,8 @@
 per target model and per guard model (sparkinfer #294: a guard model's accuracy broke while its
 target's held).
 
-Top-1 agreement, KL(main || PR) and the perplexity ratio over the evaluation text must each
-stay within the model's bars (policy [accuracy], collector/judge/accuracy.py for the method).
+Top-1 agreement (near-ties within the bars' margin agree), KL(main || PR) and the perplexity
+ratio over the evaluation text must each stay within the model's bars (policy [accuracy], collector/judge/accuracy.py for the method).
 A served engine's build is compared with main's build in one session (`kld`, its own tool's
 logits over the same text).
 """
@@ -27,12 +27,14 @@ def accuracy_gate(ctx: GateContext) -> GateResult:
     roles = [(m, KIND) for m in ctx.targets] + [(m, GUARD_KIND) for m in ctx.guards]
     for model, kind in roles:
         gate = f"{kind}:{model}"
+        tie = ctx.policy.accuracy.bars(model).top1_tie_nats
         if ctx.policy.profile.engine != "builtin":  # its builds compared in one session
             klds = ctx.data.klds.get(("pr", ctx.pr, model))
             if not klds:
                 out.skipped(gate, f"not judged: the PR's build was not scored (see run:{model})")
                 continue
-            _hold(out, gate, kind, model, of_kld(klds[0]), ctx)
+            tie = tie if klds[0].top_gaps is not None else 0.0  # stored before the gaps
+            _hold(out, gate, kind, model, of_kld(klds[0], tie), ctx, tie)
             continue
         if kind == GUARD_KIND and not ctx.data.dumps.get(("pr", ctx.pr, model)):
             continue  # a round stored before guards were scored
@@ -49,22 +51,29 @@ def accuracy_gate(ctx: GateContext) -> GateResult:
             out.skipped(gate, f"not judged: the PR has no score dump (see run:{model})")
             continue
         try:
-            acc = compare_dumps(json.loads(main_dumps[0]), json.loads(pr_dumps[0]))
+            acc = compare_dumps(json.loads(main_dumps[0]), json.loads(pr_dumps[0]), tie)
         except AccuracyError as e:
             out.failed(
                 gate, f"the score dumps cannot be compared: {e}", f"accuracy on {model}: {e}"
             )
             continue
-        _hold(out, gate, kind, model, acc, ctx)
+        _hold(out, gate, kind, model, acc, ctx, tie)
     return out
 
 
 def _hold(
-    out: GateResult, gate: str, kind: str, model: str, acc: AccuracyResult, ctx: GateContext
+    out: GateResult,
+    gate: str,
+    kind: str,
+    model: str,
+    acc: AccuracyResult,
+    ctx: GateContext,
+    tie_nats: float,
 ) -> None:
-    """The PR's accuracy on `model` against the model's bars."""
+    """The PR's accuracy on `model` against the model's bars (`tie_nats`: the near-tie margin
+    its top-1 was counted with)."""
     out.accuracy[model] = acc
-    missed, txt = judge(acc, ctx.policy.accuracy.bars(model))
+    missed, txt = judge(acc, ctx.policy.accuracy.bars(model), tie_nats)
     if missed:
         what = (
             f"accuracy vs main broke on {model}"
@@ -81,13 +90,18 @@ def _hold(
         out.passed(gate, f"within every bar: {txt}")
 
 
-def judge(acc: AccuracyResult, bars: AccuracyBars) -> tuple[list[str], str]:
+def judge(acc: AccuracyResult, bars: AccuracyBars, tie_nats: float) -> tuple[list[str], str]:
     """The measures outside their bar, and every measure against its bar in words."""
     checks = [
         (
             "top-1",
             acc.top1 >= bars.top1_min - EPS,
-            f"top-1 {acc.top1:.4f}",
+            f"top-1 {acc.top1:.4f}"
+            + (
+                f" (near-ties within {bars.top1_tie_nats:g} nats agree)"
+                if bars.top1_tie_nats
+                else ""
+            ),
             "≥",
             "<",
             bars.top1_min,

@@ -150,6 +150,10 @@ class ForgeryRules(BaseModel):
     idle_share: Annotated[float, Field(gt=0.0, le=1.0)] = 0.5
     # one stop of every process this long or longer: something kept starting processes
     idle_stop_s: Annotated[float, Field(gt=0.0)] = 1.5
+    # The CPU its processes use inside its requests may exceed those requests' wall time times
+    # the cores the session gave them by this share (and idle_cpu_s): the wall-clock interval of
+    # each request holds its CPU readings, so an engine on one core reads at most 1x
+    core_slack: Annotated[float, Field(ge=0.0, le=1.0)] = 0.02
     # The GPU after a turn: a reading up to this is the device-idle probe's own (its first launch
     # after another process's context, a little more now and then) ...
     device_turn_s: Annotated[float, Field(gt=0.0)] = 0.005

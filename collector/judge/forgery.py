@@ -27,6 +27,11 @@ what they must be:
   even the upper end of a one-sided confidence interval (z = `z`) of the agreement is under the
   model's accuracy bar `top1_min`, or the prefill digests' mean KL to main is over `kl_max`: a run
   that took a shortcut while timed, replayed a cached answer or returned another prompt's result.
+* **turns** (`idle_problem`): what the engine's processes did while it was not its turn, read by
+  the parent from outside them (engine/harness/turns.py), and whether inside its requests they
+  used more CPU than the cores the session gave them can run (`cores_problem`: on a one-core
+  session an engine on two cores would be timed against main's engine on one; the sandbox
+  forbids the move, this sees one made anyway); either is `forged`.
 The rules live here, their numbers in policy.py's `ForgeryRules` and policy.toml's `[forgery]`; the gate that reports
 them is the run gate (a `forged` or `diverged` session is the PR's fault, a REJECT at once).
 """
@@ -217,6 +222,9 @@ def idle_problem(doc: object, rules: ForgeryRules) -> str | None:
             f"its processes used {stopped * 1e3:.0f} ms of CPU while stopped between its turns "
             f"(limit {rules.idle_cpu_s * 1e3:.0f} ms): a process escaped the stop"
         )
+    beyond = cores_problem(idle, rules)
+    if beyond:
+        return beyond
     outside = sum(idle.between_s) + sum(idle.after_answer_s)
     beside = sum(main.between_s) + sum(main.after_answer_s) if main else 0.0
     watched = sum(idle.window_s)  # its processes ran with nothing asked (then were stopped)
@@ -230,6 +238,25 @@ def idle_problem(doc: object, rules: ForgeryRules) -> str | None:
             + f" (limit {limit * 1e3:.0f} ms beyond main's): it works while it is not its turn"
         )
     return device_problem(idle, main, rules)
+
+
+def cores_problem(idle: IdleReport, rules: ForgeryRules) -> str | None:
+    """Why the engine's processes used more CPU inside its requests than the cores the session
+    gave them can run in that time, or None. The parent reads the CPU within the wall-clock
+    interval of each request, so one core reads at most 1x; documents written before the
+    readings have none."""
+    if not idle.cores or not idle.request_wall_s:
+        return None
+    used, wall = sum(idle.request_cpu_s), sum(idle.request_wall_s)
+    limit = idle.cores * wall * (1 + rules.core_slack) + rules.idle_cpu_s
+    if used <= limit:
+        return None
+    cores = f"{idle.cores} core" + ("s" if idle.cores != 1 else "")
+    return (
+        f"its processes used {used:.3f} s of CPU in {wall:.3f} s of its requests "
+        f"({used / wall:.2f}x), more than the {cores} the session gave them can run (limit "
+        f"{limit:.3f} s): it ran on cores main's engine beside it did not have"
+    )
 
 
 def trimmed_busy(readings: Sequence[float], spare: int) -> float:

@@ -3,7 +3,9 @@
 A served engine's accuracy is judged on the log-probs its own perplexity tool writes for a fixed
 text: main's build writes one file, the PR's build another, each sealed, and this code (main's
 harness, never the PR's) compares them: KL(main || PR) per scored token, how often the two
-agree on the top token, and the ratio of their perplexities of the text. The PR's file is only
+agree on the top token (and, where they do not, how far the PR's top token lies below main's
+under main's log-probs: a near-tie or a wrong token, the collector's bars tell), and the ratio of
+their perplexities of the text. The PR's file is only
 data to it: its header, size and tokens are checked before any number is read.
 
 The format (llama.cpp tools/perplexity/perplexity.cpp): "_logits_", n_ctx, n_vocab, n_chunk

@@ -306,6 +306,9 @@ def idle_report(*engines: EngineProcess) -> IdleReport:
         while_stopped_s=r("while_stopped_s"),
         stop_s=r("stop_s"),
         device_busy_s=r("device_busy_s"),
+        request_cpu_s=r("request_cpu_s"),
+        request_wall_s=r("request_wall_s"),
+        cores=max((e.ledger.cores for e in engines), default=0) or None,
     )
 
 

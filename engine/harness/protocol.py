@@ -123,6 +123,11 @@ class IdleReport(Strict):
     while_stopped_s: list[NonNegFloat]  # CPU they used while it was stopped
     stop_s: list[NonNegFloat]  # how long stopping every one of its processes took
     device_busy_s: list[NonNegFloat] = Field(default_factory=list)  # GPU busy after it stopped
+    # per turn, inside its requests: the CPU its processes used and the wall time, and the cores
+    # the session gave them (absent in documents written before 2026-12-06)
+    request_cpu_s: list[NonNegFloat] = Field(default_factory=list)
+    request_wall_s: list[NonNegFloat] = Field(default_factory=list)
+    cores: int | None = Field(default=None, ge=1, le=1 << 16)
 
 
 class CanaryReport(Strict):

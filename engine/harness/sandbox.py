@@ -26,6 +26,12 @@ later processes trust. `wrap` puts a command into a world where none of that exi
   NVIDIA device nodes;
 * an **environment** of named variables only (`ENV_KEEP`): a token in the collector's
   environment is not the PR's to print into its log.
+* its **cores**: the ones it started on (a session's one core, `one_core`): a seccomp filter
+  (`--seccomp`, `seccomp_filter`) answers EPERM to `sched_setaffinity`, which any process may
+  otherwise call on itself to move onto every core of the box (an engine on two cores timed
+  against main's on one), and to io_uring, whose kernel workers may be given other cores; a
+  system call of another ABI (32-bit on a 64-bit box) gets EPERM whatever it is, so no other
+  number of the same call slips past;
 
 What it cannot do: the processes share the box's cores, memory bandwidth, caches and GPU with
 whatever runs beside them (the timing parent stops the engine whose turn it is not: timing.py),
@@ -38,9 +44,12 @@ from __future__ import annotations
 import functools
 import glob
 import os
+import platform
 import shutil
+import struct
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,7 +162,9 @@ class Sandbox:
         inner["TMPDIR"] = "/tmp"
         if not self.sealed:
             return list(argv), {**env, **{k: inner[k] for k in ("PYTHONPATH",)}}
-        cmd = [bwrap_path(), *NAMESPACES, "--clearenv"]
+        cmd = [sys.executable, "-I", "-S", "-c", _LAUNCH, seccomp_file(), bwrap_path()]
+        cmd += [*NAMESPACES, "--seccomp", "FD"]
+        cmd += ["--clearenv"]
         for k, v in sorted(inner.items()):
             cmd += ["--setenv", k, v]
         cmd += _system_binds()
@@ -178,6 +189,56 @@ class Sandbox:
         cmd += ["--remount-ro", "/", "--chdir", where(checkout), "--", *argv]
         return cmd, None  # bwrap itself inherits this process's environment; inside: `inner`
 
+
+# The seccomp filter: system calls a sandboxed process is refused (EPERM), per machine: the audit
+# arch of its native ABI and the numbers of sched_setaffinity, io_uring_setup, io_uring_enter and
+# io_uring_register (linux/audit.h, the kernel's syscall tables)
+SECCOMP_ABIS = {
+    "x86_64": (0xC000003E, (203, 425, 426, 427)),
+    "aarch64": (0xC00000B7, (122, 425, 426, 427)),
+}
+_X32_BIT = 0x40000000  # x86_64's x32 ABI: the native arch, numbers with this bit set
+_RET_ALLOW, _RET_EPERM = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO|EPERM
+
+
+def seccomp_filter(machine: str) -> bytes:
+    """The filter as bwrap's --seccomp reads it: a classic BPF program over seccomp_data (nr at
+    offset 0, arch at 4), each instruction (code, jt, jf, k) in native byte order."""
+    arch, refused = SECCOMP_ABIS[machine]
+    ld, jeq, and_, ret = 0x20, 0x15, 0x54, 0x06  # BPF_LD|W|ABS, JMP|JEQ|K, ALU|AND|K, RET|K
+    prog = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, _RET_EPERM), (ld, 0, 0, 0)]
+    prog.append((and_, 0, 0, 0xFFFFFFFF & ~_X32_BIT))
+    for i, nr in enumerate(refused):  # each a jump to the last instruction, EPERM
+        prog.append((jeq, len(refused) - i, 0, nr))
+    prog += [(ret, 0, 0, _RET_ALLOW), (ret, 0, 0, _RET_EPERM)]
+    return b"".join(struct.pack("=HBBI", *ins) for ins in prog)
+
+
+@functools.cache
+def seccomp_file() -> str:
+    """This process's filter, written once to a file of the box's temporary folder (never a
+    folder a sandbox can see, let alone write)."""
+    machine = platform.machine()
+    if machine not in SECCOMP_ABIS:
+        raise SandboxError(f"no seccomp filter for this machine ({machine}): run --unsandboxed")
+    fd, path = tempfile.mkstemp(prefix="sparkboard-seccomp-", suffix=".bpf")
+    with os.fdopen(fd, "wb") as f:
+        f.write(seccomp_filter(machine))
+    os.chmod(path, 0o444)
+    return path
+
+
+# bwrap reads the filter from a file descriptor. This launcher opens the file at a number no
+# descriptor the caller passed holds (the lowest free one, after they are all in place), puts
+# that number after bwrap's --seccomp, and becomes bwrap (exec: the same process, the root of
+# the sandbox's tree)
+_LAUNCH = """import os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+os.set_inheritable(fd, True)
+argv = sys.argv[2:]
+argv[argv.index("--seccomp") + 1] = str(fd)
+os.execv(argv[0], argv)
+"""
 
 # Every namespace, the caller's capabilities dropped, killed with its parent
 NAMESPACES = (

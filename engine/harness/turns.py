@@ -13,6 +13,11 @@ engine waits, the parent reads what the kernel and the device say about it (`Led
   in user space stops within microseconds;
 * the CPU time they used while stopped (nothing, unless a process escaped the stop);
 * how long the stop took (a process that keeps starting others is never all stopped);
+* the CPU time its processes used inside its requests (from just before each request to its
+  last answer), against those requests' wall time and the cores the session gave them (`cores`):
+  on one core (the profiles' `one_core`) an engine cannot use more CPU than its requests lasted,
+  unless it ran on other cores, which the sandbox forbids (sandbox.py: no `sched_setaffinity`)
+  and an unsandboxed process may do to itself without any capability;
 * on a GPU, how long the device stayed busy after it stopped (kernels it queued before
   answering run on without its process): the parent waits for the device to be idle before
   the next turn, and records the wait. A device still busy at the wait's deadline is held
@@ -40,6 +45,7 @@ IDLE_WINDOW_S = 0.002
 POLL_S = 20e-6
 STOPPED_STATES = {"T", "t", "Z", "X"}
 CPUCLOCK_SCHED = 2  # Linux's process CPU clock (clock_getcpuclockid): ns, every thread summed
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")  # /proc's unit of CPU time
 
 
 def _cpu_clock(pid: int) -> int:
@@ -47,12 +53,25 @@ def _cpu_clock(pid: int) -> int:
 
 
 def process_cpu_s(pid: int) -> float:
-    """CPU seconds the process has used (every thread, the living and the exited), or 0.0 once
-    it is gone."""
+    """CPU seconds the process has used (every thread, the living and the exited) and its
+    children that have exited and been waited for (a short-lived process's work lands there),
+    or 0.0 once it is gone."""
     try:
-        return time.clock_gettime(_cpu_clock(pid))
+        own = time.clock_gettime(_cpu_clock(pid))
     except OSError:
         return 0.0
+    return own + reaped_children_s(pid)
+
+
+def reaped_children_s(pid: int) -> float:
+    """The CPU seconds of the process's children that have exited and been waited for (its
+    /proc stat's cutime and cstime, in clock ticks), 0.0 where it cannot be read."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat.rsplit(")", 1)[1].split()  # after the name, which may hold spaces
+    return (int(fields[13]) + int(fields[14])) / CLOCK_TICKS
 
 
 def _children(pid: int) -> list[int]:
@@ -182,6 +201,11 @@ class Ledger:
     while_stopped_s: list[float] = field(default_factory=list)  # CPU while it was stopped
     stop_s: list[float] = field(default_factory=list)  # how long each stop took
     device_busy_s: list[float] = field(default_factory=list)  # the GPU busy after it stopped
+    # per turn, inside its requests (each from just before it was sent to its last answer):
+    # the CPU its processes used, and the wall time
+    request_cpu_s: list[float] = field(default_factory=list)
+    request_wall_s: list[float] = field(default_factory=list)
+    cores: int = 0  # the CPUs its processes started allowed on (the session's affinity)
 
 
 class TurnTaker:
@@ -192,12 +216,15 @@ class TurnTaker:
 
     def __init__(self, tree: ProcessTree, probe: DeviceProbe | None = None) -> None:
         self.tree, self.probe = tree, probe
-        self.ledger = Ledger()
+        # made right after the engine started, in the thread that started it: what it inherited
+        self.ledger = Ledger(cores=len(os.sched_getaffinity(0)))
         self.stopped: list[int] | None = None  # the processes stopped, while it is not its turn
         self._cpu_stopped = 0.0
         self._turn: list[int] | None = None  # its processes, during its turn
         self._gap = 0.0  # CPU between answers and requests, this turn
         self._at_answer: float | None = None
+        self._asked: tuple[float, float] | None = None  # (wall, its CPU) as a request went
+        self._in_requests = [0.0, 0.0]  # CPU and wall inside this turn's requests
 
     @property
     def active(self) -> bool:
@@ -218,20 +245,33 @@ class TurnTaker:
             self.tree.resume(pids)
             self.stopped = None
         self._turn, self._gap, self._at_answer = pids, 0.0, None
+        self._asked, self._in_requests = None, [0.0, 0.0]
 
     def begin(self) -> None:
         self.go(self.ready())
 
     def asking(self) -> None:
         """Right before a request inside the turn: CPU since its last answer is a gap's."""
-        if self._turn is not None and self._at_answer is not None:
+        if self._turn is None:
+            return
+        if self._at_answer is not None:
             self._gap += max(self.tree.cpu_s(self._turn) - self._at_answer, 0.0)
             self._at_answer = None
+        # the wall clock first and last: the interval holds the CPU readings (every process of
+        # its tree now, a process it starts meanwhile counted whole)
+        at = time.perf_counter()
+        self._asked = (at, self.tree.cpu_s())
 
     def answered(self) -> None:
         """Right after an answer (all of it) inside the turn."""
-        if self._turn is not None:
-            self._at_answer = self.tree.cpu_s(self._turn)
+        if self._turn is None:
+            return
+        if self._asked is not None:
+            used = self.tree.cpu_s() - self._asked[1]
+            self._in_requests[0] += max(used, 0.0)
+            self._in_requests[1] += time.perf_counter() - self._asked[0]
+            self._asked = None
+        self._at_answer = self.tree.cpu_s(self._turn)
 
     def end(self) -> None:
         """Its turn is over: stop every process, and read what they used meanwhile."""
@@ -244,6 +284,8 @@ class TurnTaker:
         self.ledger.after_answer_s.append(max(self._cpu_stopped - before, 0.0))
         self.ledger.between_s.append(self._gap)
         self.ledger.stop_s.append(took)
+        self.ledger.request_cpu_s.append(self._in_requests[0])
+        self.ledger.request_wall_s.append(self._in_requests[1])
         if self.probe is not None:
             self.ledger.device_busy_s.append(self.probe.drain("a turn ended"))
 

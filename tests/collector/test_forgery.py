@@ -17,6 +17,7 @@ from collector.cli import main
 from collector.errors import RoundError
 from collector.judge.forgery import (
     clock_problem,
+    cores_problem,
     output_problem,
     regions_by_group,
     timing_problem,
@@ -25,7 +26,7 @@ from collector.judge.forgery import (
 from collector.policy import ForgeryRules, load_policy
 from collector.run.collect import collect
 from collector.store import open_store
-from engine.harness.protocol import SweepResult, TimingReport
+from engine.harness.protocol import IdleReport, SweepResult, TimingReport
 
 RULES = ForgeryRules()
 
@@ -441,3 +442,24 @@ def test_a_pr_that_rewrites_mains_compiled_kernels_is_forged(
     assert set(seen.read_text().splitlines()) == {"False pr-71", "True pr-71"}
     cache = tmp_path / ".k.duckdb.scratch" / "kcache" / "work" / "kernel-cache"
     assert not (cache / "main" / "added.cubin").exists()
+
+
+def test_more_cpu_in_its_requests_than_its_cores_can_run_is_forged_and_one_cores_worth_is_not() -> (
+    None
+):
+    """The parent's readings bracket each request, so on one core the CPU can only reach the wall
+    time; the rule allows core_slack and idle_cpu_s beyond it, and reads nothing into documents
+    written before the readings (no `cores`)."""
+    rules = ForgeryRules()
+
+    def idle(cpu: float, wall: float, cores: int | None = 1) -> IdleReport:
+        return IdleReport(
+            after_answer_s=[0.0], while_stopped_s=[0.0], stop_s=[0.0],
+            request_cpu_s=[cpu / 2, cpu / 2], request_wall_s=[wall / 2, wall / 2], cores=cores,
+        )  # fmt: skip
+
+    assert cores_problem(idle(0.98, 1.0), rules) is None  # an honest engine: under 1x
+    assert cores_problem(idle(1.025, 1.0), rules) is None  # within the slack
+    assert "1.20x" in (cores_problem(idle(1.2, 1.0), rules) or "")
+    assert cores_problem(idle(1.9, 1.0, cores=2), rules) is None  # two cores given: 2x is fine
+    assert cores_problem(idle(5.0, 1.0, cores=None), rules) is None  # read before the rule

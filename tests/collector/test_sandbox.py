@@ -17,7 +17,7 @@ import pytest
 from collector.run.runner import Place, Request, _command
 from collector.run.sandbox import BoxGuard
 from collector.schedule import Task
-from engine.harness.sandbox import Sandbox
+from engine.harness.sandbox import Sandbox, bwrap_path
 from engine.harness.timing import EngineSpec
 
 MAIN = Task("r/main/score/tiny", "main", 0, 0, "score", "tiny")
@@ -46,7 +46,7 @@ def test_each_side_compiles_into_its_own_cache(tmp_path: Path) -> None:
     # the PR's accuracy commands run its code, sealed: its own cache, the one folder it writes
     (tmp_path / "pr").mkdir()
     argv, env, _ = _command(SCORE, tmp_path / "pr", place, tmp_path / "out" / "out.json", "pr", 7)
-    assert argv[0].endswith("bwrap") and "CUPY_CACHE_DIR" not in (env or {})
+    assert bwrap_path() in argv and "CUPY_CACHE_DIR" not in (env or {})
     assert argv[argv.index("CUPY_CACHE_DIR") + 1] == str(root / "pr-7")  # --setenv inside
     binds = {argv[i + 1] for i, a in enumerate(argv) if a == "--bind"}
     assert str(root / "pr-7") in binds and str(root / "main") not in binds

@@ -301,6 +301,53 @@ def test_it_has_no_network(can_seal: None, tmp_path: Path) -> None:
             c.connect("\0" + name)
 
 
+# --- its cores ------------------------------------------------------------------------------------
+
+CORES = """
+import ctypes, errno, json, os, shutil, subprocess
+out = {"before": sorted(os.sched_getaffinity(0))}
+try:
+    os.sched_setaffinity(0, range(os.cpu_count()))
+    out["widen"] = "allowed"
+except OSError as e:
+    out["widen"] = errno.errorcode[e.errno]
+out["after"] = sorted(os.sched_getaffinity(0))
+if shutil.which("taskset"):
+    cmd = ["taskset", "-c", "0-%d" % (os.cpu_count() - 1), "true"]
+    out["taskset"] = subprocess.run(cmd, capture_output=True).returncode
+libc = ctypes.CDLL(None, use_errno=True)
+params = ctypes.create_string_buffer(120)  # struct io_uring_params
+fd = libc.syscall(425, 8, params)  # io_uring_setup
+out["io_uring"] = "allowed" if fd >= 0 else errno.errorcode[ctypes.get_errno()]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: nowhere to move")
+def test_it_stays_on_the_cores_it_started_on(can_seal: None, tmp_path: Path) -> None:
+    """A process may move itself onto every core of the box without any capability; sealed it
+    cannot (the seccomp filter answers EPERM), nor through taskset, nor hand work to io_uring's
+    kernel workers. Unsealed, the same program moves: the test checks a real escape."""
+    core = max(os.sched_getaffinity(0))
+
+    def on_one_core(sandbox: Sandbox) -> dict:
+        res = subprocess.run(
+            sealed_argv(tmp_path, CORES, sandbox=sandbox) if sandbox.sealed
+            else [sys.executable, "-c", CORES],
+            capture_output=True, text=True, timeout=RUN_TIMEOUT_S, stdin=subprocess.DEVNULL,
+            preexec_fn=lambda: os.sched_setaffinity(0, {core}), check=False,
+        )  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        return json.loads(res.stdout.strip().splitlines()[-1])
+
+    sealed = on_one_core(SEALED)
+    assert sealed["before"] == sealed["after"] == [core], sealed
+    assert sealed["widen"] == "EPERM" and sealed.get("taskset") != 0, sealed
+    assert sealed["io_uring"] == "EPERM", sealed
+    unsealed = on_one_core(Sandbox("none"))
+    assert unsealed["widen"] == "allowed" and len(unsealed["after"]) > 1, unsealed
+
+
 # --- /tmp and /dev/shm ---------------------------------------------------------------------------
 
 TMP = """

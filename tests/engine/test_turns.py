@@ -10,6 +10,7 @@ its own work there), so an engine that works outside its requests has the time t
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -17,6 +18,8 @@ import numpy as np
 import pytest
 from engine_helpers import REPO, checkout_with
 
+from collector.judge.forgery import cores_problem
+from collector.policy import ForgeryRules
 from engine.harness.measure import idle_report
 from engine.harness.sandbox import Sandbox
 from engine.harness.timing import EngineProcess, EngineSpec
@@ -45,6 +48,35 @@ import sys as _sys
 _subprocess.Popen(
     [_sys.executable, "-c", "import os\\np = os.getppid()\\nwhile os.getppid() == p:\\n    pass"]
 )
+"""
+
+# Moves itself onto every core (a process may, without any capability), and starts a helper
+# process that works while the engine's main thread computes: two cores inside its requests
+OTHER_CORES = """
+import os as _os
+import subprocess as _subprocess
+import sys as _sys
+
+try:
+    _os.sched_setaffinity(0, range(_os.cpu_count()))
+except OSError:
+    pass  # the sandbox refuses it
+_HELPER = '''
+import os, time
+main = f"/proc/{os.getppid()}/task/{os.getppid()}/stat"
+while True:
+    try:
+        state = open(main).read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        break
+    if state == "R":  # the engine computes: work beside it for 1 ms
+        end = time.perf_counter() + 1e-3
+        while time.perf_counter() < end:
+            pass
+    else:
+        time.sleep(2e-4)
+'''
+_subprocess.Popen([_sys.executable, "-c", _HELPER])
 """
 
 
@@ -178,3 +210,45 @@ def alive(pid: int, within_s: float = 10.0) -> bool:
             return False
         time.sleep(0.02)
     return True
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: nowhere to move")
+@pytest.mark.timed
+def test_an_engine_that_moves_onto_other_cores_is_refused_sealed_and_seen_unsealed(
+    tmp_path: Path, sandbox: Sandbox
+) -> None:
+    """On a one-core session an engine may move itself onto every core of the box and work
+    beside its own computation there. Sealed, the move is refused (sandbox.py's seccomp filter)
+    and its requests' CPU stays within their wall time; unsealed, its requests use more CPU than
+    one core can run in them, and the collector's rule calls it forged. The honest engine beside
+    it reads at most one core's worth either way."""
+    mover = checkout_with(tmp_path, append=OTHER_CORES, name="mover")
+    kept = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {max(kept)})  # the engines inherit this thread's one core
+    try:
+        honest = start(REPO, sandbox, tmp_path / "honest-home")
+        moved = start(mover, sandbox, tmp_path / "mover-home")
+    finally:
+        os.sched_setaffinity(0, kept)
+    try:
+        prompt = np.arange(256) % honest.vocab
+        for _ in range(4):
+            for e in (honest, moved):
+                with e.turn():
+                    e.reset(1, 512)
+                    e.prefill([0], [prompt])
+                    e.decode([0], np.array([1]), 16)
+        reports = {"honest": idle_report(honest), "moved": idle_report(moved)}
+    finally:
+        moved.close()
+        honest.close()
+    rules = ForgeryRules()
+    for name, r in reports.items():
+        assert r.cores == 1 and len(r.request_cpu_s) == len(r.request_wall_s) == 4, name
+    h, m = reports["honest"], reports["moved"]
+    assert sum(h.request_cpu_s) <= sum(h.request_wall_s) and cores_problem(h, rules) is None
+    if sandbox.sealed:
+        assert sum(m.request_cpu_s) <= sum(m.request_wall_s) and cores_problem(m, rules) is None
+    else:
+        assert sum(m.request_cpu_s) > 1.1 * sum(m.request_wall_s), m
+        assert "more than the 1 core the session gave them" in (cores_problem(m, rules) or "")

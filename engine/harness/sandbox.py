@@ -41,6 +41,7 @@ commands without bwrap, where a box cannot make namespaces; every page of such a
 
 from __future__ import annotations
 
+import atexit
 import functools
 import glob
 import os
@@ -216,8 +217,9 @@ def seccomp_filter(machine: str) -> bytes:
 
 @functools.cache
 def seccomp_file() -> str:
-    """This process's filter, written once to a file of the box's temporary folder (never a
-    folder a sandbox can see, let alone write)."""
+    """This process's filter, written once to a file of the box's temporary folder under a name
+    of its own (mkstemp: no other user's file taken for it; never a folder a sandbox can see),
+    removed when this process exits (each sandbox has read it as it started)."""
     machine = platform.machine()
     if machine not in SECCOMP_ABIS:
         raise SandboxError(f"no seccomp filter for this machine ({machine}): run --unsandboxed")
@@ -225,6 +227,7 @@ def seccomp_file() -> str:
     with os.fdopen(fd, "wb") as f:
         f.write(seccomp_filter(machine))
     os.chmod(path, 0o444)
+    atexit.register(lambda: Path(path).unlink(missing_ok=True))
     return path
 
 

@@ -51,18 +51,24 @@ _subprocess.Popen(
 """
 
 # Moves itself onto every core (a process may, without any capability), and starts a helper
-# process that works while the engine's main thread computes: two cores inside its requests
+# process on the cores it did not start on, which works while the engine's main thread
+# computes: more than one core inside its requests, even where another core is busy
 OTHER_CORES = """
 import os as _os
 import subprocess as _subprocess
 import sys as _sys
 
+_MINE = _os.sched_getaffinity(0)
 try:
     _os.sched_setaffinity(0, range(_os.cpu_count()))
 except OSError:
     pass  # the sandbox refuses it
 _HELPER = '''
-import os, time
+import os, sys, time
+try:
+    os.sched_setaffinity(0, set(range(os.cpu_count())) - set(map(int, sys.argv[1:])))
+except OSError:
+    pass  # refused: it stays on the engine's core
 main = f"/proc/{os.getppid()}/task/{os.getppid()}/stat"
 while True:
     try:
@@ -76,7 +82,7 @@ while True:
     else:
         time.sleep(2e-4)
 '''
-_subprocess.Popen([_sys.executable, "-c", _HELPER])
+_subprocess.Popen([_sys.executable, "-c", _HELPER, *map(str, _MINE)])
 """
 
 
@@ -221,7 +227,10 @@ def test_an_engine_that_moves_onto_other_cores_is_refused_sealed_and_seen_unseal
     beside its own computation there. Sealed, the move is refused (sandbox.py's seccomp filter)
     and its requests' CPU stays within their wall time; unsealed, its requests use more CPU than
     one core can run in them, and the collector's rule calls it forged. The honest engine beside
-    it reads at most one core's worth either way."""
+    it reads at most one core's worth either way. The rule binds where the engine has its core
+    to itself, as a session's engine has (and this test, in run_suite.py's timed lane): with its
+    own core shared too, it reads less than a core's worth, the helper's share hidden in that.
+    Sealed, that case never arises: the move is refused."""
     mover = checkout_with(tmp_path, append=OTHER_CORES, name="mover")
     kept = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {max(kept)})  # the engines inherit this thread's one core
@@ -231,13 +240,13 @@ def test_an_engine_that_moves_onto_other_cores_is_refused_sealed_and_seen_unseal
     finally:
         os.sched_setaffinity(0, kept)
     try:
-        prompt = np.arange(256) % honest.vocab
+        prompt = np.arange(512) % honest.vocab
         for _ in range(4):
             for e in (honest, moved):
                 with e.turn():
-                    e.reset(1, 512)
+                    e.reset(1, 1024)
                     e.prefill([0], [prompt])
-                    e.decode([0], np.array([1]), 16)
+                    e.decode([0], np.array([1]), 32)
         reports = {"honest": idle_report(honest), "moved": idle_report(moved)}
     finally:
         moved.close()
@@ -250,5 +259,5 @@ def test_an_engine_that_moves_onto_other_cores_is_refused_sealed_and_seen_unseal
     if sandbox.sealed:
         assert sum(m.request_cpu_s) <= sum(m.request_wall_s) and cores_problem(m, rules) is None
     else:
-        assert sum(m.request_cpu_s) > 1.1 * sum(m.request_wall_s), m
-        assert "more than the 1 core the session gave them" in (cores_problem(m, rules) or "")
+        # its helper had a share of another core, whatever else ran there (a suite's other lane)
+        assert "more than the 1 core the session gave them" in (cores_problem(m, rules) or ""), m

@@ -7,6 +7,8 @@ import math
 import pytest
 
 from collector.judge.accuracy import AccuracyError, compare_dumps, of_kld, position_kl
+from collector.judge.gates.accuracy import judge
+from collector.policy import AccuracyBars
 from engine.harness.protocol import DeviceInfo, KldResult
 
 
@@ -74,3 +76,12 @@ def test_a_served_engines_flips_count_beyond_the_tie_and_old_documents_count_eve
     assert of_kld(kld_doc(100, None, same_top=0.95), tie_nats=0.2).top1 == pytest.approx(0.95)
     with pytest.raises(ValueError, match="one gap for each position"):
         kld_doc(100, [0.1], same_top=0.95)
+
+
+def test_the_gate_says_near_ties_agreed_only_where_they_were_counted() -> None:
+    """A served engine's document stored before the gaps counts every flip: its words must not
+    claim the bars' near-tie margin."""
+    acc = of_kld(kld_doc(100, None, same_top=0.95))
+    bars = AccuracyBars(top1_min=0.9, top1_tie_nats=0.2)
+    assert "near-ties" not in judge(acc, bars, 0.0)[1]
+    assert "near-ties within 0.2 nats agree" in judge(acc, bars, 0.2)[1]

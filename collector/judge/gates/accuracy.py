@@ -3,7 +3,8 @@ per target model and per guard model (sparkinfer #294: a guard model's accuracy 
 target's held).
 
 Top-1 agreement (near-ties within the bars' margin agree), KL(main || PR) and the perplexity
-ratio over the evaluation text must each stay within the model's bars (policy [accuracy], collector/judge/accuracy.py for the method).
+ratio over the evaluation text must each stay within the model's bars (policy [accuracy],
+collector/judge/accuracy.py for the method).
 A served engine's build is compared with main's build in one session (`kld`, its own tool's
 logits over the same text).
 """
@@ -97,11 +98,7 @@ def judge(acc: AccuracyResult, bars: AccuracyBars, tie_nats: float) -> tuple[lis
             "top-1",
             acc.top1 >= bars.top1_min - EPS,
             f"top-1 {acc.top1:.4f}"
-            + (
-                f" (near-ties within {bars.top1_tie_nats:g} nats agree)"
-                if bars.top1_tie_nats
-                else ""
-            ),
+            + (f" (near-ties within {tie_nats:g} nats agree)" if tie_nats else ""),
             "≥",
             "<",
             bars.top1_min,

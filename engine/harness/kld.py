@@ -111,7 +111,7 @@ def compare(main: LogitsFile, pr: LogitsFile) -> Agreement:
     if not np.array_equal(main.tokens, pr.tokens):
         raise LogitsFileError("the PR's build tokenized the text otherwise than main's")
     nxt = main.next_tokens()
-    kls, gaps, same, nll_main, nll_pr = [], [], 0, 0.0, 0.0
+    kls, gaps, nll_main, nll_pr = [], [], 0.0, 0.0
     n = len(main.rows)
     for start in range(0, n, BLOCK_ROWS):
         stop = min(start + BLOCK_ROWS, n)
@@ -119,19 +119,19 @@ def compare(main: LogitsFile, pr: LogitsFile) -> Agreement:
         kls.append(np.sum(np.exp(p) * (p - q), axis=1))
         rows = np.arange(stop - start)
         top_main, top_pr = p.argmax(axis=1), q.argmax(axis=1)
-        same += int(np.sum(top_main == top_pr))
         differ = top_main != top_pr
         gaps.append((p[rows, top_main] - p[rows, top_pr])[differ])
         nll_main -= float(p[rows, nxt[start:stop]].sum())
         nll_pr -= float(q[rows, nxt[start:stop]].sum())
     kl = np.maximum(np.concatenate(kls), 0.0)
+    flips = np.concatenate(gaps)
     return Agreement(
         tokens=n,
         kl_mean=float(kl.mean()),
         kl_p99=float(np.quantile(kl, 0.99)),
         kl_max=float(kl.max()),
-        same_top=same / n,
-        top_gaps=sorted(round(max(float(g), 0.0), 6) for g in np.concatenate(gaps)),
+        same_top=(n - len(flips)) / n,
+        top_gaps=sorted(round(max(float(g), 0.0), 6) for g in flips),
         ppl_main=float(np.exp(nll_main / n)),
         ppl_pr=float(np.exp(nll_pr / n)),
         ppl_ratio=float(np.exp((nll_pr - nll_main) / n)),

@@ -164,8 +164,7 @@ class Sandbox:
         if not self.sealed:
             return list(argv), {**env, **{k: inner[k] for k in ("PYTHONPATH",)}}
         cmd = [sys.executable, "-I", "-S", "-c", _LAUNCH, seccomp_file(), bwrap_path()]
-        cmd += [*NAMESPACES, "--seccomp", "FD"]
-        cmd += ["--clearenv"]
+        cmd += [*NAMESPACES, "--seccomp", "FD", "--clearenv"]
         for k, v in sorted(inner.items()):
             cmd += ["--setenv", k, v]
         cmd += _system_binds()

@@ -136,6 +136,11 @@ class ProcessTree:
     def cpu_s(self, pids: list[int] | None = None) -> float:
         return sum(process_cpu_s(p) for p in (self.pids() if pids is None else pids))
 
+    def cpu_each(self, also: list[int]) -> dict[int, float]:
+        """Each process's CPU seconds, read once: the tree's processes now, and `also` (a turn's
+        processes, which may have left the tree)."""
+        return {p: process_cpu_s(p) for p in dict.fromkeys([*self.pids(), *also])}
+
     def signal(self, sig: int, pids: list[int]) -> None:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -254,24 +259,25 @@ class TurnTaker:
         """Right before a request inside the turn: CPU since its last answer is a gap's."""
         if self._turn is None:
             return
-        if self._at_answer is not None:
-            self._gap += max(self.tree.cpu_s(self._turn) - self._at_answer, 0.0)
-            self._at_answer = None
         # the wall clock first and last: the interval holds the CPU readings (every process of
         # its tree now, a process it starts meanwhile counted whole)
         at = time.perf_counter()
-        self._asked = (at, self.tree.cpu_s())
+        each = self.tree.cpu_each(self._turn)
+        if self._at_answer is not None:
+            self._gap += max(sum(each[p] for p in self._turn) - self._at_answer, 0.0)
+            self._at_answer = None
+        self._asked = (at, sum(each.values()))
 
     def answered(self) -> None:
         """Right after an answer (all of it) inside the turn."""
         if self._turn is None:
             return
+        each = self.tree.cpu_each(self._turn)
         if self._asked is not None:
-            used = self.tree.cpu_s() - self._asked[1]
-            self._in_requests[0] += max(used, 0.0)
+            self._in_requests[0] += max(sum(each.values()) - self._asked[1], 0.0)
             self._in_requests[1] += time.perf_counter() - self._asked[0]
             self._asked = None
-        self._at_answer = self.tree.cpu_s(self._turn)
+        self._at_answer = sum(each[p] for p in self._turn)
 
     def end(self) -> None:
         """Its turn is over: stop every process, and read what they used meanwhile."""

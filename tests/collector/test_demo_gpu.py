@@ -21,7 +21,7 @@ GPU = ROOT / "data" / "demo" / "gpu"
 DEMO = GPU / "gpu.toml"
 GATES = GPU / "gates-h200.toml"  # round 2026-12-01-h200-gates: PRs 301-307, not measured yet
 SEALED = GPU / "gates-h200-sealed.toml"  # the gates round's PRs against HEAD, sealed sessions
-SEALED_AGAIN = GPU / "gates-h200-sealed-2.toml"  # the same, to be measured under today's sessions
+SEALED_AGAIN = GPU / "gates-h100-sealed.toml"  # the same, measured again under later sessions
 AA = sorted(GPU.glob("aa-h200-*.toml"))
 GPU_MODELS = {"llama-1b:f16", "llama-8b:q4_0", "smollm2-135m"}
 
@@ -124,7 +124,7 @@ def test_sealed_gates_round_is_the_gates_prs_against_head_and_main_itself() -> N
         assert path.read_text() == written, f"{name}: run make_patches.py --round sealed"
         files = changed_files(path)
         assert files and all(f.startswith(("kernels/", "engine/cuda/")) for f in files), files
-    # its re-run under a new round id (gates-h200-sealed-2.toml) is the same round, word for word
+    # its re-run under a new round id (gates-h100-sealed.toml) is the same round, word for word
     again = load_manifest(SEALED_AGAIN).manifest
     assert again.round != m.round
     assert again.model_dump(exclude={"round"}) == m.model_dump(exclude={"round"})

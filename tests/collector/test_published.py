@@ -64,6 +64,9 @@ GATES_FAILED = {
 
 
 SEALED_GATES = ROOT / "data" / "demo" / "gpu" / "gates-h200-sealed.toml"
+# the same round measured again under the sessions of 2026-12-06 (one core, graphed short
+# prefills), on an H100: the newest leaderboard round
+SEALED_GATES_AGAIN = ROOT / "data" / "demo" / "gpu" / "gates-h100-sealed.toml"
 
 
 def test_the_gates_round_gives_every_pr_its_expected_verdict(store) -> None:
@@ -88,15 +91,22 @@ def test_the_gates_round_gives_every_pr_its_expected_verdict(store) -> None:
     assert "skipped" not in statuses[303] and "skipped" not in statuses[301]
 
 
-def test_the_sealed_gates_round_catches_what_the_gates_round_caught(store) -> None:
+@pytest.mark.parametrize(
+    ("manifest", "device"),
+    [(SEALED_GATES, "NVIDIA H200"), (SEALED_GATES_AGAIN, "NVIDIA H100 80GB HBM3")],
+    ids=["2026-12-04", "2026-12-06"],
+)
+def test_the_sealed_gates_round_catches_what_the_gates_round_caught(
+    store, manifest: Path, device: str
+) -> None:
     """The gates round's PRs again (but 303), each engine sealed by bubblewrap and timed beside
-    main's turn by turn (2026-12-04): every PR fails the gates it failed unsealed, and main
-    itself as the PR (#1) passes every gate."""
-    m = load_manifest(SEALED_GATES).manifest
+    main's turn by turn (2026-12-04, and 2026-12-06 under one-core sessions): every PR fails the
+    gates it failed unsealed, and main itself as the PR (#1) passes every gate."""
+    m = load_manifest(manifest).manifest
     (rnd,) = store.query_dicts("SELECT * FROM rounds WHERE round_id = ?", [m.round])
-    assert rnd["device_name"] == "NVIDIA H200" and rnd["finished_at"] is not None
+    assert rnd["device_name"] == device and rnd["finished_at"] is not None
     assert rnd["sandbox"].startswith("bubblewrap")
-    assert tomllib.loads(rnd["manifest_toml"]) == tomllib.loads(SEALED_GATES.read_text())
+    assert tomllib.loads(rnd["manifest_toml"]) == tomllib.loads(manifest.read_text())
     got = {ev.pr: ev for ev in Readout.from_connection(store.con).by_round[m.round]}
     assert {n: ev.label for n, ev in got.items()} == {p.number: p.expect for p in m.pr}
     failed = {n: {g.gate for g in ev.gates if g.status == "fail"} for n, ev in got.items()}
@@ -129,12 +139,14 @@ def test_the_aa_rounds_are_none_on_every_axis(store) -> None:
 def test_rounds_are_judged_under_the_calibrated_gpu_policy(store) -> None:
     """Each round keeps the floors of its time: solo sessions (before 2026-12-02) carried 2%
     (35% on short prefills); paired sessions carry 0.5% (1.5% on short prefills), since
-    2026-12-03 in four legs each (pairs of engine processes, one repetition in each)."""
+    2026-12-03 in four legs each (pairs of engine processes, one repetition in each), since
+    2026-12-05 each session on one core."""
     for rid, pj in store.query("SELECT round_id, policy_json FROM rounds"):
         prof = json.loads(pj)["profile"]
         four = "-legs" in rid or "-sealed" in rid or rid.startswith("2026-12-05-")
         assert prof.get("legs", 1) == (4 if four else 1)
-        assert prof.get("one_core", False) == rid.startswith("2026-12-05-")
+        one_core = rid.startswith("2026-12-05-") or rid == "2026-12-h100-gates-sealed"
+        assert prof.get("one_core", False) == one_core
         if "paired" in rid or four:
             assert prof["min_noise"] == pytest.approx(0.005)
             assert prof["min_noise_axes"]["prefill@128"] == pytest.approx(0.015)
@@ -250,7 +262,7 @@ def test_commands_default_to_the_newest_leaderboard_round() -> None:
     newest round that measured that PR (a leaderboard round before a newer A/A round)."""
     rid = load_manifest(DEMO).manifest.round
     store = SimpleNamespace(con=connect(PUBLISHED))
-    newest = load_manifest(SEALED_GATES).manifest.round
+    newest = load_manifest(SEALED_GATES_AGAIN).manifest.round
     assert pick_round(store.con) == newest
     assert pick_round(store.con, pr=201) == pick_round(store.con, pr=202) == rid
     assert pick_round(store.con, pr=1) == newest

@@ -256,6 +256,11 @@ class Profile(_Strict):
     # last this collector may use: the two engines take turns on the same core's caches, and
     # nothing moves them between cores mid-turn (policy.toml's cpu profile has the measurement)
     one_core: bool = False
+    # With one_core: the engines of a speed session load on this many cores of the collector's
+    # own first (never its last eight, a host's shards' session cores: runner.load_cores), side
+    # by side, and the timing parent moves every thread of each onto the session's core before
+    # the first turn (turns.TurnTaker.hold). 0: they load on the session's core, taking turns.
+    load_cores: Annotated[int, Field(ge=0, le=64)] = 0
     # The least noise an axis is credited with, whatever the spread between a PR's few sessions
     # happens to be: what a pair of processes of identical code shows on this class of box,
     # calibrated from A/A rounds (policy.toml says which).

@@ -38,6 +38,7 @@ def _common(task: Task, policy: ResolvedPolicy) -> dict:
         "backend": prof.backend,
         "env": tuple(sorted(prof.env.items())),
         "one_core": prof.one_core,
+        "load_cores": prof.load_cores,
     }
 
 

@@ -32,6 +32,7 @@ from pydantic import ValidationError
 
 from engine.harness.protocol import BenchDocument, parse_document
 from engine.harness.sandbox import Sandbox, exit_status, library_paths
+from engine.harness.turns import LOAD_CORES_ENV
 
 LOG_TAIL_BYTES = 4000
 
@@ -79,6 +80,7 @@ class Request:
         return self.timed or self.beside_main
 
     one_core: bool = False  # all of its processes on one core (Profile.one_core)
+    load_cores: int = 0  # a timed one's engines load on this many cores first (Profile.load_cores)
 
 
 def free_disk_mb(path: Path) -> float:
@@ -188,6 +190,9 @@ def _command(
     env.update(dict(req.env))
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     main_cache, own_cache = place.prepare_caches(side, pr)
+    loading = load_cores(req.load_cores) if req.timed and req.one_core else []
+    if loading:
+        env[LOAD_CORES_ENV] = ",".join(map(str, loading))
     if req.by_harness:
         argv += ["--engine-checkout", str(checkout), "--sandbox", place.sandbox]
         argv += ["--scratch", str(place.work / "session")] if req.timed else []
@@ -225,6 +230,18 @@ def _read(out_file: Path, kind: str, max_document_mb: int) -> tuple[object | Non
         return None, f"invalid {kind} document: {where}: {err['msg']}"[:400]
     except ValueError as e:
         return None, f"invalid {kind} document: {str(e)[:300]}"
+
+
+# A host's shards (one per GPU, eight at most) take its last cores as their sessions' cores
+SHARD_CORES = 8
+
+
+def load_cores(n: int) -> list[int]:
+    """The cores a one-core session's engines load on before they are moved onto its core: the
+    first `n` this process may use, never one of its last SHARD_CORES (so on a box of fewer
+    cores, none: the engines load on the session's core)."""
+    cores = sorted(os.sched_getaffinity(0))
+    return cores[: max(len(cores) - SHARD_CORES, 0)][:n]
 
 
 def session_core() -> int:

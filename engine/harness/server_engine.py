@@ -48,7 +48,7 @@ from engine.harness.timing import (
     Region,
     Sample,
     TakesTurns,
-    limit_data,
+    starting,
 )
 from engine.harness.turns import DeviceProbe, ProcessTree, TurnTaker
 from engine.models import model_file, served_model_file
@@ -215,7 +215,7 @@ class ServerEngine(TakesTurns):
             stdin=subprocess.DEVNULL,
             stdout=self.err,
             stderr=self.err,
-            preexec_fn=None if limit is None else limit_data(limit),
+            preexec_fn=starting(limit),
         )
         self.turns = TurnTaker(ProcessTree(self.proc.pid, not spec.sandbox.sealed), probe)
         self.tokens: dict[int, list[int]] = {}  # each sequence's tokens, as sent and generated
@@ -251,7 +251,7 @@ class ServerEngine(TakesTurns):
         self.conns = [
             UnixConnection(self.socket, REQUEST_TIMEOUT_S, self.is_mine) for _ in range(self.slots)
         ]
-        self.turns.hold()  # loaded: stopped until its first turn
+        self.hold()
 
     @property
     def died(self) -> bool:

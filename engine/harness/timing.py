@@ -34,7 +34,14 @@ import numpy as np
 
 from engine.errors import BaselineError, EngineError, EngineForged, EngineOutputError
 from engine.harness.sandbox import Sandbox, exit_status, library_paths
-from engine.harness.turns import DeviceHeld, DeviceProbe, ProcessTree, TurnTaker
+from engine.harness.turns import (
+    LOAD_CORES_ENV,
+    DeviceHeld,
+    DeviceProbe,
+    ProcessTree,
+    TurnTaker,
+    load_cores,
+)
 from engine.harness.wire import WireError, pack_ids, recv, send, unpack_ids
 
 QUIT_WAIT_S = 30.0  # for an engine process that is dying to say how it ended
@@ -106,11 +113,21 @@ class Timeline:
     regions: list[Region] = field(default_factory=list)
 
 
-def limit_data(limit: int):  # noqa: ANN202 (a preexec_fn)
-    def apply() -> None:
-        import resource
+def starting(limit: int | None):  # noqa: ANN201 (a preexec_fn, or None)
+    """What an engine's process does before it becomes the engine (Popen's preexec_fn; None
+    when nothing): its data segment capped at `limit` bytes (RLIMIT_DATA), and its cores the
+    ones it is to load on (turns.load_cores; `TurnTaker.hold` moves it onto the parent's)."""
+    cores = load_cores()
+    if limit is None and cores is None:
+        return None
 
-        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+    def apply() -> None:
+        if limit is not None:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+        if cores is not None:
+            os.sched_setaffinity(0, cores)
 
     return apply
 
@@ -143,7 +160,8 @@ class EngineSpec:
     data_limit: int | None = None
 
     def command(self, argv: list[str]) -> tuple[list[str], dict[str, str] | None]:
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+        drop = ("PYTHONPATH", "PYTHONHOME", LOAD_CORES_ENV)  # the last: the parent's to apply
+        env = {k: v for k, v in os.environ.items() if k not in drop}
         writable = [self.home]
         if self.kernel_cache is not None:
             env["CUPY_CACHE_DIR"] = str(self.kernel_cache)
@@ -199,6 +217,12 @@ class TakesTurns:
     def failure(self, why: str) -> Exception:
         """The error for an answer that cannot be used: main's is never the PR's fault."""
         return (BaselineError if self.baseline else EngineOutputError)(f"{self.name} {why}")
+
+    def hold(self) -> None:
+        """Loaded: stopped until its first turn, every thread on the session's cores."""
+        left = self.turns.hold()
+        if left:
+            raise self.failure(f"kept {left} thread(s) off the session's cores once loaded")
 
     @contextlib.contextmanager
     def turn(self) -> Iterator[None]:
@@ -302,7 +326,7 @@ class EngineProcess(TakesTurns):
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=self.err,
-            preexec_fn=None if limit is None else limit_data(limit),
+            preexec_fn=starting(limit),
         )
         os.close(ctl_r)
         os.close(rep_w)
@@ -321,7 +345,7 @@ class EngineProcess(TakesTurns):
         if self.vocab <= 0:
             err = BaselineError if self.baseline else EngineOutputError
             raise err(f"{self.name} reported no vocabulary size")
-        self.turns.hold()  # loaded: stopped until its first turn
+        self.hold()
 
     def _died(self) -> None:
         """The engine process is gone: leave the way it left (a signal stays a signal)."""

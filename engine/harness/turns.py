@@ -17,7 +17,10 @@ engine waits, the parent reads what the kernel and the device say about it (`Led
   last answer), against those requests' wall time and the cores the session gave them (`cores`):
   on one core (the profiles' `one_core`) an engine cannot use more CPU than its requests lasted,
   unless it ran on other cores, which the sandbox forbids (sandbox.py: no `sched_setaffinity`)
-  and an unsandboxed process may do to itself without any capability;
+  and an unsandboxed process may do to itself without any capability. An engine may load on
+  other cores (`load_cores`: the two loads side by side, not taking turns on the session's one);
+  once loaded and stopped, the parent moves every thread of it onto its own cores (`hold`), and
+  nothing the engine starts later can leave them;
 * on a GPU, how long the device stayed busy after it stopped (kernels it queued before
   answering run on without its process): the parent waits for the device to be idle before
   the next turn, and records the wait. A device still busy at the wait's deadline is held
@@ -37,7 +40,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-STOP_DEADLINE_S = 2.0  # an engine not stopped by then is left running and says so
+STOP_DEADLINE_S = 2.0  # an engine not stopped (or not moved onto its cores) by then says so
 # At the end of its turn an engine is watched this long, running with nothing asked, before it is
 # stopped: an honest engine waits in its read and uses nothing; one that works while it is not
 # its turn (a thread, a process of its own) shows it here, in every turn.
@@ -46,6 +49,27 @@ POLL_S = 20e-6
 STOPPED_STATES = {"T", "t", "Z", "X"}
 CPUCLOCK_SCHED = 2  # Linux's process CPU clock (clock_getcpuclockid): ns, every thread summed
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")  # /proc's unit of CPU time
+
+
+# The cores an engine loads on, where the collector gives some (collector/run/runner.py
+# `load_cores`, comma-separated CPU numbers): a session's engines load side by side there, and
+# `TurnTaker.hold` moves every thread of each onto the timing parent's own cores (the session's
+# one core) before its first turn. Unset: an engine starts on the parent's cores.
+LOAD_CORES_ENV = "SPARKBOARD_LOAD_CORES"
+
+
+def load_cores() -> set[int] | None:
+    """The cores an engine is to load on (`LOAD_CORES_ENV`), or None: the parent's own."""
+    text = os.environ.get(LOAD_CORES_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        cores = {int(c) for c in text.split(",")}
+    except ValueError:
+        cores = set()
+    if not cores or min(cores) < 0:
+        raise ValueError(f"{LOAD_CORES_ENV}={text!r}: not a comma-separated list of CPU numbers")
+    return cores
 
 
 def _cpu_clock(pid: int) -> int:
@@ -74,13 +98,17 @@ def reaped_children_s(pid: int) -> float:
     return (int(fields[13]) + int(fields[14])) / CLOCK_TICKS
 
 
+def _tasks(pid: int) -> list[int]:
+    """The thread ids of the process ([] once it is gone)."""
+    try:
+        return [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return []
+
+
 def _children(pid: int) -> list[int]:
     kids: list[int] = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return kids
-    for tid in tasks:
+    for tid in _tasks(pid):
         try:
             text = Path(f"/proc/{pid}/task/{tid}/children").read_text()
         except OSError:
@@ -92,17 +120,21 @@ def _children(pid: int) -> list[int]:
 def _states(pid: int) -> list[str]:
     """The state letter of each thread of the process ([] once it is gone)."""
     out = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for tid in tasks:
+    for tid in _tasks(pid):
         try:
             stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
         except OSError:
             continue
         out.append(stat.rsplit(")", 1)[1].split()[0])
     return out
+
+
+def _off(tid: int, cores: set[int]) -> bool:
+    """Is the thread allowed on any core but `cores`? (A thread gone is nowhere.)"""
+    try:
+        return os.sched_getaffinity(tid) != cores
+    except OSError:
+        return False
 
 
 class ProcessTree:
@@ -140,6 +172,20 @@ class ProcessTree:
         """Each process's CPU seconds, read once: the tree's processes now, and `also` (a turn's
         processes, which may have left the tree)."""
         return {p: process_cpu_s(p) for p in dict.fromkeys([*self.pids(), *also])}
+
+    def pin(self, cores: set[int]) -> int:
+        """Every thread of every process onto `cores`, again for any that appeared or was
+        missed, until a pass finds each there or STOP_DEADLINE_S passed: how many were left
+        elsewhere (0: all there). Meant for a stopped tree: a stopped thread starts no other."""
+        t0 = time.perf_counter()
+        while True:
+            off = [t for p in self.pids() for t in _tasks(p) if _off(t, cores)]
+            if not off or time.perf_counter() - t0 > STOP_DEADLINE_S:
+                return len(off)
+            for tid in off:
+                with contextlib.suppress(OSError):  # gone, or not to be moved: counted below
+                    os.sched_setaffinity(tid, cores)
+            time.sleep(POLL_S)
 
     def signal(self, sig: int, pids: list[int]) -> None:
         for pid in pids:
@@ -210,19 +256,22 @@ class Ledger:
     # the CPU its processes used, and the wall time
     request_cpu_s: list[float] = field(default_factory=list)
     request_wall_s: list[float] = field(default_factory=list)
-    cores: int = 0  # the CPUs its processes started allowed on (the session's affinity)
+    cores: int = 0  # the CPUs its turns run on (the timing parent's own, the session's)
 
 
 class TurnTaker:
     """Continues and stops one engine's processes turn by turn, keeping its Ledger. A turn
     (`begin` .. `end`) holds a burst of requests; inside it, the CPU its processes use between
     an answer and the next request is read too (`answered`, `asking`). `probe`: a device-idle
-    probe (DeviceProbe) on a GPU, None on the CPU."""
+    probe (DeviceProbe) on a GPU, None on the CPU. `cores`: where its turns run (default: the
+    cores of the thread that made it, the timing parent's; `hold` moves the engine there)."""
 
-    def __init__(self, tree: ProcessTree, probe: DeviceProbe | None = None) -> None:
+    def __init__(
+        self, tree: ProcessTree, probe: DeviceProbe | None = None, cores: set[int] | None = None
+    ) -> None:
         self.tree, self.probe = tree, probe
-        # made right after the engine started, in the thread that started it: what it inherited
-        self.ledger = Ledger(cores=len(os.sched_getaffinity(0)))
+        self.cores = set(os.sched_getaffinity(0) if cores is None else cores)
+        self.ledger = Ledger(cores=len(self.cores))
         self.stopped: list[int] | None = None  # the processes stopped, while it is not its turn
         self._cpu_stopped = 0.0
         self._turn: list[int] | None = None  # its processes, during its turn
@@ -295,16 +344,20 @@ class TurnTaker:
         if self.probe is not None:
             self.ledger.device_busy_s.append(self.probe.drain("a turn ended"))
 
-    def hold(self) -> None:
-        """Once loaded, before its first turn: every process stopped, and the device drained of
-        whatever its load queued. Nothing is read into the ledger: this is no turn, and the
-        device may still be busy with the other engine's load (engines load at once), which a
-        reading here would lay at this one's door (2026-12-03: main's engine, connected first,
-        read 60-600 ms of the PR's load after its "turn" at each leg's start). Nor is a device
-        held here anyone's yet: the session checks it once every engine has loaded."""
+    def hold(self) -> int:
+        """Once loaded, before its first turn: every process stopped, every thread moved onto
+        the turns' cores (it may have loaded on others: `load_cores`), and the device drained of
+        whatever its load queued; the threads left elsewhere (0: none). Nothing is read into the
+        ledger: this is no turn, and the device may still be busy with the other engine's load
+        (engines load at once), which a reading here would lay at this one's door (2026-12-03:
+        main's engine, connected first, read 60-600 ms of the PR's load after its "turn" at each
+        leg's start). Nor is a device held here anyone's yet: the session checks it once every
+        engine has loaded."""
         self._stop_all()
+        left = self.tree.pin(self.cores)
         if self.probe is not None:
             self.probe.wait_idle()
+        return left
 
     def _stop_all(self) -> float:
         """Every process stopped, and the CPU they have used so far read (what `ready` counts

@@ -12,8 +12,9 @@ import pytest
 
 from collector.policy import load_policy, resolve
 from collector.run.outcome import judge
-from collector.run.runner import Place, Request, run_request, session_core
+from collector.run.runner import Place, Request, load_cores, run_request, session_core
 from collector.schedule import Task
+from engine.harness.turns import LOAD_CORES_ENV
 
 DOC = {
     "schema_version": 3,
@@ -114,6 +115,37 @@ def test_shards_on_one_hosts_gpus_pin_their_sessions_to_cores_of_their_own(
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1})
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
     assert session_core() == 0  # more GPUs than cores: around again
+
+
+def test_a_one_core_sessions_engines_load_on_cores_of_their_own_never_a_shards(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Profile.load_cores: a timed one-core session's harness is told the cores its engines load
+    on (the collector's first, never one of the last eight, a host's shards' session cores); on a
+    box of eight cores or fewer, none; an untimed command, or a profile without it, is told
+    nothing."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(16)))
+    assert load_cores(4) == [0, 1, 2, 3] and load_cores(12) == list(range(8))
+    assert load_cores(0) == []
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(8)))
+    assert load_cores(4) == []
+    monkeypatch.undo()
+    script = tmp_path / "h.py"
+    script.write_text(
+        "import json, os, sys\n"
+        "out = sys.argv[sys.argv.index('--out') + 1]\n"
+        f"json.dump(os.environ.get({LOAD_CORES_ENV!r}), open(out, 'w'))\n"
+    )
+    place = Place(tmp_path / "main", tmp_path / "work", "none")
+    (tmp_path / "main").mkdir()
+    told = {}
+    monkeypatch.setattr("collector.run.runner.load_cores", lambda n: [0, 1, 2][:n])
+    for name, timed, n in (("timed", True, 2), ("untimed", False, 2), ("without", True, 0)):
+        argv = [sys.executable, str(script)]
+        req = Request("sweep", "tiny", argv, 20, timed=timed, one_core=True, load_cores=n)
+        run_request(req, tmp_path, place, 1, 1)
+        told[name] = json.loads((place.work / "out" / "out.json").read_text())
+    assert told == {"timed": "0,1", "untimed": None, "without": None}
 
 
 def test_pythonpath_starts_with_the_checkout_and_the_rest_is_sealed(tmp_path: Path) -> None:

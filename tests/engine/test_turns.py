@@ -23,7 +23,7 @@ from collector.policy import ForgeryRules
 from engine.harness.measure import idle_report
 from engine.harness.sandbox import Sandbox
 from engine.harness.timing import EngineProcess, EngineSpec
-from engine.harness.turns import IDLE_WINDOW_S, STOPPED_STATES
+from engine.harness.turns import IDLE_WINDOW_S, LOAD_CORES_ENV, STOPPED_STATES
 
 TURNS = 3
 PAUSE_S = 0.1  # the parent's own work inside a turn, twice a turn
@@ -50,19 +50,17 @@ _subprocess.Popen(
 )
 """
 
-# Moves itself onto every core (a process may, without any capability), and starts a helper
-# process on the cores it did not start on, which works while the engine's main thread
-# computes: more than one core inside its requests, even where another core is busy
+# At its first turn (the parent's first SIGCONT: once loaded, the parent moves it onto the
+# session's core, whatever it did while loading), moves itself onto every core (a process may,
+# without any capability), and starts a helper process on the cores it was not on, which works
+# while the engine's main thread computes: more than one core inside its requests, even where
+# another core is busy
 OTHER_CORES = """
 import os as _os
+import signal as _signal
 import subprocess as _subprocess
 import sys as _sys
 
-_MINE = _os.sched_getaffinity(0)
-try:
-    _os.sched_setaffinity(0, range(_os.cpu_count()))
-except OSError:
-    pass  # the sandbox refuses it
 _HELPER = '''
 import os, sys, time
 try:
@@ -82,7 +80,36 @@ while True:
     else:
         time.sleep(2e-4)
 '''
-_subprocess.Popen([_sys.executable, "-c", _HELPER, *map(str, _MINE)])
+
+
+def _move(*_: object) -> None:
+    _signal.signal(_signal.SIGCONT, _signal.SIG_DFL)  # once
+    mine = _os.sched_getaffinity(0)
+    try:
+        _os.sched_setaffinity(0, range(_os.cpu_count()))
+    except OSError:
+        pass  # the sandbox refuses it
+    _subprocess.Popen([_sys.executable, "-c", _HELPER, *map(str, mine)])
+
+
+_signal.signal(_signal.SIGCONT, _move)
+"""
+
+# Says on its stderr the cores it loads on, and starts, while it loads, a thread and a child
+# process that outlive the load: what the parent moves onto the session's core once it loaded
+LOADS_ELSEWHERE = """
+import os as _os
+import subprocess as _subprocess
+import sys as _sys
+import threading as _threading
+import time as _time
+
+print("loaded on", sorted(_os.sched_getaffinity(0)), file=_sys.stderr, flush=True)
+_threading.Thread(target=_time.sleep, args=(600,), daemon=True).start()
+_subprocess.Popen(
+    [_sys.executable, "-c", "import os, time\\np = os.getppid()\\nwhile os.getppid() == p:\\n"
+     "    time.sleep(0.05)"]
+)
 """
 
 
@@ -201,6 +228,39 @@ def test_an_engine_is_stopped_between_turns_and_quits_when_asked(
         engine.close()
     assert engine.proc.returncode == 0
     assert [p for p in pids if alive(p)] == []
+
+
+def test_an_engine_that_loaded_on_other_cores_takes_its_turns_on_the_sessions_core(
+    tmp_path: Path, sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session's engines may load on cores of their own (turns.load_cores: side by side, not
+    taking turns on the session's one core); once loaded, the parent moves every thread of every
+    process onto its own core, those the engine started while loading too, before the first
+    turn, and what it starts later inherits that. Its ledger counts the session's one core."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        pytest.skip("needs two cores")
+    session, loading = cores[-1], cores[0]
+    checkout = checkout_with(tmp_path, append=LOADS_ELSEWHERE, name="elsewhere")
+    monkeypatch.setenv(LOAD_CORES_ENV, str(loading))
+    os.sched_setaffinity(0, {session})  # the timing parent's one core, which the engine is not told
+    try:
+        engine = start(checkout, sandbox, tmp_path / "home")
+    finally:
+        os.sched_setaffinity(0, cores)
+    try:
+        engine.err.seek(0)
+        assert f"loaded on [{loading}]" in engine.err.read().decode()
+        pids = engine.turns.tree.pids()
+        tids = [int(t) for p in pids for t in os.listdir(f"/proc/{p}/task")]
+        assert len(pids) >= 2 and len(tids) >= len(pids) + 1, (pids, tids)
+        assert {t: os.sched_getaffinity(t) for t in tids} == dict.fromkeys(tids, {session})
+        with engine.turn():
+            engine.reset(1, 64)
+            engine.prefill([0], [np.arange(16) % engine.vocab])
+        assert idle_report(engine).cores == 1
+    finally:
+        engine.close()
 
 
 def alive(pid: int, within_s: float = 10.0) -> bool:

@@ -11,6 +11,8 @@
 #   pinruns pinned and runs together: each side's runs spread over ~0.4 s of turns
 #   eager   pinned, short prefills launched kernel by kernel (SPARKBOARD_PREFILL_GRAPHS=0), as
 #           before they were replayed as CUDA graphs
+#   pinload pinned, the engines loading on cores 0-3 first (SPARKBOARD_LOAD_CORES: the gpu
+#           profile's load_cores), moved onto the session's core once loaded
 # Prints, per variant and axis, the sd of the legs' log ratios and the sessions' median ratios.
 set -u
 OUT=${OUT:-/tmp/out}; export PYTHONPATH=$PWD
@@ -22,7 +24,8 @@ bench() {  # variant session
   local v=$1 s=$2 pre="" mt=0.1 pt=1024
   case $v in pinned) pre="taskset -c $CORE" ;; long) pt=8192 ;; runs) mt=0.4 ;;
     pinruns) pre="taskset -c $CORE" mt=0.4 ;;
-    eager) pre="env SPARKBOARD_PREFILL_GRAPHS=0 taskset -c $CORE" ;; esac
+    eager) pre="env SPARKBOARD_PREFILL_GRAPHS=0 taskset -c $CORE" ;;
+    pinload) pre="env SPARKBOARD_LOAD_CORES=0,1,2,3 taskset -c $CORE" ;; esac
   timeout 200 $pre python3 -m engine.harness.bench sweep --model "$MODEL" --ctx 128,512 \
     --tokens 64 --reps 4 --legs 4 --warmup 0 --min-time $mt --prefill-tokens $pt \
     --widths 2,8,32 --width-tokens 16 --width-runs 4 --prompt-len 128 \
@@ -55,6 +58,12 @@ for v in variants:
         walls.setdefault(v, []).append(doc["wall_s"])
         for ax, p, m in axes(doc):
             rows.setdefault((v, ax), []).append([math.log(x / y) for x, y in zip(p, m)])
+for v in variants:  # where a session's time went (the harness's phases, legs summed)
+    for s in range(1, n + 1):
+        try:
+            print(v, s, json.load(open(f"{out}/{v}-{s}.json"))["measured"]["phases"])
+        except Exception:
+            pass
 print(f"{'variant':8} {'axis':12} {'leg sd%':>8} {'session medians %':>30}  wall s")
 for (v, ax), sessions in rows.items():
     legs = [x for q in sessions for x in q]

@@ -40,7 +40,7 @@ from engine.harness.turns import (
     DeviceProbe,
     ProcessTree,
     TurnTaker,
-    load_cores,
+    loading_cores,
 )
 from engine.harness.wire import WireError, pack_ids, recv, send, unpack_ids
 
@@ -116,8 +116,8 @@ class Timeline:
 def starting(limit: int | None):  # noqa: ANN201 (a preexec_fn, or None)
     """What an engine's process does before it becomes the engine (Popen's preexec_fn; None
     when nothing): its data segment capped at `limit` bytes (RLIMIT_DATA), and its cores the
-    ones it is to load on (turns.load_cores; `TurnTaker.hold` moves it onto the parent's)."""
-    cores = load_cores()
+    ones it is to load on (turns.loading_cores; `TurnTaker.hold` moves it onto the parent's)."""
+    cores = loading_cores()
     if limit is None and cores is None:
         return None
 

@@ -18,7 +18,7 @@ engine waits, the parent reads what the kernel and the device say about it (`Led
   on one core (the profiles' `one_core`) an engine cannot use more CPU than its requests lasted,
   unless it ran on other cores, which the sandbox forbids (sandbox.py: no `sched_setaffinity`)
   and an unsandboxed process may do to itself without any capability. An engine may load on
-  other cores (`load_cores`: the two loads side by side, not taking turns on the session's one);
+  other cores (`loading_cores`: the two loads side by side, not taking turns on the session's one);
   once loaded and stopped, the parent moves every thread of it onto its own cores (`hold`), and
   nothing the engine starts later can leave them;
 * on a GPU, how long the device stayed busy after it stopped (kernels it queued before
@@ -58,7 +58,7 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")  # /proc's unit of CPU time
 LOAD_CORES_ENV = "SPARKBOARD_LOAD_CORES"
 
 
-def load_cores() -> set[int] | None:
+def loading_cores() -> set[int] | None:
     """The cores an engine is to load on (`LOAD_CORES_ENV`), or None: the parent's own."""
     text = os.environ.get(LOAD_CORES_ENV, "").strip()
     if not text:
@@ -346,7 +346,7 @@ class TurnTaker:
 
     def hold(self) -> int:
         """Once loaded, before its first turn: every process stopped, every thread moved onto
-        the turns' cores (it may have loaded on others: `load_cores`), and the device drained of
+        the turns' cores (it may have loaded on others: `loading_cores`), and the device drained of
         whatever its load queued; the threads left elsewhere (0: none). Nothing is read into the
         ledger: this is no turn, and the device may still be busy with the other engine's load
         (engines load at once), which a reading here would lay at this one's door (2026-12-03:

@@ -233,7 +233,7 @@ def test_an_engine_is_stopped_between_turns_and_quits_when_asked(
 def test_an_engine_that_loaded_on_other_cores_takes_its_turns_on_the_sessions_core(
     tmp_path: Path, sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A session's engines may load on cores of their own (turns.load_cores: side by side, not
+    """A session's engines may load on cores of their own (turns.loading_cores: side by side, not
     taking turns on the session's one core); once loaded, the parent moves every thread of every
     process onto its own core, those the engine started while loading too, before the first
     turn, and what it starts later inherits that. Its ledger counts the session's one core."""

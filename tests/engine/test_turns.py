@@ -236,7 +236,8 @@ def test_an_engine_that_loaded_on_other_cores_takes_its_turns_on_the_sessions_co
     """A session's engines may load on cores of their own (turns.loading_cores: side by side, not
     taking turns on the session's one core); once loaded, the parent moves every thread of every
     process onto its own core, those the engine started while loading too, before the first
-    turn, and what it starts later inherits that. Its ledger counts the session's one core."""
+    turn (a thread or process started later has its creator's cores, and the sandbox refuses it
+    a move of its own: the mover test above). Its ledger counts the session's one core."""
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) < 2:
         pytest.skip("needs two cores")

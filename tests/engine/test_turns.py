@@ -237,7 +237,7 @@ def test_an_engine_that_loaded_on_other_cores_takes_its_turns_on_the_sessions_co
     taking turns on the session's one core); once loaded, the parent moves every thread of every
     process onto its own core, those the engine started while loading too, before the first
     turn (a thread or process started later has its creator's cores, and the sandbox refuses it
-    a move of its own: the mover test above). Its ledger counts the session's one core."""
+    a move of its own: the mover test below). Its ledger counts the session's one core."""
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) < 2:
         pytest.skip("needs two cores")

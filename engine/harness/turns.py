@@ -263,14 +263,12 @@ class TurnTaker:
     """Continues and stops one engine's processes turn by turn, keeping its Ledger. A turn
     (`begin` .. `end`) holds a burst of requests; inside it, the CPU its processes use between
     an answer and the next request is read too (`answered`, `asking`). `probe`: a device-idle
-    probe (DeviceProbe) on a GPU, None on the CPU. `cores`: where its turns run (default: the
-    cores of the thread that made it, the timing parent's; `hold` moves the engine there)."""
+    probe (DeviceProbe) on a GPU, None on the CPU. Its turns run on the cores of the thread
+    that made it, the timing parent's (`cores`; `hold` moves the engine there)."""
 
-    def __init__(
-        self, tree: ProcessTree, probe: DeviceProbe | None = None, cores: set[int] | None = None
-    ) -> None:
+    def __init__(self, tree: ProcessTree, probe: DeviceProbe | None = None) -> None:
         self.tree, self.probe = tree, probe
-        self.cores = set(os.sched_getaffinity(0) if cores is None else cores)
+        self.cores = os.sched_getaffinity(0)
         self.ledger = Ledger(cores=len(self.cores))
         self.stopped: list[int] | None = None  # the processes stopped, while it is not its turn
         self._cpu_stopped = 0.0

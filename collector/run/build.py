@@ -150,7 +150,9 @@ def build(
         base["CCACHE_NOHASHDIR"] = "true"  # no debug info: the build folder's path is no input
         base["CCACHE_LOGFILE"] = str(path["build"] / CCACHE_LOG)
         (build_dir / CCACHE_LOG).unlink(missing_ok=True)
-        launcher = [f"-DCMAKE_{lang}_COMPILER_LAUNCHER=ccache" for lang in ("C", "CXX")]
+        # CUDA too: a CUDA build's kernels are most of its compile time (unused by a CPU build)
+        langs = ("C", "CXX", "CUDA")
+        launcher = [f"-DCMAKE_{lang}_COMPILER_LAUNCHER=ccache" for lang in langs]
     jobs = recipe.jobs or len(os.sched_getaffinity(0))
     steps = [
         ["cmake", "-S", str(path["src"]), "-B", str(path["build"]), *launcher, *recipe.options],

@@ -126,6 +126,7 @@ def _score(task: Task, policy: ResolvedPolicy) -> Request:
         argv += ["--text-file", prof.score_text, "--ctx", str(prof.kld_ctx)]
         argv += ["--chunks", str(prof.kld_chunks), "--threads", str(prof.server_threads)]
         argv += ["--timeout", str(prof.timeouts["score"])]
+        argv += ["--device", "gpu" if prof.backend == "cupy" else "cpu"]  # as its servers
         # two tool runs; whatever the profile's backend, the comparison's is main's harness's
         common = _common(task, policy) | {
             "timeout_s": 2 * prof.timeouts["score"] + 60,

@@ -69,11 +69,14 @@ class ServerKind:
     name: str
     binary: str  # relative to the build folder
 
-    def argv(self, model: str, socket: str, slots: int, slot_ctx: int, threads: int) -> list[str]:
+    def argv(
+        self, model: str, socket: str, slots: int, slot_ctx: int, threads: int, gpu: bool
+    ) -> list[str]:
         binary = f"{INSIDE_BUILD}/{self.binary}"
         return [
             binary,
             "--model", model,
+            *offload(gpu),
             "--host", socket,  # a path ending in .sock: llama-server listens on a Unix socket
             "--parallel", str(slots),
             "--ctx-size", str(slots * slot_ctx),
@@ -90,6 +93,13 @@ class ServerKind:
 
 
 KINDS = {"llama.cpp": ServerKind("llama.cpp", "bin/llama-server")}
+
+
+def offload(gpu: bool) -> list[str]:
+    """llama.cpp's flag for where a model's layers compute: every one on the GPU where the
+    sandbox binds it (the profile's backend is cupy), none elsewhere, so a CUDA build served
+    without a GPU, or a CPU build, computes on the CPU alike (the server and its tools)."""
+    return ["--n-gpu-layers", "999" if gpu else "0"]
 
 
 def server_kind(name: str) -> ServerKind:
@@ -199,7 +209,12 @@ class ServerEngine(TakesTurns):
         # both servers); without that folder its name is passed on, for the server to refuse
         path = served_model_file(model, models) if models is not None else model_file(model)
         argv = kind.argv(
-            str(path or model), f"{INSIDE_SHARED}/server.sock", slots, slot_ctx, threads
+            str(path or model),
+            f"{INSIDE_SHARED}/server.sock",
+            slots,
+            slot_ctx,
+            threads,
+            gpu=spec.sandbox.gpu,
         )
         if not spec.sandbox.sealed:  # unsealed, the paths are the box's own
             argv = [str(spec.checkout / kind.binary), *argv[1:]]

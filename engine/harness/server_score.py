@@ -29,7 +29,7 @@ from engine.harness.common import Clock, check_out, cli_main, header, progress
 from engine.harness.kld import LogitsFileError, compare, read_logits
 from engine.harness.protocol import KldResult
 from engine.harness.sandbox import KINDS, SANDBOX_ENV, Sandbox
-from engine.harness.server_engine import INSIDE_BUILD, INSIDE_SHARED, in_build
+from engine.harness.server_engine import INSIDE_BUILD, INSIDE_SHARED, in_build, offload
 from engine.models import model_id, served_model_file
 
 PERPLEXITY = "bin/llama-perplexity"
@@ -47,6 +47,7 @@ def perplexity_logits(
     argv = [str(tool) if not sandbox.sealed else f"{INSIDE_BUILD}/{PERPLEXITY}"]
     argv += ["--model", str(model), "--file", str(text), "--ctx-size", str(ctx)]
     argv += ["--batch-size", str(ctx), "--chunks", str(chunks), "--threads", str(threads)]
+    argv += offload(sandbox.gpu)  # where the sandbox binds the GPU, the tool computes on it
     argv += ["--kl-divergence-base", str(inside / "logits.bin")]
     argv, env = in_build(sandbox, build, argv, folder / "home", folder, [model.parent, text.parent])
     log = folder / "tool.log"
@@ -83,11 +84,18 @@ def server_score() -> None:
     default=lambda: os.environ.get(SANDBOX_ENV, "none"),
     show_default=f"${SANDBOX_ENV}, else none",
 )
+@click.option(
+    "--device",
+    type=click.Choice(["cpu", "gpu"]),
+    default="cpu",
+    show_default=True,
+    help="Where each tool computes: gpu binds the GPU into its sandbox and offloads every layer.",
+)
 @click.option("--timeout", "timeout_s", default=600.0, show_default=True, help="Per tool run (s).")
 @click.option("--out", required=True, help="The JSON report ('-': stdout).")
 def kld(
     model: str, text_file: str, ctx: int, chunks: int, threads: int, engine_checkout: str,
-    baseline_checkout: str, sandbox: str, timeout_s: float, out: str,
+    baseline_checkout: str, sandbox: str, device: str, timeout_s: float, out: str,
 ) -> None:  # fmt: skip
     """KL(main || PR), top-token agreement and perplexity ratio of the two builds on a text."""
     clock = Clock()
@@ -95,7 +103,7 @@ def kld(
     if ctx < 4 or chunks < 1 or threads < 1:
         raise EngineError("--ctx must be at least 4, --chunks and --threads at least 1")
     text = Path(text_file).resolve()
-    box = Sandbox(sandbox)
+    box = Sandbox(sandbox, gpu=device == "gpu")
     with tempfile.TemporaryDirectory(prefix="sparkboard-kld-") as tmp:
         path = served_model_file(model, Path(tmp) / "models")  # a dummy: written there
         files = {}

@@ -162,17 +162,44 @@ def test_the_llama_demo_policy_is_a_built_served_profile() -> None:
     assert p.accuracy.bars("smollm2-135m").kl_max == 0.006 and p.forgery.tie_nats == 0.2
 
 
-def test_the_llama_demo_manifest_names_every_pr_verdict_and_patch() -> None:
-    """data/demo/llama/round.toml loads without llama.cpp's tree (which only its round needs),
-    each PR with the verdict it should get and its patch, every patch a change to the sources
-    only (llama.cpp's library or its ggml CPU backend)."""
-    path = Path(__file__).resolve().parents[2] / "data/demo/llama/round.toml"
+def test_the_llama_cuda_policy_serves_and_scores_on_the_gpu_and_builds_cuda() -> None:
+    """data/demo/llama/cuda-policy.toml: the CPU round's policy with a profile for the CUDA
+    backend; its backend (cupy) is what puts the servers and the perplexity tool on the GPU, and
+    its bars are the CPU round's (read from main's build's tools, not the builtin engine's)."""
+    from collector.run.commands import build_request
+    from collector.schedule import Task
+
+    folder = Path(__file__).resolve().parents[2] / "data" / "demo" / "llama"
+    cuda = resolve(load_policy(folder / "cuda-policy.toml"), "llama-cuda")
+    cpu = resolve(load_policy(folder / "policy.toml"), "llama-cpu")
+    prof = cuda.profile
+    assert prof.engine == "llama.cpp" and prof.backend == "cupy" and prof.build is not None
+    assert {"-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=90"} <= set(prof.build.options)
+    assert prof.build.targets == ["llama-server", "llama-perplexity", "llama-bench"]
+    assert cuda.accuracy.bars("smollm2-135m") == cpu.accuracy.bars("smollm2-135m")
+    assert cuda.forgery.tie_nats == cpu.forgery.tie_nats == 0.2
+    score = Task("r/pr1/score", "pr", 1, 0, "score", "smollm2-135m")
+    for policy, device in ((cuda, "gpu"), (cpu, "cpu")):
+        argv = build_request(score, policy).argv
+        assert argv[argv.index("--device") + 1] == device
+
+
+@pytest.mark.parametrize(
+    ("manifest", "touches"),
+    [("round.toml", ("ggml/src/ggml-cpu/", "src/")), ("cuda-h100.toml", ("ggml/src/ggml-cuda/",))],
+)
+def test_the_llama_demo_manifests_name_every_pr_verdict_and_patch(
+    manifest: str, touches: tuple[str, ...]
+) -> None:
+    """data/demo/llama's rounds load without llama.cpp's tree (which only a round needs), each
+    PR with the verdict it should get and its patch, every patch a change to the sources only
+    (the CPU round: llama.cpp's library or its ggml CPU backend; the CUDA round: its CUDA
+    backend)."""
+    path = Path(__file__).resolve().parents[2] / "data/demo/llama" / manifest
     prs = parse_manifest(path.read_text(), path).pr
     assert all(p.expect for p in prs) and all(p.patch for p in prs)
     assert {p.expect for p in prs} == {"none", "REJECT"}
     for p in prs:
         lines = (path.parent / str(p.patch)).read_text().splitlines()
         touched = [ln[6:] for ln in lines if ln.startswith("+++ b/")]
-        assert touched and all(t.startswith(("ggml/src/ggml-cpu/", "src/")) for t in touched), (
-            p.number
-        )
+        assert touched and all(t.startswith(touches) for t in touched), p.number

@@ -407,3 +407,22 @@ def test_a_tool_that_fails_or_writes_a_bad_file_is_the_builds_own(tmp_path: Path
     assert "exited with 1: error: failed to load model" in res.stderr
     res = kld(tmp_path, main, fake_tools(tmp_path, "main-fails", "fail"), "none")
     assert res.returncode == 3 and "main's build" in res.stderr
+
+
+@pytest.mark.parametrize(("gpu", "layers"), [(False, "0"), (True, "999")])
+def test_a_server_computes_where_its_sandbox_binds_the_gpu(
+    tmp_path: Path, gpu: bool, layers: str
+) -> None:
+    """The profile's backend gives the sandbox the GPU (cupy) or not; the server then offloads
+    every layer there or none (`--n-gpu-layers`), whatever the build: a CUDA build's server in a
+    sandbox without the GPU computes on the CPU as a CPU build's does."""
+    build, home = fake_build(tmp_path, "build"), tmp_path / "home"
+    home.mkdir()
+    spec = EngineSpec(build, Sandbox("none", gpu=gpu), home)
+    s = ServerEngine(spec, "tiny", server_kind("llama.cpp"), 1, 64, 1, models=tmp_path / "m")
+    try:
+        s.connect(config_of("tiny").vocab_size)
+        argv = list(s.proc.args)
+        assert argv[argv.index("--n-gpu-layers") + 1] == layers
+    finally:
+        s.close()

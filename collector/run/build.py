@@ -42,7 +42,7 @@ from collector.errors import RoundError
 from collector.judge.gates.build import BUILD_FAILED
 from collector.results import Candidate
 from collector.run.runner import run_bounded
-from engine.harness.sandbox import Sandbox, exit_status
+from engine.harness.sandbox import SYSTEM_PATHS, Sandbox, exit_status
 
 Status = Literal["ok", "failed", "timeout", "infra"]
 # where a sealed build sees its checkout, its build folder and the compiler cache
@@ -57,6 +57,28 @@ ERROR_LINE = re.compile(
     r"(^g?make(\[\d+\])?: \*\*\*.*Error)",
     re.IGNORECASE,
 )
+
+
+# what a build runs, besides what the checkout's CMakeLists starts from these
+BUILD_TOOLS = ("cmake", "ninja", "make", "cc", "c++", "gcc", "g++", "ccache", "nvcc")
+
+
+def tool_folders() -> list[str]:
+    """The install folders (the folder above `bin/`) of the build tools this box has outside the
+    system's folders, which alone a sandbox binds: a pip cmake in a virtual environment, a
+    compiler under /opt. Read-only in each build's sandbox; a PR's build may read them, no more."""
+    system = [Path(p) for p in SYSTEM_PATHS]
+    out: list[str] = []
+    for tool in BUILD_TOOLS:
+        found = shutil.which(tool)
+        if found is None:
+            continue
+        for exe in (Path(found).absolute(), Path(found).resolve()):
+            prefix = exe.parent.parent
+            inside = any(prefix == s or s in prefix.parents for s in system)
+            if prefix != Path("/") and not inside and str(prefix) not in out:
+                out.append(str(prefix))
+    return out
 
 
 @dataclass(frozen=True)
@@ -154,13 +176,15 @@ def build(
         langs = ("C", "CXX", "CUDA")
         launcher = [f"-DCMAKE_{lang}_COMPILER_LAUNCHER=ccache" for lang in langs]
     jobs = recipe.jobs or len(os.sched_getaffinity(0))
+    cmake = shutil.which("cmake") or "cmake"  # the box's own, wherever it lies (tool_folders)
     steps = [
-        ["cmake", "-S", str(path["src"]), "-B", str(path["build"]), *launcher, *recipe.options],
-        ["cmake", "--build", str(path["build"]), "-j", str(jobs), "--target", *recipe.targets],
+        [cmake, "-S", str(path["src"]), "-B", str(path["build"]), *launcher, *recipe.options],
+        [cmake, "--build", str(path["build"]), "-j", str(jobs), "--target", *recipe.targets],
     ]
     # the cache is read-only to every build but main's (bound so, and CCACHE_READONLY)
     readable = () if writes_cache else (str(cache_dir),)
-    sealed = Sandbox(sandbox.kind, gpu=False, readable=(*sandbox.readable, *readable))
+    readable = (*sandbox.readable, *readable, *tool_folders())
+    sealed = Sandbox(sandbox.kind, gpu=False, readable=readable)
     writable = [build_dir] + ([cache_dir] if writes_cache else [])
     code: int | None = 0
     with log_path.open("w") as log:

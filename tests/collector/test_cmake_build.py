@@ -8,12 +8,13 @@ what the collector reads itself.
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 
-from collector.run.build import Build, Recipe, build, first_errors
+from collector.run.build import Build, Recipe, build, first_errors, tool_folders
 from engine.harness.sandbox import Sandbox, SandboxError, probe
 
 pytestmark = pytest.mark.skipif(
@@ -73,6 +74,25 @@ def test_a_pr_recompiles_what_it_touched_and_takes_the_rest_from_mains_cache(
     # the PR's build stored nothing: the cache is main's alone
     again = build_pr(checkout(tmp_path, "pr2", b_c=touched), sandbox)
     assert (again.compiled, again.cached) == (1, 2)
+
+
+def test_a_build_tool_outside_the_systems_folders_is_reachable_sealed(
+    tmp_path: Path, sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A box whose cmake is a pip package in a virtual environment (the device image's is
+    /opt/torch/.venv/bin/cmake): the sandbox binds the system's folders alone, so the build
+    binds the tool's install folder too, read-only."""
+    real = shutil.which("cmake")
+    assert real is not None
+    tools = tmp_path / "opt" / "venv"
+    (tools / "bin").mkdir(parents=True)
+    wrapper = tools / "bin" / "cmake"
+    wrapper.write_text(f'#!/bin/sh\nexec {real} "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools / 'bin'}:{os.environ['PATH']}")
+    assert str(tools) in tool_folders()
+    b = build_pr(checkout(tmp_path, "pr"), sandbox)
+    assert b.ok, b.errors
 
 
 def test_a_build_that_fails_is_the_prs_with_the_compilers_own_words(

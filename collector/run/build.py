@@ -34,6 +34,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -47,6 +48,7 @@ from engine.harness.sandbox import SYSTEM_PATHS, Sandbox, exit_status
 Status = Literal["ok", "failed", "timeout", "infra"]
 # where a sealed build sees its checkout, its build folder and the compiler cache
 INSIDE = {"src": "/build/src", "build": "/build/out", "cache": "/build/ccache"}
+PARALLEL_BUILDS = 4  # PRs' builds at once, after main's
 ERROR_LINES = 8  # the compiler's first error lines kept for a PR's page
 LOG_TAIL = 4000  # characters of the build's log kept beside them
 CCACHE_LOG = "ccache.log"  # in the build folder: which objects were compiled, which taken
@@ -248,7 +250,7 @@ def build_round(
         b = build(checkout, folder / name, cache, recipe, sandbox, timeout_s,
                   writes_cache=writes, min_free_mb=min_free_mb)  # fmt: skip
         took = f"{b.seconds:.0f} s, {b.compiled} compiled, {b.cached} from main's cache"
-        log(f"    {b.status} ({took})" + (f": {b.errors[0]}" if b.errors else ""))
+        log(f"    {name}: {b.status} ({took})" + (f": {b.errors[0]}" if b.errors else ""))
         if b.fault == "infra":
             raise RoundError(f"the box could not build {name}: {'; '.join(b.errors)}")
         return b
@@ -256,12 +258,15 @@ def build_round(
     mains = one("main", main, writes=True)
     if not mains.ok:
         raise RoundError(f"main's build {mains.status}: {' | '.join(mains.errors)}")
-    for c in candidates:
-        if not c.measurable or c.checkout is None:
-            continue
-        b = one(f"pr-{c.pr}", c.checkout, writes=False)
-        if b.ok:
-            c.checkout = folder / f"pr-{c.pr}"
-        else:
-            c.status, c.detail = BUILD_FAILED, "\n".join(b.errors)
+    built = [c for c in candidates if c.measurable and c.checkout is not None]
+    # side by side: a PR's build mostly recompiles a file or two, one core's work each, and
+    # configures (CMake alone) for seconds; each in its own sandbox, reading main's cache only
+    with ThreadPoolExecutor(max_workers=max(1, min(len(built), PARALLEL_BUILDS))) as pool:
+        futures = [pool.submit(one, f"pr-{c.pr}", c.checkout, False) for c in built]
+        for c, future in zip(built, futures, strict=True):
+            b = future.result()  # the box's failure (RoundError) is raised here
+            if b.ok:
+                c.checkout = folder / f"pr-{c.pr}"
+            else:
+                c.status, c.detail = BUILD_FAILED, "\n".join(b.errors)
     return folder / "main"

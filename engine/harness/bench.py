@@ -408,8 +408,9 @@ def longctx(
             main = serve(engine_spec(engines, resolved, scratch, baseline=True), True)
             try:
                 main.connect(config_of(model).vocab_size)
+                own = main_run.groups if main_run is not None else []
                 check.verification = verify_on(
-                    main, check.groups, f"main's server ({main.kind.name})"
+                    main, check.groups, f"main's server ({main.kind.name})", own
                 )
             finally:
                 main.close()

@@ -100,6 +100,12 @@ class VerificationReport(Strict):
     decode_margins: list[NonNegFloat]  # one per generated token checked
     prefill_margins: list[NonNegFloat]  # one per prefill digest checked (its argmax)
     prefill_kl: list[NonNegFloat]  # KL(main || reported top-k) per prefill digest
+    # A served engine's: main's own timed outputs of the same session held against main's server
+    # the same way. A server batches and splits its work as it likes (a decode beside others, a
+    # continuation as one prompt), and on the GPU those paths round apart enough to flip main's
+    # own near-ties beyond the tie margin; this is how far the procedure disagrees with itself.
+    baseline_decode_margins: list[NonNegFloat] = []
+    baseline_prefill_margins: list[NonNegFloat] = []
 
 
 class MemoryReport(Strict):

@@ -101,26 +101,44 @@ def prefill_check(
     return _margin(top, s.argmax), (None if s.topk is None else _kl(top, s.topk))
 
 
-def verify_on(main: ServerEngine, groups: list[list[Sample]], reference: str) -> VerificationReport:
-    """Every sample of every group against main's server, in main's turn."""
+def _margins(
+    main: ServerEngine, groups: list[list[Sample]]
+) -> tuple[list[float], list[float], list[float]]:
+    """(decode margins, prefill margins, prefill KLs) of every sample against main's server."""
     dec: list[float] = []
     pre: list[float] = []
     kls: list[float] = []
+    for group in groups:
+        for s in group:
+            prompt = [int(t) for t in s.prompt]
+            if s.argmax is not None:
+                margin, kl = prefill_check(main, prompt, s)
+                pre += [] if margin is None else [margin]
+                kls += [] if kl is None else [kl]
+            if s.ids is not None and len(s.ids) and s.first is not None:
+                made = [int(t) for t in np.asarray(s.ids).reshape(-1)]
+                dec += decode_margins(main, 0, [*prompt, int(s.first)], made)
+    return dec, pre, kls
+
+
+def _rounded(margins: list[float]) -> list[float]:
+    return [round(max(m, 0.0), 6) for m in margins]
+
+
+def verify_on(
+    main: ServerEngine, groups: list[list[Sample]], reference: str, own: list[list[Sample]]
+) -> VerificationReport:
+    """Every sample of every group against main's server, in main's turn; then main's own
+    samples of the same session (`own`) the same way (VerificationReport's baseline margins)."""
     main.reset(1, main.slot_ctx)
     with main.turn():
-        for group in groups:
-            for s in group:
-                prompt = [int(t) for t in s.prompt]
-                if s.argmax is not None:
-                    margin, kl = prefill_check(main, prompt, s)
-                    pre += [] if margin is None else [margin]
-                    kls += [] if kl is None else [kl]
-                if s.ids is not None and len(s.ids) and s.first is not None:
-                    made = [int(t) for t in np.asarray(s.ids).reshape(-1)]
-                    dec += decode_margins(main, 0, [*prompt, int(s.first)], made)
+        dec, pre, kls = _margins(main, groups)
+        main_dec, main_pre, _ = _margins(main, own)
     return VerificationReport(
         reference=reference,
-        decode_margins=[round(max(m, 0.0), 6) for m in dec],
-        prefill_margins=[round(max(m, 0.0), 6) for m in pre],
+        decode_margins=_rounded(dec),
+        prefill_margins=_rounded(pre),
         prefill_kl=[round(k, 8) for k in kls],
+        baseline_decode_margins=_rounded(main_dec),
+        baseline_prefill_margins=_rounded(main_pre),
     )

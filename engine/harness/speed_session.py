@@ -295,8 +295,11 @@ class Legs:
                 raise EngineOutputError(
                     "main's engine and the engine under test disagree on the vocabulary"
                 )
+            # the measured engine's samples are verified; a server's main's too, against its
+            # own server (the judge's measure of how far the procedure disagrees with itself)
             b.sides = [
-                Side(p, watch_engine(p, gpu), verified=i == last) for i, p in enumerate(procs)
+                Side(p, watch_engine(p, gpu), verified=i == last or isinstance(p, ServerEngine))
+                for i, p in enumerate(procs)
             ]
             if leg == 0:
                 b.material = np.asarray(corpus_ids(self.scratch)(self.model, procs[0].vocab))
@@ -307,10 +310,13 @@ class Legs:
             results = body(b, leg)
             self.steps.done("measured")
             if self.verify and isinstance(procs[0], ServerEngine):
-                checks = list(b.sides[-1].checks.groups)
-                progress(f"verifying {len(checks)} timed operations against main's server")
+                checks, own = list(b.sides[-1].checks.groups), list(b.sides[0].checks.groups)
+                progress(
+                    f"verifying {len(checks)} timed operations (and main's own {len(own)}) "
+                    "against main's server"
+                )
                 reference = f"main's server ({procs[0].kind.name})"
-                self.reports.append(verify_on(procs[0], checks, reference))
+                self.reports.append(verify_on(procs[0], checks, reference, own))
                 self.steps.done("verified")
         except DeviceHeld as held:
             assert self.probe is not None  # only a probe finds the device held
@@ -416,6 +422,8 @@ def joined_reports(reports: list[VerificationReport]) -> VerificationReport:
         decode_margins=[m for r in reports for m in r.decode_margins],
         prefill_margins=[m for r in reports for m in r.prefill_margins],
         prefill_kl=[k for r in reports for k in r.prefill_kl],
+        baseline_decode_margins=[m for r in reports for m in r.baseline_decode_margins],
+        baseline_prefill_margins=[m for r in reports for m in r.baseline_prefill_margins],
     )
 
 

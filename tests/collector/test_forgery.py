@@ -245,6 +245,32 @@ def test_outputs_of_another_computation_are_forged() -> None:
     assert why and "KL 0.9000" in why
 
 
+def test_a_served_engine_agrees_no_less_than_main_agrees_with_its_own_server() -> None:
+    """Measured 2026-12-06 on an H100 (data/demo/llama/README.md, "On the GPU"): llama.cpp's
+    CUDA server flips its own near-ties beyond the tie when its decode runs in another batch
+    shape than main's continuation; runtime no-ops read 1,892 of 1,920 generated tokens, the
+    planted RMS-norm bug 1,844. Main's own outputs of the session, held against its server the
+    same way, set the bar where they fail the model's themselves: not lower otherwise."""
+
+    def doc(pr: list[float], main: list[float]) -> SweepResult:
+        d = _doc(pr, [0.0] * 6, [0.0] * 6)
+        v = d.measured.verification.model_copy(update={"baseline_decode_margins": main})
+        return d.model_copy(update={"measured": d.measured.model_copy(update={"verification": v})})
+
+    main = [0.0] * 1892 + [0.5] * 28
+    honest, buggy = [0.0] * 1892 + [0.5] * 28, [0.0] * 1844 + [0.5] * 76
+    why = output_problem(doc(honest, []), 0.995, 0.03, RULES)
+    assert why and "1892 of 1920" in why and "bar ≥ 0.995)" in why  # without main's own: REJECT
+    assert output_problem(doc(honest, main), 0.995, 0.03, RULES) is None
+    why = output_problem(doc(buggy, main), 0.995, 0.03, RULES)
+    assert (
+        why and "1844 of 1920" in why and "main's own outputs agreed with its server on 1892" in why
+    )
+    # main agreeing with itself within the bar leaves it as it is: a PR gets no slack from it
+    why = output_problem(doc([0.0] * 440 + [0.5] * 8, [0.0] * 448), 0.995, 0.03, RULES)
+    assert why and "bar ≥ 0.995)" in why
+
+
 def test_unverified_outputs_are_refused() -> None:
     doc = _doc([], [], []).model_copy(
         update={"measured": _doc([], [], []).measured.model_copy(update={"verification": None})}

@@ -104,6 +104,10 @@ def test_a_served_engine_is_timed_beside_mains_and_verified_against_it(
     assert v.decode_margins and set(v.decode_margins) == {0.0}
     assert v.prefill_margins and set(v.prefill_margins) == {0.0}
     assert max(v.prefill_kl) < 1e-9
+    # main's own outputs of the session held against its server the same way (the judge's
+    # reference of how far the procedure disagrees with itself)
+    assert len(v.baseline_decode_margins) == len(v.decode_margins)
+    assert set(v.baseline_decode_margins) == set(v.baseline_prefill_margins) == {0.0}
     # stopped between turns: an honest server uses nothing then
     assert len(m.idle.after_answer_s) > 8 and max(m.idle.while_stopped_s) < 0.005
     assert m.memory is not None and m.memory.host_peak > 0

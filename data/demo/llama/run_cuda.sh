@@ -23,7 +23,7 @@ DB=/tmp/db
 ROUND=cuda-h100
 TREE=$SB/.llama/llama.cpp-0.3.36
 LLB=/tmp/llb   # llama-bench's builds: main's (the prebuild) and the PRs' below
-BENCH_PRS="201 203"
+BENCH_PRS="111 113"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$SB
 sb() { (cd "$SB" && python3 -c 'from collector.cli import main; main()' "$@"); }
 

@@ -142,6 +142,13 @@ class ForgeryRules(BaseModel):
     tie_nats: Annotated[float, Field(ge=0.0)] = 1e-3
     # one-sided z of the agreement's confidence bound (2.33: 99%): small samples decide nothing
     z: Annotated[float, Field(gt=0.0)] = 2.33
+    # A served engine's outputs where main's own miss the model's bar against main's server (the
+    # server's paths round apart): the PR's disagreement may reach this many times main's own,
+    # each at the end of its interval. Measured 2026-12-06 on an H100 (data/demo/llama/README.md,
+    # "On the GPU"): runtime no-ops read 0.94-1.87 times main's own beyond-tie flips in the same
+    # session (the flips cluster: a sample's tokens after its first flip are a context main never
+    # generated), so a binomial bound alone would call an honest PR's unlucky session diverged.
+    own_factor: Annotated[float, Field(ge=1.0)] = 2.0
     # Turns (engine/harness/turns.py): CPU seconds an engine's processes may use between and
     # after its answers (or the GPU stay busy after its turns), beyond main's engine beside it,
     # in a whole session, at least ...

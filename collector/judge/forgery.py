@@ -29,8 +29,8 @@ what they must be:
   that took a shortcut while timed, replayed a cached answer or returned another prompt's result.
   A served engine's outputs are held against main's server, which batches and splits its work as
   it likes, so main's own outputs of the same session are held against it too (the report's
-  baseline margins): where main's own agreement fails the bar itself, the bar is the lower end of
-  main's interval (`own_bar`); the PR then fails only where it agrees less than main with itself.
+  baseline margins): where main's own agreement fails the bar itself, the PR may disagree
+  `own_factor` times as often as main does (at the ends of both intervals: `own_bar`).
 * **turns** (`idle_problem`): what the engine's processes did while it was not its turn, read by
   the parent from outside them (engine/harness/turns.py), and whether inside its requests they
   used more CPU than the cores the session gave them can run (`cores_problem`: on a one-core
@@ -160,14 +160,17 @@ def lower_bound(agree: int, n: int, z: float) -> float:
 def own_bar(margins: list[float], bar: float, rules: ForgeryRules) -> tuple[float, str]:
     """The agreement bar for a served engine's outputs, with its words: the model's, unless main's
     own outputs of the session (`margins`) fail it themselves, even at the upper end of their
-    interval; then the lower end of main's own agreement (the PR must agree no less than main
-    agrees with itself)."""
+    interval; then the PR may disagree `own_factor` times as often as main does with itself (at
+    the lower end of main's agreement)."""
     n = len(margins)
     agree = sum(m <= rules.tie_nats for m in margins)
     if not n or upper_bound(agree, n, rules.z) >= bar:
         return bar, f"bar ≥ {bar}"
-    own = lower_bound(agree, n, rules.z)
-    return own, f"bar ≥ {own:.3f}: main's own outputs agreed with its server on {agree} of {n}"
+    own = max(0.0, 1.0 - rules.own_factor * (1.0 - lower_bound(agree, n, rules.z)))
+    return own, (
+        f"bar ≥ {own:.3f}: main's own outputs agreed with its server on {agree} of {n}, "
+        f"its disagreement allowed {rules.own_factor:g}x"
+    )
 
 
 def output_problem(

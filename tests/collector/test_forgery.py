@@ -245,27 +245,27 @@ def test_outputs_of_another_computation_are_forged() -> None:
     assert why and "KL 0.9000" in why
 
 
-def test_a_served_engine_agrees_no_less_than_main_agrees_with_its_own_server() -> None:
+def test_a_served_engine_may_disagree_twice_as_often_as_main_does_with_its_own_server() -> None:
     """Measured 2026-12-06 on an H100 (data/demo/llama/README.md, "On the GPU"): llama.cpp's
-    CUDA server flips its own near-ties beyond the tie when its decode runs in another batch
-    shape than main's continuation; runtime no-ops read 1,892 of 1,920 generated tokens, the
-    planted RMS-norm bug 1,844. Main's own outputs of the session, held against its server the
-    same way, set the bar where they fail the model's themselves: not lower otherwise."""
+    CUDA server flips its own near-ties beyond the tie where its decode runs in another batch
+    shape than main's continuation: main's own outputs read 1,886-1,897 of 1,920 generated
+    tokens against its server, runtime no-ops 1,864-1,890 in the same sessions. Where main's
+    own fail the model's bar, the PR may disagree twice as often (at the ends of both
+    intervals); where they pass it, the bar stands."""
 
     def doc(pr: list[float], main: list[float]) -> SweepResult:
         d = _doc(pr, [0.0] * 6, [0.0] * 6)
         v = d.measured.verification.model_copy(update={"baseline_decode_margins": main})
         return d.model_copy(update={"measured": d.measured.model_copy(update={"verification": v})})
 
-    main = [0.0] * 1892 + [0.5] * 28
-    honest, buggy = [0.0] * 1892 + [0.5] * 28, [0.0] * 1844 + [0.5] * 76
+    main = [0.0] * 1890 + [0.5] * 30
+    honest = [0.0] * 1864 + [0.5] * 56  # the unluckiest no-op session, beside that main
     why = output_problem(doc(honest, []), 0.995, 0.03, RULES)
-    assert why and "1892 of 1920" in why and "bar ≥ 0.995)" in why  # without main's own: REJECT
+    assert why and "1864 of 1920" in why and "bar ≥ 0.995)" in why  # without main's own: REJECT
     assert output_problem(doc(honest, main), 0.995, 0.03, RULES) is None
-    why = output_problem(doc(buggy, main), 0.995, 0.03, RULES)
-    assert (
-        why and "1844 of 1920" in why and "main's own outputs agreed with its server on 1892" in why
-    )
+    # another computation disagrees far more than twice as often as main does with itself
+    why = output_problem(doc([0.0] * 1780 + [0.5] * 140, main), 0.995, 0.03, RULES)
+    assert why and "1780 of 1920" in why and "agreed with its server on 1890 of 1920" in why
     # main agreeing with itself within the bar leaves it as it is: a PR gets no slack from it
     why = output_problem(doc([0.0] * 440 + [0.5] * 8, [0.0] * 448), 0.995, 0.03, RULES)
     assert why and "bar ≥ 0.995)" in why

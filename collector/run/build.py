@@ -68,8 +68,11 @@ BUILD_TOOLS = ("cmake", "ninja", "make", "cc", "c++", "gcc", "g++", "ccache", "n
 def tool_folders() -> list[str]:
     """The install folders (the folder above `bin/`) of the build tools this box has outside the
     system's folders, which alone a sandbox binds: a pip cmake in a virtual environment, a
-    compiler under /opt. Read-only in each build's sandbox; a PR's build may read them, no more."""
+    compiler under /opt. Read-only in each build's sandbox; a PR's build may read them (and
+    print them into its log, which its page shows), so never the home folder or one above it:
+    a tool in ~/bin stays out of reach, and a build that needs it fails."""
     system = [Path(p) for p in SYSTEM_PATHS]
+    home = Path.home().resolve()
     out: list[str] = []
     for tool in BUILD_TOOLS:
         found = shutil.which(tool)
@@ -78,7 +81,8 @@ def tool_folders() -> list[str]:
         for exe in (Path(found).absolute(), Path(found).resolve()):
             prefix = exe.parent.parent
             inside = any(prefix == s or s in prefix.parents for s in system)
-            if prefix != Path("/") and not inside and str(prefix) not in out:
+            above_home = prefix == home or prefix in home.parents
+            if not (inside or above_home) and str(prefix) not in out:
                 out.append(str(prefix))
     return out
 

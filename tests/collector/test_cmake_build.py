@@ -91,6 +91,14 @@ def test_a_build_tool_outside_the_systems_folders_is_reachable_sealed(
     wrapper.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tools / 'bin'}:{os.environ['PATH']}")
     assert str(tools) in tool_folders()
+    # never the home folder (a tool in ~/bin): a PR's build could print what lies there
+    home_bin = tmp_path / "home" / "bin"
+    home_bin.mkdir(parents=True)
+    (home_bin / "ninja").write_text("#!/bin/sh\n")
+    (home_bin / "ninja").chmod(0o755)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PATH", f"{home_bin}:{os.environ['PATH']}")
+    assert str(tmp_path / "home") not in tool_folders() and str(tools) in tool_folders()
     b = build_pr(checkout(tmp_path, "pr"), sandbox)
     assert b.ok, b.errors
 

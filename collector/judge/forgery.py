@@ -157,13 +157,18 @@ def lower_bound(agree: int, n: int, z: float) -> float:
     return 1.0 - upper_bound(n - agree, n, z)
 
 
+def agreeing(margins: list[float], rules: ForgeryRules) -> int:
+    """How many of the outputs agree with main's pick: within `tie_nats` of it."""
+    return sum(m <= rules.tie_nats for m in margins)
+
+
 def own_bar(margins: list[float], bar: float, rules: ForgeryRules) -> tuple[float, str]:
     """The agreement bar for a served engine's outputs, with its words: the model's, unless main's
     own outputs of the session (`margins`) fail it themselves, even at the upper end of their
     interval; then the PR may disagree `own_factor` times as often as main does with itself (at
     the lower end of main's agreement)."""
     n = len(margins)
-    agree = sum(m <= rules.tie_nats for m in margins)
+    agree = agreeing(margins, rules)
     if not n or upper_bound(agree, n, rules.z) >= bar:
         return bar, f"bar ≥ {bar}"
     own = max(0.0, 1.0 - rules.own_factor * (1.0 - lower_bound(agree, n, rules.z)))
@@ -191,7 +196,7 @@ def output_problem(
         ("prefills", v.prefill_margins, v.baseline_prefill_margins),
     ):
         n = len(margins)
-        agree = sum(m <= rules.tie_nats for m in margins)
+        agree = agreeing(margins, rules)
         bar, words = own_bar(own, top1_min, rules)
         if n and upper_bound(agree, n, rules.z) < bar:
             parts.append(

@@ -41,6 +41,7 @@ from typing import Literal
 
 from collector.errors import RoundError
 from collector.judge.gates.build import BUILD_FAILED
+from collector.policy import BuildRecipe
 from collector.results import Candidate
 from collector.run.runner import run_bounded
 from engine.harness.sandbox import SYSTEM_PATHS, Sandbox, exit_status
@@ -95,6 +96,11 @@ class Recipe:
     options: tuple[str, ...]
     targets: tuple[str, ...]
     jobs: int = 0  # parallel compiles; 0: every core this process may use
+
+    @classmethod
+    def of(cls, build: BuildRecipe) -> Recipe:
+        """A profile's build recipe (policy `[profiles.NAME.build]`)."""
+        return cls(tuple(build.options), tuple(build.targets), build.jobs)
 
 
 @dataclass(frozen=True)

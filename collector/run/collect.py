@@ -126,7 +126,7 @@ def _collect(
     harness = None
     build = policy.profile.build
     if build is not None:  # a built engine: its builds are what the sessions measure
-        recipe = Recipe(tuple(build.options), tuple(build.targets), build.jobs)
+        recipe = Recipe.of(build)
         main_checkout = build_round(
             main_checkout, list(by_pr.values()), scratch / "builds", compiler_cache(db_path),
             recipe, Sandbox(sandbox), build.timeout_s, policy.failures.min_free_disk_mb, log,

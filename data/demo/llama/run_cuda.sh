@@ -40,7 +40,7 @@ from collector.run.collect import compiler_cache
 from engine.harness.sandbox import Sandbox
 name, checkout, writes = sys.argv[1], Path(sys.argv[2]), sys.argv[3] == "1"
 prof = load_policy("/tmp/sb/data/demo/llama/cuda-policy.toml").profiles["llama-cuda"]
-r = Recipe(tuple(prof.build.options), tuple(prof.build.targets), prof.build.jobs)
+r = Recipe.of(prof.build)
 cache = compiler_cache(Path("/tmp/db/llama-cuda.duckdb"))
 if not writes:  # a PR's build for llama-bench: a copy of main's cache it may write
     import shutil

@@ -190,7 +190,7 @@ def _candidates(
 def _finish(store: Store, round_id: str, infra_left: int, log: Callable[[str], None]) -> None:
     """A round with nothing left to retry is finished; either way it is judged."""
     if infra_left == 0:
-        writer.finish_round(store, round_id, *lookups.main_device(store, round_id))
+        writer.finish_round(store, round_id, *lookups.round_device(store, round_id))
     else:
         log(
             f"{infra_left} sessions failed for infrastructure: run the same command again to retry them"

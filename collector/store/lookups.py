@@ -52,11 +52,17 @@ def finished_sessions(store: Store, round_id: str, statuses: tuple[str, ...]) ->
     return {r[0] for r in rows}
 
 
-def main_device(store: Store, round_id: str) -> tuple[str | None, str | None]:
-    """(device name, driver) of main's first session that ended ok; (None, None) without one."""
+# the sessions that say where a round was timed first: timed kinds, then main's, then in order
+TIMED_FIRST = "kind IN ('score', 'prefill-check'), side <> 'main', started_at, slot, session_id"
+
+
+def round_device(store: Store, round_id: str) -> tuple[str | None, str | None]:
+    """(device name, driver) the round was timed on: its first timed session that ended ok (a
+    served engine's scoring tool may run elsewhere than its timed servers), else main's first;
+    (None, None) without one."""
     rows = store.query(
-        "SELECT device_name, driver FROM sessions WHERE round_id = ? AND side = 'main' "
-        "AND status = 'ok' ORDER BY slot LIMIT 1",
+        "SELECT device_name, driver FROM sessions WHERE round_id = ? AND status = 'ok' "
+        f"AND device_name IS NOT NULL ORDER BY {TIMED_FIRST} LIMIT 1",
         [round_id],
     )
     return (rows[0][0], rows[0][1]) if rows else (None, None)

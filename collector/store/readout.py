@@ -38,6 +38,7 @@ from collector.store.db import schema_sql
 from collector.store.evidence import read_pairs
 from collector.store.export import FORMATS as EXPORT_FORMATS
 from collector.store.export import export_tables
+from collector.store.lookups import TIMED_FIRST
 from collector.store.readout_model import (
     STATUS_ICONS,
     UNKNOWN_ICON,
@@ -157,17 +158,17 @@ def _dicts(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None)
 
 def _fill_devices(con: duckdb.DuckDBPyConnection, rows: list[Row]) -> None:
     """A round whose device was never recorded (its last session cut off before it finished)
-    shows the device and driver of its first main session that recorded one."""
+    shows the device and driver its sessions recorded, as lookups.round_device picks them."""
     missing = [r["round_id"] for r in rows if not r.get("device_name")]
     if not missing:
         return
     first: dict[str, Row] = {}
     for s in _dicts(
         con,
-        """
+        f"""
         SELECT round_id, device_name, driver FROM sessions
-        WHERE side = 'main' AND device_name IS NOT NULL AND list_contains(?, round_id)
-        ORDER BY round_id, started_at, slot, session_id
+        WHERE device_name IS NOT NULL AND list_contains(?, round_id)
+        ORDER BY round_id, {TIMED_FIRST}
         """,
         [missing],
     ):

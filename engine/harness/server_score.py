@@ -125,8 +125,9 @@ def kld(
         except LogitsFileError as e:
             raise EngineOutputError(f"the PR's build: {e}") from None
         del files
+    ran_on = "cupy" if device == "gpu" else "numpy"  # the device its tools ran on, named
     doc = KldResult(
-        **header(model, SimpleNamespace(backend="numpy", model_id=model_id(model)), clock),
+        **header(model, SimpleNamespace(backend=ran_on, model_id=model_id(model)), clock),
         ctx=ctx,
         chunks=chunks,
         **dataclasses.asdict(agreement),

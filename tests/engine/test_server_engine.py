@@ -375,7 +375,9 @@ def fake_tools(tmp_path: Path, name: str, mode: str = "honest") -> Path:
     return build
 
 
-def kld(tmp_path: Path, pr: Path, main: Path, sandbox: str) -> subprocess.CompletedProcess[str]:
+def kld(
+    tmp_path: Path, pr: Path, main: Path, sandbox: str, device: str = "cpu"
+) -> subprocess.CompletedProcess[str]:
     text = REPO / "data" / "corpus.txt"
     model = tmp_path / "models" / "m.gguf"  # the fake tool reads no model
     model.parent.mkdir(exist_ok=True)
@@ -383,7 +385,7 @@ def kld(tmp_path: Path, pr: Path, main: Path, sandbox: str) -> subprocess.Comple
     argv = [sys.executable, "-m", "engine.harness.server_score", "kld", "--model", str(model)]
     argv += ["--text-file", str(text), "--ctx", "16", "--chunks", "3", "--sandbox", sandbox]
     argv += ["--engine-checkout", str(pr), "--baseline-checkout", str(main)]
-    argv += ["--out", str(tmp_path / "kld.json")]
+    argv += ["--device", device, "--out", str(tmp_path / "kld.json")]
     return subprocess.run(argv, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=120)
 
 
@@ -395,11 +397,22 @@ def test_accuracy_with_the_servers_own_tool_held_against_mains(
     assert res.returncode == 0, res.stderr[-2000:]
     same = json.loads((tmp_path / "kld.json").read_text())
     assert (same["tokens"], same["same_top"], same["ppl_ratio"]) == (3 * 7, 1.0, 1.0)
-    assert same["kl_max"] < 1e-9
+    assert same["kl_max"] < 1e-9 and same["device"]["backend"] == "numpy"
     res = kld(tmp_path, fake_tools(tmp_path, "wrong", "wrong"), main, sandbox_kind)
     assert res.returncode == 0, res.stderr[-2000:]
     wrong = json.loads((tmp_path / "kld.json").read_text())
     assert wrong["kl_mean"] > 0.01 and wrong["same_top"] < 0.5
+
+
+@pytest.mark.gpu
+def test_the_tools_document_names_the_gpu_they_ran_on(tmp_path: Path) -> None:
+    """With `--device gpu` (a cupy profile's round) the document names the card, as a timed
+    session's does: the round's device is never the CPU of its scoring sessions."""
+    main = fake_tools(tmp_path, "main")
+    res = kld(tmp_path, fake_tools(tmp_path, "same"), main, "none", "gpu")
+    assert res.returncode == 0, res.stderr[-2000:]
+    device = json.loads((tmp_path / "kld.json").read_text())["device"]
+    assert device["backend"] == "cupy" and device["driver"]
 
 
 def test_a_tool_that_fails_or_writes_a_bad_file_is_the_builds_own(tmp_path: Path) -> None:

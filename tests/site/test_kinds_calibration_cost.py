@@ -287,7 +287,7 @@ def test_noise_floors_are_escaped_and_grouped() -> None:
     assert str(fmt.noise_floors(None)) == "min_noise –"
 
 
-def test_unfinished_round_shows_its_sessions_device(tmp_path: Path) -> None:
+def test_unfinished_round_shows_the_device_it_was_timed_on(tmp_path: Path) -> None:
     db = synthetic.generate(tmp_path / "u.duckdb", prs=4, rounds=1, aa_rounds=1)
     con = duckdb.connect(str(db))
     aa = con.execute("SELECT round_id FROM rounds WHERE round_id LIKE 'aa-%'").fetchone()[0]
@@ -297,9 +297,17 @@ def test_unfinished_round_shows_its_sessions_device(tmp_path: Path) -> None:
         [aa],
     )
     con.execute("UPDATE sessions SET device_name = 'Other', driver = 'd0' WHERE round_id = ?", [aa])
+    # the round's device is where it was timed: its first timed session (main's and the PR's
+    # engines timed side by side), not a scoring session that ran before it elsewhere (a
+    # served engine's tool may run on the CPU)
+    con.execute(
+        "UPDATE sessions SET device_name = 'Scorer', started_at = started_at - INTERVAL 1 DAY "
+        "WHERE round_id = ? AND kind = 'score'",
+        [aa],
+    )
     first = con.execute(
-        "SELECT session_id FROM sessions WHERE round_id = ? AND side = 'main' "
-        "ORDER BY started_at, slot, session_id LIMIT 1",
+        "SELECT session_id FROM sessions WHERE round_id = ? "
+        "AND kind NOT IN ('score', 'prefill-check') ORDER BY side <> 'main', started_at, slot LIMIT 1",
         [aa],
     ).fetchone()[0]
     con.execute(
@@ -318,7 +326,7 @@ def test_unfinished_round_shows_its_sessions_device(tmp_path: Path) -> None:
     row = next(ln for ln in index.splitlines() if f"{aa}</a>" in ln)
     assert f"| {device} |" in row and row.endswith("| unfinished |")
     for page in (rules, head, index):
-        assert "in progress" not in page and "Other" not in page
+        assert "in progress" not in page and "Other" not in page and "Scorer" not in page
 
 
 def test_rules_without_aa_rounds_say_so(tmp_path: Path) -> None:

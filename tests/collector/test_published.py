@@ -1,6 +1,7 @@
-"""The published database (data/sparkboard.duckdb): the H200 rounds measured with
-data/demo/gpu/ (issue 6). Its verdicts are what the patches do, the A/A rounds are `none`
-everywhere, the rounds are judged under the calibrated gpu policy, and no logits are kept."""
+"""The published database (data/sparkboard.duckdb): the H200 and H100 rounds measured with
+data/demo/gpu/ (issue 6) and llama.cpp's CUDA round (data/demo/llama/, issue 30). Its verdicts
+are what the patches do, the A/A rounds are `none` everywhere, the builtin engine's rounds are
+judged under the calibrated gpu policy, and no logits are kept."""
 
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ GATES_FAILED = {
 
 SEALED_GATES = ROOT / "data" / "demo" / "gpu" / "gates-h200-sealed.toml"
 # the same round measured again under the sessions of 2026-12-06 (one core, graphed short
-# prefills), on an H100: the newest leaderboard round
+# prefills), on an H100: the builtin engine's newest leaderboard round
 SEALED_GATES_AGAIN = ROOT / "data" / "demo" / "gpu" / "gates-h100-sealed.toml"
 
 
@@ -116,6 +117,42 @@ def test_the_sealed_gates_round_catches_what_the_gates_round_caught(
     assert all(g.status == "pass" for g in got[1].gates)
 
 
+LLAMA_CUDA = ROOT / "data" / "demo" / "llama" / "cuda-h100.toml"
+# what caught each REJECT of llama.cpp's CUDA round (data/demo/llama/README.md, "On the GPU")
+LLAMA_CUDA_FAILED = {
+    112: {"run:smollm2-135m", "accuracy:smollm2-135m"},
+    113: {"floor"},
+    114: {"memory:smollm2-135m", "memory:tiny", "long-context:smollm2-135m"},
+}
+
+
+def test_the_llama_cuda_round_gives_every_pr_its_expected_verdict(store) -> None:
+    """llama.cpp's PRs judged on the GPU through its own server and tools (2026-12-06, an H100):
+    the upstream change `none`, the planted numerics bug, regression and device-memory hog each
+    REJECTed by the gates meant for them, under the profile of data/demo/llama/cuda-policy.toml;
+    the round's device is the card its servers were timed on."""
+    from collector.policy import load_policy
+
+    m = load_manifest(LLAMA_CUDA).manifest
+    (rnd,) = store.query_dicts("SELECT * FROM rounds WHERE round_id = ?", [m.round])
+    assert rnd["device_name"] == "NVIDIA H100 80GB HBM3" and rnd["finished_at"] is not None
+    assert rnd["sandbox"].startswith("bubblewrap") and rnd["profile"] == "llama-cuda"
+    assert tomllib.loads(rnd["manifest_toml"]) == tomllib.loads(LLAMA_CUDA.read_text())
+    stored = json.loads(rnd["policy_json"])["profile"]
+    profile = load_policy(LLAMA_CUDA.parent / m.policy).profiles["llama-cuda"]
+    assert stored == json.loads(profile.model_dump_json())
+    got = {ev.pr: ev for ev in Readout.from_connection(store.con).by_round[m.round]}
+    assert {n: ev.label for n, ev in got.items()} == {p.number: p.expect for p in m.pr}
+    failed = {n: {g.gate for g in ev.gates if g.status == "fail"} for n, ev in got.items()}
+    assert {n: f for n, f in failed.items() if f} == LLAMA_CUDA_FAILED
+    statuses = store.query(
+        "SELECT DISTINCT kind, device_name FROM sessions WHERE round_id = ? "
+        "AND status IN ('ok', 'diverged') AND kind <> 'score'",
+        [m.round],
+    )
+    assert {d for _, d in statuses} == {"NVIDIA H100 80GB HBM3"}
+
+
 def test_the_aa_rounds_are_none_on_every_axis(store) -> None:
     rounds = [
         r[0]
@@ -143,6 +180,8 @@ def test_rounds_are_judged_under_the_calibrated_gpu_policy(store) -> None:
     2026-12-05 each session on one core."""
     for rid, pj in store.query("SELECT round_id, policy_json FROM rounds"):
         prof = json.loads(pj)["profile"]
+        if prof.get("engine", "builtin") != "builtin":
+            continue  # a served engine's round carries its own profile (below)
         four = "-legs" in rid or "-sealed" in rid or rid.startswith("2026-12-05-")
         assert prof.get("legs", 1) == (4 if four else 1)
         one_core = rid.startswith("2026-12-05-") or rid == "2026-12-h100-gates-sealed"
@@ -262,10 +301,11 @@ def test_commands_default_to_the_newest_leaderboard_round() -> None:
     newest round that measured that PR (a leaderboard round before a newer A/A round)."""
     rid = load_manifest(DEMO).manifest.round
     store = SimpleNamespace(con=connect(PUBLISHED))
-    newest = load_manifest(SEALED_GATES_AGAIN).manifest.round
+    newest = load_manifest(LLAMA_CUDA).manifest.round
     assert pick_round(store.con) == newest
     assert pick_round(store.con, pr=201) == pick_round(store.con, pr=202) == rid
-    assert pick_round(store.con, pr=1) == newest
+    assert pick_round(store.con, pr=113) == newest
+    assert pick_round(store.con, pr=1) == load_manifest(SEALED_GATES_AGAIN).manifest.round
     assert pick_round(store.con, pr=303) == load_manifest(GATES).manifest.round
     assert pick_round(store.con, "2026-11-30-h200-aa1", pr=1) == "2026-11-30-h200-aa1"
     with pytest.raises(LookupError, match="no round measured PR #999"):
@@ -280,10 +320,13 @@ def test_show_and_comment_find_the_pr_without_a_round() -> None:
     from collector.cli import main
 
     runner = CliRunner()
-    # the newest round: the sealed gates round, which left 303 out
+    # the newest round: llama.cpp's CUDA round
     shown = runner.invoke(main, ["show", "--db", str(PUBLISHED)])
-    assert shown.exit_code == 0 and "PR #307 — REJECT" in shown.output
-    assert "PR #303 " not in shown.output
+    assert shown.exit_code == 0 and "PR #113 — REJECT" in shown.output
+    assert "PR #307 " not in shown.output
+    # a PR of an older round: the newest round that measured it, the sealed gates round
+    gates = runner.invoke(main, ["show", "--db", str(PUBLISHED), "--pr", "307"])
+    assert gates.exit_code == 0 and "PR #307 — REJECT" in gates.output
     one = runner.invoke(main, ["show", "--db", str(PUBLISHED), "--pr", "202"])
     assert one.exit_code == 0 and "PR #202 — REJECT" in one.output
     comment = runner.invoke(main, ["comment", "--db", str(PUBLISHED), "--pr", "201"])

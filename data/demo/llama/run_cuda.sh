@@ -10,7 +10,8 @@
 #                                             (carry .whl with ccache, .gguf/head.gguf, .llama/tree.tar.xz)
 #   bash data/demo/llama/run_cuda.sh piece DIR a piece of the SmolLM2 file (run_paired.sh)
 #   bash data/demo/llama/run_cuda.sh start    once main's build is in, the round, detached
-#   bash data/demo/llama/run_cuda.sh wait S   wait for it; once done, llama-bench on main's and two
+#   bash data/demo/llama/run_cuda.sh wait S   wait for it (starting it first where `start` gave up on
+#                                             main's build); once done, llama-bench on main's and two
 #                                             PRs' builds, then $OUT/llama-cuda.duckdb, the verdicts
 #                                             (show --json), the cost and llama-bench's JSON
 # .llama/tree.tar.xz: `tar --exclude=./llama.cpp-0.3.36/.git -C .llama -cJf .llama/tree.tar.xz
@@ -112,6 +113,9 @@ PY
 
 wait_round() {
   local deadline=$((SECONDS + ${1:-500}))
+  # main's build outlasted `start`'s wait (386 s once, cold): start the round now, within this wait
+  [ -f "$DB/rounds.log" ] || start $((${1:-500} - 30))
+  [ -f "$DB/rounds.log" ] || return 0
   while [ ! -f "$DB/done" ] && [ $SECONDS -lt $deadline ]; do sleep 5; done
   cat "$DB/rounds.log"; tail -n 8 "$DB/round.log"
   if [ ! -f "$DB/done" ]; then  # the database as it stands (a copy: the round writes it)

@@ -25,8 +25,10 @@ what they must be:
   per generated token and per prefill's argmax, its margin below main's best log-prob. A token
   within `tie_nats` of main's pick agrees. `diverged` ("the timed run computed something else") when
   even the upper end of a one-sided confidence interval (z = `z`) of the agreement is under the
-  model's accuracy bar `top1_min`, or the prefill digests' mean KL to main is over `kl_max`: a run
-  that took a shortcut while timed, replayed a cached answer or returned another prompt's result.
+  model's accuracy bar `top1_min`, or the prefill digests' mean KL to main is over `kl_max` (a
+  served engine's decode paths' too: server_verify.py, `decode_kl`): a run that took a shortcut
+  while timed, replayed a cached answer, returned another prompt's result, or a kernel of one
+  path alone that computes something else.
   A served engine's outputs are held against main's server, which batches and splits its work as
   it likes, so main's own outputs of the same session are held against it too (the report's
   baseline margins): where main's own agreement fails the bar itself, the PR may disagree
@@ -202,10 +204,14 @@ def output_problem(
             parts.append(
                 f"{what} agree with main's model on {agree} of {n} ({agree / n:.1%}; {words})"
             )
-    if v.prefill_kl:
-        kl = statistics.fmean(v.prefill_kl)
-        if kl > kl_max:
-            parts.append(f"prefill logits KL {kl:.4f} from main's (bar ≤ {kl_max})")
+    for what, kls in (
+        ("prefill", v.prefill_kl),
+        ("decode-path", v.decode_kl),
+        ("batched decode", v.batched_decode_kl),
+    ):
+        if kls and statistics.fmean(kls) > kl_max:
+            kl = statistics.fmean(kls)
+            parts.append(f"{what} logits KL {kl:.4f} from main's (bar ≤ {kl_max})")
     if not parts:
         return None
     return "the timed run computed something else: " + "; ".join(parts)

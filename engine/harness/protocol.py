@@ -106,6 +106,10 @@ class VerificationReport(Strict):
     # own near-ties beyond the tie margin; this is how far the procedure disagrees with itself.
     baseline_decode_margins: list[NonNegFloat] = []
     baseline_prefill_margins: list[NonNegFloat] = []
+    # A served engine's decode path: KL(main || the PR) per decode step of a few timed prompts
+    # continued by both servers one sequence at a time, and several at once (server_verify.py)
+    decode_kl: list[NonNegFloat] = []
+    batched_decode_kl: list[NonNegFloat] = []
 
 
 class MemoryReport(Strict):

@@ -372,6 +372,9 @@ class ServerEngine(TakesTurns):
                 return self._exchange(message, bodies, together, timed)
         group = self.group_of(message)
         self.asked = (bodies, together)
+        if not timed:  # on new connections: the server may have closed one idle past its
+            for seq, _ in bodies:  # keep-alive while it was stopped (llama-server's: 5 s)
+                self.conns[seq].close()
         self.turns.asking()
         t0 = time.perf_counter()
         answers = self._answers(bodies, together)
@@ -457,10 +460,20 @@ class ServerEngine(TakesTurns):
     def continuation(self, seq: int, ids: list[int], steps: int, n_probs: int) -> dict:
         """Untimed: `steps` greedy tokens after `ids` with each one's top log-probs (main's
         server as the reference of verification: server_verify.py)."""
-        self.tokens[seq] = list(ids)
-        message = {"op": "reference"}
-        (answer,), _ = self._exchange(
-            message, [(seq, self._body(seq, list(ids), steps, n_probs))], False, timed=False
-        )
-        self._tokens(answer, steps)
+        (answer,) = self.continuations([ids], steps, n_probs, first=seq)
         return answer
+
+    def continuations(
+        self, prompts: list[list[int]], steps: int, n_probs: int, first: int = 0
+    ) -> list[dict]:
+        """Untimed: each prompt continued as `continuation` does, all in flight together, a slot
+        each from `first` on (the server then decodes them in one batch a step)."""
+        bodies = []
+        for seq, ids in enumerate(prompts, start=first):
+            self.tokens[seq] = list(ids)
+            bodies.append((seq, self._body(seq, list(ids), steps, n_probs)))
+        message = {"op": "reference"}
+        answers, _ = self._exchange(message, bodies, len(bodies) > 1, timed=False)
+        for answer in answers:
+            self._tokens(answer, steps)
+        return answers

@@ -24,6 +24,17 @@ that token has no margin (skipped: main's log-probs there cannot be had; the sam
 tokens are still held to main's). A prefill digest the PR's server withheld stands where main's
 server withholds its own for the same token, gets its margin where main's token differs, and is
 the PR's failure where main's server sends one for the same token at the same context.
+
+The decode path's numerics (`decode_kl`): a timed decode's tokens are held to main's pick only,
+and within the tie margin a subtle bug in the decode's kernels alone (a token a step: on CUDA
+the quantized mat-vec, not the matmul a prompt or llama-perplexity's batches take) flips too
+few of them to tell. So both servers continue the same few timed prompts greedily, untimed, each
+in its own turn, with their top log-probs, one sequence at a time (`decode_kl`) and then several
+at once (`batched_decode_kl`): past the first token each step is a decode (of one sequence, or
+of a batch of them as in the timed concurrent decode), the same path in both builds. Where
+their tokens so far agree, the KL between main's step and the PR's is the decode path's distance
+from main's (0 for a build that computes what main's computes, on the CPU exactly; each kind
+judged on its own, so a bug in the batched path alone is not averaged away by the other).
 """
 
 from __future__ import annotations
@@ -37,6 +48,11 @@ from engine.harness.timing import Sample
 from engine.harness.verify import TAIL_FLOOR
 
 REFERENCE_TOPK = 20
+PROBE_PROMPTS = 4  # timed prompts each server continues through its decode path (decode_kl)
+PROBE_TOKENS = 16
+
+# a server's greedy continuation: its tokens and the top log-probs at each (None: withheld)
+Continued = tuple[list[int], list[list[tuple[int, float]] | None]]
 
 
 def _margin(top: list[tuple[int, float]], made: int) -> float:
@@ -101,6 +117,52 @@ def prefill_check(
     return _margin(top, s.argmax), (None if s.topk is None else _kl(top, s.topk))
 
 
+def probe_prompts(groups: list[list[Sample]]) -> list[list[int]]:
+    """The prompts of the first PROBE_PROMPTS timed decodes, distinct (fresh challenges)."""
+    prompts: list[list[int]] = []
+    for s in (s for group in groups for s in group):
+        prompt = [int(t) for t in s.prompt]
+        if s.ids is not None and prompt and prompt not in prompts:
+            prompts.append(prompt)
+        if len(prompts) == PROBE_PROMPTS:
+            break
+    return prompts
+
+
+def continued(
+    server: ServerEngine, prompts: list[list[int]]
+) -> tuple[list[Continued], list[Continued]]:
+    """Each prompt continued greedily for PROBE_TOKENS tokens with the top log-probs at each:
+    one sequence at a time (its decode of one token), then (a server of several slots) as many
+    at once as it has slots (its batched decode). The caller holds the server's turn."""
+    one = [server.continuation(0, p, PROBE_TOKENS, REFERENCE_TOPK) for p in prompts]
+    many = []
+    if server.slots > 1 and len(prompts) > 1:
+        batch = prompts[: server.slots]
+        server.reset(len(batch), server.slot_ctx)
+        for seq, p in enumerate(batch):  # each prompt into its slot alone: the same cache
+            server.continuation(seq, p, 1, 0)  # in both builds, whatever arrives first below
+        many = server.continuations(batch, PROBE_TOKENS, REFERENCE_TOPK)
+    return [_read(server, a) for a in one], [_read(server, a) for a in many]
+
+
+def _read(server: ServerEngine, answer: dict) -> Continued:
+    return list(answer["tokens"]), server.top_logprobs(answer, PROBE_TOKENS)
+
+
+def decode_path_kl(mains: list[Continued], theirs: list[Continued]) -> list[float]:
+    """KL(main || the PR) at each decode step (past the first token) where both continuations
+    still share their context and both sent log-probs."""
+    kls = []
+    for (m_ids, m_tops), (t_ids, t_tops) in zip(mains, theirs, strict=True):
+        for j in range(1, min(len(m_ids), len(t_ids))):
+            if m_ids[:j] != t_ids[:j]:
+                break  # another context from here: nothing to compare
+            if m_tops[j] is not None and t_tops[j] is not None:
+                kls.append(_kl(m_tops[j], t_tops[j]))
+    return kls
+
+
 def _margins(
     main: ServerEngine, groups: list[list[Sample]]
 ) -> tuple[list[float], list[float], list[float]]:
@@ -126,19 +188,35 @@ def _rounded(margins: list[float]) -> list[float]:
 
 
 def verify_on(
-    main: ServerEngine, groups: list[list[Sample]], reference: str, own: list[list[Sample]]
+    main: ServerEngine,
+    groups: list[list[Sample]],
+    reference: str,
+    own: list[list[Sample]],
+    measured: ServerEngine | None = None,
 ) -> VerificationReport:
     """Every sample of every group against main's server, in main's turn; then main's own
-    samples of the same session (`own`) the same way (VerificationReport's baseline margins)."""
+    samples of the same session (`own`) the same way (VerificationReport's baseline margins).
+    With the `measured` server still up, its decode path against main's too (`decode_kl`,
+    `batched_decode_kl`)."""
+    prompts = probe_prompts(groups) if measured is not None else []
+    theirs: tuple[list[Continued], list[Continued]] = ([], [])
+    if measured is not None and prompts:
+        measured.reset(1, measured.slot_ctx)
+        with measured.turn():
+            theirs = continued(measured, prompts)
     main.reset(1, main.slot_ctx)
     with main.turn():
         dec, pre, kls = _margins(main, groups)
         main_dec, main_pre, _ = _margins(main, own)
+        mains = continued(main, prompts) if prompts else ([], [])
+    one, many = (decode_path_kl(m, t) for m, t in zip(mains, theirs, strict=True))
     return VerificationReport(
         reference=reference,
         decode_margins=_rounded(dec),
         prefill_margins=_rounded(pre),
         prefill_kl=[round(k, 8) for k in kls],
+        decode_kl=[round(k, 8) for k in one],
+        batched_decode_kl=[round(k, 8) for k in many],
         baseline_decode_margins=_rounded(main_dec),
         baseline_prefill_margins=_rounded(main_pre),
     )

@@ -316,7 +316,7 @@ class Legs:
                     "against main's server"
                 )
                 reference = f"main's server ({procs[0].kind.name})"
-                self.reports.append(verify_on(procs[0], checks, reference, own))
+                self.reports.append(verify_on(procs[0], checks, reference, own, procs[-1]))
                 self.steps.done("verified")
         except DeviceHeld as held:
             assert self.probe is not None  # only a probe finds the device held
@@ -422,6 +422,8 @@ def joined_reports(reports: list[VerificationReport]) -> VerificationReport:
         decode_margins=[m for r in reports for m in r.decode_margins],
         prefill_margins=[m for r in reports for m in r.prefill_margins],
         prefill_kl=[k for r in reports for k in r.prefill_kl],
+        decode_kl=[k for r in reports for k in r.decode_kl],
+        batched_decode_kl=[k for r in reports for k in r.batched_decode_kl],
         baseline_decode_margins=[m for r in reports for m in r.baseline_decode_margins],
         baseline_prefill_margins=[m for r in reports for m in r.baseline_prefill_margins],
     )

@@ -203,7 +203,13 @@ def test_wilson_bound() -> None:
     assert upper_bound(10, 10, 2.33) == pytest.approx(1.0)
 
 
-def _doc(decode: list[float], prefill: list[float], kl: list[float]) -> SweepResult:
+def _doc(
+    decode: list[float],
+    prefill: list[float],
+    kl: list[float],
+    decode_kl: list[float] | None = None,
+    batched: list[float] | None = None,
+) -> SweepResult:
     raw = {
         "schema_version": 2,
         "model": "tiny",
@@ -226,6 +232,8 @@ def _doc(decode: list[float], prefill: list[float], kl: list[float]) -> SweepRes
                 "decode_margins": decode,
                 "prefill_margins": prefill,
                 "prefill_kl": kl,
+                "decode_kl": decode_kl or [],
+                "batched_decode_kl": batched or [],
             },
         },
     }
@@ -242,7 +250,19 @@ def test_outputs_of_another_computation_are_forged() -> None:
     assert why and why.startswith("the timed run computed something else")
     assert "4 of 24" in why
     why = output_problem(_doc([0.0] * 24, [0.0] * 6, [0.9] * 6), 0.93, 0.03, RULES)
-    assert why and "KL 0.9000" in why
+    assert why and "prefill logits KL 0.9000" in why
+    # a served engine's decode path, held to the same bar as its prefills
+    assert (
+        output_problem(_doc([0.0] * 24, [0.0] * 6, [0.0] * 6, [0.02] * 8), 0.93, 0.03, RULES)
+        is None
+    )
+    why = output_problem(_doc([0.0] * 24, [0.0] * 6, [0.0] * 6, [0.05] * 8), 0.93, 0.03, RULES)
+    assert why and "decode-path logits KL 0.0500" in why and "prefill" not in why
+    # the batched decode on its own: its steps are not averaged with the single sequence's
+    why = output_problem(
+        _doc([0.0] * 24, [0.0] * 6, [0.0] * 6, [0.0] * 60, [0.05] * 8), 0.93, 0.03, RULES
+    )
+    assert why and "batched decode logits KL 0.0500" in why and "decode-path" not in why
 
 
 def test_a_served_engine_may_disagree_twice_as_often_as_main_does_with_its_own_server() -> None:

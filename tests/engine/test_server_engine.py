@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from engine_helpers import REPO
 
-from collector.judge.forgery import idle_problem
+from collector.judge.forgery import idle_problem, output_problem
 from collector.policy import load_policy
 from engine.cli_common import EXIT_BAD_OUTPUT, EXIT_BASELINE, EXIT_HARNESS
 from engine.errors import EngineOutputError
@@ -33,6 +33,7 @@ from engine.harness.protocol import (
 )
 from engine.harness.sandbox import Sandbox
 from engine.harness.server_engine import ServerEngine, aligned_top_logprobs, server_kind
+from engine.harness.server_verify import PROBE_PROMPTS, PROBE_TOKENS
 from engine.harness.timing import EngineSpec
 
 FAKE = REPO / "tests" / "support" / "fake_llama_server.py"
@@ -104,6 +105,8 @@ def test_a_served_engine_is_timed_beside_mains_and_verified_against_it(
     assert v.decode_margins and set(v.decode_margins) == {0.0}
     assert v.prefill_margins and set(v.prefill_margins) == {0.0}
     assert max(v.prefill_kl) < 1e-9
+    # the decode path of both servers, a few timed prompts continued one sequence at a time
+    assert len(v.decode_kl) >= 2 and max(v.decode_kl) < 1e-9
     # main's own outputs of the session held against its server the same way (the judge's
     # reference of how far the procedure disagrees with itself)
     assert len(v.baseline_decode_margins) == len(v.decode_margins)
@@ -126,6 +129,21 @@ def test_a_server_that_computes_something_else_shows_in_its_margins(tmp_path: Pa
     # each token is off main's pick by more than any tie: one margin per token, each large
     assert v.decode_margins and min(v.decode_margins) > 1.0
     assert v.prefill_margins and min(v.prefill_margins) > 1.0
+
+
+def test_a_numerics_bug_in_the_decode_path_alone_shows_in_its_kl(tmp_path: Path) -> None:
+    """A server whose decode path (past a request's first token) computes other log-probs but
+    the same greedy tokens: every timed token is main's pick and every prefill digest main's,
+    so only the decode path's KL against main's server tells it, and the judge calls it so."""
+    main, pr = fake_build(tmp_path, "main"), fake_build(tmp_path, "pr", mode="decodebug")
+    doc = sweep(tmp_path, pr, main, "none")
+    v = doc.measured.verification
+    assert v is not None
+    assert set(v.decode_margins) == {0.0} and set(v.prefill_margins) == {0.0}
+    assert max(v.prefill_kl) < 1e-9
+    assert v.decode_kl and min(v.decode_kl) > 1e-3 and sum(v.decode_kl) / len(v.decode_kl) > 0.05
+    why = output_problem(doc, 0.995, 0.006, load_policy().forgery)
+    assert why and "decode-path logits KL" in why and "prefill" not in why
 
 
 def test_a_probability_of_zero_written_as_null_is_a_floor_not_a_failure(tmp_path: Path) -> None:
@@ -228,6 +246,11 @@ def test_concurrent_requests_are_in_flight_together(tmp_path: Path) -> None:
     assert {"decode ctx=12 w=2", "decode ctx=12 w=3"} <= set(doc.measured.timing.groups)
     v = doc.measured.verification
     assert v is not None and v.decode_margins and set(v.decode_margins) == {0.0}
+    # the decode path probed one sequence at a time (4 prompts), then 3 at once (the slots;
+    # the fake withholds the log-probs of 1 token in 11)
+    assert 0 < len(v.decode_kl) <= PROBE_PROMPTS * (PROBE_TOKENS - 1)
+    assert 0 < len(v.batched_decode_kl) <= 3 * (PROBE_TOKENS - 1)
+    assert max(v.decode_kl) < 1e-9 and max(v.batched_decode_kl) < 1e-9
 
 
 def test_unusable_answers_are_the_prs_and_a_missing_server_is_said(tmp_path: Path) -> None:
@@ -358,6 +381,15 @@ def test_a_real_llama_server_beside_itself(tmp_path: Path) -> None:
     ties = [m for m in v.decode_margins if m > 0]
     assert len(ties) <= 0.05 * len(v.decode_margins) and max(v.decode_margins) < 0.5
     assert max(v.prefill_margins) == 0.0 and max(v.prefill_kl) < 1e-6
+    # one sequence at a time, the decode path computes what main's does, step for step
+    assert v.decode_kl and max(v.decode_kl) < 1e-6
+    # and several at once, each prompt first into its slot alone: the batched decode's steps too
+    args = ("--widths", "2,4", "--tokens", "8", "--runs", "2", "--server-threads", "1")
+    res = served(tmp_path, "concurrent", build, build, "bwrap", *args, model=model)
+    assert res.returncode == 0, res.stderr[-3000:]
+    v = parse_document((tmp_path / "out.json").read_bytes(), "concurrent").measured.verification
+    assert v is not None and v.decode_kl and v.batched_decode_kl
+    assert max(v.decode_kl) < 1e-6 and max(v.batched_decode_kl) < 1e-6
 
 
 def fake_tools(tmp_path: Path, name: str, mode: str = "honest") -> Path:

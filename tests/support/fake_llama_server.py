@@ -12,6 +12,9 @@ tokens and log-probs are exact and cheap; each token costs a little CPU, like a 
 SPARKBOARD_FAKE_MODE picks how it behaves (a PR's server):
   honest    computes the model (the default)
   wrong     every predicted token one past the model's (a numerics bug)
+  decodebug past a request's first token (its decode path, a token a step) the candidates'
+            logits 1.25 times the model's: the same greedy tokens, other log-probs (a numerics
+            bug in the decode's kernels alone)
   busy      keeps a core busy from its first answer on (work while it is not its turn)
   garbage   answers ids outside the vocabulary
   nullprob  its last top log-prob null (a probability of 0, as llama-server writes minus infinity)
@@ -59,10 +62,13 @@ def logits(context: list[int]) -> dict[int, float]:
     return out
 
 
-def log_probs(context: list[int], n: int) -> tuple[int, list[tuple[int, float]]]:
-    """The greedy token and the top-n (id, log-prob) at this context."""
+def log_probs(
+    context: list[int], n: int, scale: float = 1.0
+) -> tuple[int, list[tuple[int, float]]]:
+    """The greedy token and the top-n (id, log-prob) at this context (`scale`: the candidates'
+    logits scaled, a decode-path bug)."""
     sum(i * i for i in range(WORK))  # a token's work
-    cand = logits(context)
+    cand = {t: v * scale for t, v in logits(context).items()}
     z = math.log(sum(math.exp(v) for v in cand.values()) + (VOCAB - len(cand)))
     ranked = sorted(cand.items(), key=lambda kv: (-kv[1], kv[0]))
     top = [(t, v - z) for t, v in ranked]
@@ -86,8 +92,9 @@ def complete(body: dict) -> dict:
         sum(i * i for i in range(WORK // 8))
     t1 = time.perf_counter()
     n_probs, made, probs = int(body.get("n_probs", 0)), [], []
-    for _ in range(int(body["n_predict"])):
-        tok, top = log_probs(context, max(n_probs, 1))
+    for k in range(int(body["n_predict"])):
+        scale = 1.25 if MODE == "decodebug" and k > 0 else 1.0
+        tok, top = log_probs(context, max(n_probs, 1), scale)
         if MODE == "wrong":
             tok = (tok + 1) % VOCAB
         if MODE == "garbage":

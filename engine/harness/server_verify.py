@@ -50,6 +50,7 @@ from engine.harness.verify import TAIL_FLOOR
 REFERENCE_TOPK = 20
 PROBE_PROMPTS = 4  # timed prompts each server continues through its decode path (decode_kl)
 PROBE_TOKENS = 16
+PROBE_MIN = 4  # a prompt's slot must have room for this many of them
 
 # a server's greedy continuation: its tokens and the top log-probs at each (None: withheld)
 Continued = tuple[list[int], list[list[tuple[int, float]] | None]]
@@ -117,12 +118,14 @@ def prefill_check(
     return _margin(top, s.argmax), (None if s.topk is None else _kl(top, s.topk))
 
 
-def probe_prompts(groups: list[list[Sample]]) -> list[list[int]]:
-    """The prompts of the first PROBE_PROMPTS timed decodes, distinct (fresh challenges)."""
+def probe_prompts(groups: list[list[Sample]], slot_ctx: int) -> list[list[int]]:
+    """The prompts of the first PROBE_PROMPTS timed decodes (fresh challenges), distinct, that
+    leave a slot of `slot_ctx` tokens room for PROBE_MIN tokens or more."""
     prompts: list[list[int]] = []
     for s in (s for group in groups for s in group):
         prompt = [int(t) for t in s.prompt]
-        if s.ids is not None and prompt and prompt not in prompts:
+        fits = len(prompt) + PROBE_MIN < slot_ctx
+        if s.ids is not None and prompt and fits and prompt not in prompts:
             prompts.append(prompt)
         if len(prompts) == PROBE_PROMPTS:
             break
@@ -132,22 +135,24 @@ def probe_prompts(groups: list[list[Sample]]) -> list[list[int]]:
 def continued(
     server: ServerEngine, prompts: list[list[int]]
 ) -> tuple[list[Continued], list[Continued]]:
-    """Each prompt continued greedily for PROBE_TOKENS tokens with the top log-probs at each:
-    one sequence at a time (its decode of one token), then (a server of several slots) as many
-    at once as it has slots (its batched decode). The caller holds the server's turn."""
-    one = [server.continuation(0, p, PROBE_TOKENS, REFERENCE_TOPK) for p in prompts]
+    """Each prompt continued greedily (PROBE_TOKENS tokens, or as many as its slot has room
+    for) with the top log-probs at each: one sequence at a time (its decode of one token), then
+    (a server of several slots) as many at once as it has slots (its batched decode). The
+    caller holds the server's turn."""
+    steps = min(PROBE_TOKENS, server.slot_ctx - 1 - max(map(len, prompts), default=0))
+    one = [server.continuation(0, p, steps, REFERENCE_TOPK) for p in prompts]
     many = []
     if server.slots > 1 and len(prompts) > 1:
         batch = prompts[: server.slots]
         server.reset(len(batch), server.slot_ctx)
         for seq, p in enumerate(batch):  # each prompt into its slot alone: the same cache
             server.continuation(seq, p, 1, 0)  # in both builds, whatever arrives first below
-        many = server.continuations(batch, PROBE_TOKENS, REFERENCE_TOPK)
-    return [_read(server, a) for a in one], [_read(server, a) for a in many]
+        many = server.continuations(batch, steps, REFERENCE_TOPK)
+    return [_read(server, a, steps) for a in one], [_read(server, a, steps) for a in many]
 
 
-def _read(server: ServerEngine, answer: dict) -> Continued:
-    return list(answer["tokens"]), server.top_logprobs(answer, PROBE_TOKENS)
+def _read(server: ServerEngine, answer: dict, steps: int) -> Continued:
+    return list(answer["tokens"]), server.top_logprobs(answer, steps)
 
 
 def decode_path_kl(mains: list[Continued], theirs: list[Continued]) -> list[float]:
@@ -198,7 +203,7 @@ def verify_on(
     samples of the same session (`own`) the same way (VerificationReport's baseline margins).
     With the `measured` server still up, its decode path against main's too (`decode_kl`,
     `batched_decode_kl`)."""
-    prompts = probe_prompts(groups) if measured is not None else []
+    prompts = probe_prompts(groups, main.slot_ctx) if measured is not None else []
     theirs: tuple[list[Continued], list[Continued]] = ([], [])
     if measured is not None and prompts:
         measured.reset(1, measured.slot_ctx)

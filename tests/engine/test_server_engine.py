@@ -33,8 +33,8 @@ from engine.harness.protocol import (
 )
 from engine.harness.sandbox import Sandbox
 from engine.harness.server_engine import ServerEngine, aligned_top_logprobs, server_kind
-from engine.harness.server_verify import PROBE_PROMPTS, PROBE_TOKENS
-from engine.harness.timing import EngineSpec
+from engine.harness.server_verify import PROBE_MIN, PROBE_PROMPTS, PROBE_TOKENS, probe_prompts
+from engine.harness.timing import EngineSpec, Sample
 
 FAKE = REPO / "tests" / "support" / "fake_llama_server.py"
 # the fakes run in the sandbox, which binds the system's folders: the system's python3
@@ -144,6 +144,22 @@ def test_a_numerics_bug_in_the_decode_path_alone_shows_in_its_kl(tmp_path: Path)
     assert v.decode_kl and min(v.decode_kl) > 1e-3 and sum(v.decode_kl) / len(v.decode_kl) > 0.05
     why = output_problem(doc, 0.995, 0.006, load_policy().forgery)
     assert why and "decode-path logits KL" in why and "prefill" not in why
+
+
+def test_the_decode_probe_takes_timed_decodes_prompts_that_fit_their_slot() -> None:
+    """Prompts of timed decodes only (a prefill's digest is checked as it is), each once, and
+    only those whose slot has room to continue them: a server is never asked past its slot."""
+    short, long = np.arange(20), np.arange(60)
+    made = np.arange(4)
+    groups = [
+        [Sample(prompt=short, argmax=1)],
+        [Sample(prompt=long, first=1, ids=made), Sample(prompt=short, first=2, ids=made)],
+        [Sample(prompt=short, first=3, ids=made)],
+    ]
+    assert probe_prompts(groups, 60 + PROBE_MIN) == [list(short)]
+    assert probe_prompts(groups, 61 + PROBE_MIN) == [list(long), list(short)]
+    many = [[Sample(prompt=np.arange(i, i + 8), first=1, ids=made)] for i in range(9)]
+    assert len(probe_prompts(many, 100)) == PROBE_PROMPTS
 
 
 def test_a_probability_of_zero_written_as_null_is_a_floor_not_a_failure(tmp_path: Path) -> None:

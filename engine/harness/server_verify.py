@@ -157,14 +157,25 @@ def _read(server: ServerEngine, answer: dict, steps: int) -> Continued:
 
 def decode_path_kl(mains: list[Continued], theirs: list[Continued]) -> list[float]:
     """KL(main || the PR) at each decode step (past the first token) where both continuations
-    still share their context and both sent log-probs."""
+    still share their context. The PR's server must send the log-probs main's sends for the same
+    token at the same context, as many of them: a step withheld or cut short is its failure
+    (else withholding them would be a way past this check)."""
     kls = []
     for (m_ids, m_tops), (t_ids, t_tops) in zip(mains, theirs, strict=True):
         for j in range(1, min(len(m_ids), len(t_ids))):
             if m_ids[:j] != t_ids[:j]:
                 break  # another context from here: nothing to compare
-            if m_tops[j] is not None and t_tops[j] is not None:
-                kls.append(_kl(m_tops[j], t_tops[j]))
+            mine, reported = m_tops[j], t_tops[j]
+            if mine is None:
+                continue  # main's own withheld (a token inside a character): none to hold to
+            if reported is None or len(reported) < len(mine):
+                if reported is None and t_ids[j] != m_ids[j]:
+                    continue  # another token, which may end inside a character
+                raise EngineOutputError(
+                    "the server withheld or cut short the log-probs of a decode step that "
+                    "main's server sends in full at the same context"
+                )
+            kls.append(_kl(mine, reported))
     return kls
 
 

@@ -33,7 +33,13 @@ from engine.harness.protocol import (
 )
 from engine.harness.sandbox import Sandbox
 from engine.harness.server_engine import ServerEngine, aligned_top_logprobs, server_kind
-from engine.harness.server_verify import PROBE_MIN, PROBE_PROMPTS, PROBE_TOKENS, probe_prompts
+from engine.harness.server_verify import (
+    PROBE_MIN,
+    PROBE_PROMPTS,
+    PROBE_TOKENS,
+    decode_path_kl,
+    probe_prompts,
+)
 from engine.harness.timing import EngineSpec, Sample
 
 FAKE = REPO / "tests" / "support" / "fake_llama_server.py"
@@ -160,6 +166,22 @@ def test_the_decode_probe_takes_timed_decodes_prompts_that_fit_their_slot() -> N
     assert probe_prompts(groups, 61 + PROBE_MIN) == [list(long), list(short)]
     many = [[Sample(prompt=np.arange(i, i + 8), first=1, ids=made)] for i in range(9)]
     assert len(probe_prompts(many, 100)) == PROBE_PROMPTS
+
+
+def test_the_decode_probe_compares_steps_of_one_context_and_log_probs_are_not_withheld() -> None:
+    """Steps past the first while both continuations share their context; a step whose log-probs
+    main's server sends for the same token is the PR's failure if its server withholds them or
+    sends fewer (a way past the check otherwise); another token's withheld ones are skipped."""
+    top = [(1, -0.1), (2, -2.5), (3, -4.0)]
+    other = [(1, -0.3), (2, -1.5), (3, -4.0)]
+    mains = [([5, 1, 1, 1], [top, top, top, top])]
+    assert decode_path_kl(mains, [([5, 1, 1, 1], [top, top, top, top])]) == [0.0, 0.0, 0.0]
+    kls = decode_path_kl(mains, [([5, 1, 2, 1], [top, other, top, top])])
+    assert len(kls) == 2 and kls[0] > 0.01  # steps 1 and 2 compared; then the contexts part
+    assert decode_path_kl(mains, [([5, 1, 7, 1], [top, top, None, top])]) == [0.0]
+    for cut in (None, top[:1]):
+        with pytest.raises(EngineOutputError, match="withheld or cut short"):
+            decode_path_kl(mains, [([5, 1, 1, 1], [top, top, cut, top])])
 
 
 def test_a_probability_of_zero_written_as_null_is_a_floor_not_a_failure(tmp_path: Path) -> None:

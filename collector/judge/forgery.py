@@ -209,8 +209,8 @@ def output_problem(
         ("decode-path", v.decode_kl),
         ("batched decode", v.batched_decode_kl),
     ):
-        if kls and statistics.fmean(kls) > kl_max:
-            kl = statistics.fmean(kls)
+        kl = statistics.fmean(kls) if kls else 0.0
+        if kl > kl_max:
             parts.append(f"{what} logits KL {kl:.4f} from main's (bar ≤ {kl_max})")
     if not parts:
         return None

@@ -416,16 +416,12 @@ def run_session(
 
 
 def joined_reports(reports: list[VerificationReport]) -> VerificationReport:
-    """Each leg's verification (a server's, against main's server of the same leg) as one."""
+    """Each leg's verification (a server's, against main's server of the same leg) as one: every
+    list of the report, leg after leg (a list field added to the report is joined too)."""
+    lists = [name for name in VerificationReport.model_fields if name != "reference"]
     return VerificationReport(
         reference=reports[0].reference,
-        decode_margins=[m for r in reports for m in r.decode_margins],
-        prefill_margins=[m for r in reports for m in r.prefill_margins],
-        prefill_kl=[k for r in reports for k in r.prefill_kl],
-        decode_kl=[k for r in reports for k in r.decode_kl],
-        batched_decode_kl=[k for r in reports for k in r.batched_decode_kl],
-        baseline_decode_margins=[m for r in reports for m in r.baseline_decode_margins],
-        baseline_prefill_margins=[m for r in reports for m in r.baseline_prefill_margins],
+        **{name: [x for r in reports for x in getattr(r, name)] for name in lists},
     )
 
 

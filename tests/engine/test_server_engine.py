@@ -29,6 +29,7 @@ from engine.harness.protocol import (
     ConcurrentResult,
     LongContextResult,
     SweepResult,
+    VerificationReport,
     parse_document,
 )
 from engine.harness.sandbox import Sandbox
@@ -40,6 +41,7 @@ from engine.harness.server_verify import (
     decode_path_kl,
     probe_prompts,
 )
+from engine.harness.speed_session import joined_reports
 from engine.harness.timing import EngineSpec, Sample
 
 FAKE = REPO / "tests" / "support" / "fake_llama_server.py"
@@ -513,3 +515,15 @@ def test_a_server_computes_where_its_sandbox_binds_the_gpu(
         assert argv[argv.index("--n-gpu-layers") + 1] == layers
     finally:
         s.close()
+
+
+def test_a_sessions_legs_verifications_join_every_list() -> None:
+    """Each leg's report, joined leg after leg: no list of the report is dropped."""
+    lists = [n for n in VerificationReport.model_fields if n != "reference"]
+    legs = [
+        VerificationReport(reference="main's server", **{n: [float(i)] for n in lists})
+        for i in (1, 2)
+    ]
+    joined = joined_reports(legs)
+    assert joined.reference == "main's server"
+    assert all(getattr(joined, n) == [1.0, 2.0] for n in lists)

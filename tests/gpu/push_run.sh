@@ -6,20 +6,20 @@
 # the wheels' folder (.whl by default; a folder without the duckdb wheel, ~3 MB, leaves room for
 # a piece beside the tree):
 #   bash tests/gpu/push_run.sh kernels   carry .whl, .bundle (a `git bundle` of the tree to
-#                                        compare with) and .gguf/p0: wheels, the kernel tests,
+#                                        compare with) and .gguf/s1: wheels, the kernel tests,
 #                                        and devcheck per SPARKBOARD_KERNEL_DEFINES variant
 #                                        (VARIANTS="MMA_NT_MAX=1;default;MMA_WARPS_WIDE=8",
 #                                        MODELS, WIDTHS)
-#   bash tests/gpu/push_run.sh models    carry .gguf/p1: the model tests without SmolLM2
-#   bash tests/gpu/push_run.sh sessions  carry .gguf/p2: the SmolLM2 file; a PR's sessions as the
+#   bash tests/gpu/push_run.sh models    carry .gguf/s2: the model tests without SmolLM2
+#   bash tests/gpu/push_run.sh sessions  carry .gguf/s3: the SmolLM2 file; a PR's sessions as the
 #                                        gpu profile runs them (sweep and concurrent in the old
 #                                        tree too), and the SmolLM2 GPU tests
-#   bash tests/gpu/push_run.sh harness   carry .gguf/p2: the SmolLM2 file; the harness sessions a
+#   bash tests/gpu/push_run.sh harness   carry .gguf/s3: the SmolLM2 file; the harness sessions a
 #                                        round runs (old tree and this one, phases of each), then
 #                                        the roofline, sweep, concurrent and peers numbers
-#   bash tests/gpu/push_run.sh smollm2   carry .gguf/p2 (after p0 and p1 in this lease): the SmolLM2
+#   bash tests/gpu/push_run.sh smollm2   carry .gguf/s3 (after s1 and s2 in this lease): the SmolLM2
 #                                        GPU tests
-#   bash tests/gpu/push_run.sh numbers   carry .gguf/p2 likewise: harness's numbers alone
+#   bash tests/gpu/push_run.sh numbers   carry .gguf/s3 likewise: harness's numbers alone
 #                                        (NO_PEERS=1: without the torch peers)
 #   bash tests/gpu/push_run.sh profile   carry .whl: where the time goes (devcheck --profile: per-kernel
 #                                        times of a decode step and of a prefill of PREFILL, 4096 by
@@ -48,7 +48,6 @@ OLD=/tmp/old
 
 kernels() {  # VARIANTS: SPARKBOARD_KERNEL_DEFINES values, ";"-separated ("default": none)
   install
-  mkdir -p /tmp/parts && cp .gguf/* /tmp/parts/ 2>/dev/null
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   timeout 240 python3 -m pytest -q tests/gpu/test_kernels.py -m gpu -p no:cacheprovider --tb=short \
     >"$OUT/pytest_kernels.log" 2>&1
@@ -80,7 +79,7 @@ PY
 }
 
 models() {
-  mkdir -p /tmp/parts && cp .gguf/* /tmp/parts/
+  stash
   export PYTHONPATH=/tmp/site:$PWD
   timeout 400 python3 -m pytest -q tests/gpu/test_model_gpu.py tests/engine/test_engine_gpu_arrays.py \
     -m gpu -k "not smollm2" -p no:cacheprovider --tb=short >"$OUT/pytest_models.log" 2>&1

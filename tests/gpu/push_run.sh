@@ -37,8 +37,8 @@
 #                                        are kernel defines), MODELS, CTX, WIDTHS, PREFILL, then ABLATE
 #                                        models' leave-one-out step times at CTX
 #   bash tests/gpu/push_run.sh suite     the GPU suite without SmolLM2's cases
-#   bash tests/gpu/push_run.sh table     carry the last piece: the issue's table of numbers
-#                                        (roofline, sweep, concurrent, peers), then SmolLM2's tests
+#   bash tests/gpu/push_run.sh table     carry the last piece: `numbers` (the issue's table), then
+#                                        SmolLM2's tests
 # Logs and JSON under $OUT; a short table last.
 set -u
 OUT=${OUT:-/tmp/out}
@@ -330,22 +330,10 @@ suite() {  # the GPU suite without the SmolLM2 cases (they run in `table`, once 
   tail -n 3 "$OUT/pytest_suite.log"
 }
 
-table() {  # the issue's table in one call: ceilings and decode from `roofline`, SmolLM2's decode
-  # from `sweep`, width 32 / width 1 from `concurrent`, the 4k prefill beside torch from `peers`;
-  # then the SmolLM2 GPU tests
-  local B="timeout 150 python3 -m engine.harness.bench"
-  $B roofline --model llama-8b:q4_0 --ctx 128 --tokens 64 --reps 3 --out "$OUT/roof_8b_q4_0.json" >"$OUT/roof_8b_q4_0.log" 2>&1
-  $B roofline --model llama-1b:f16 --ctx 128 --tokens 128 --reps 3 --out "$OUT/roof_1b_f16.json" >"$OUT/roof_1b_f16.log" 2>&1
-  $B roofline --model llama-8b:f16 --ctx 128 --tokens 64 --reps 3 --out "$OUT/roof_8b_f16.json" >"$OUT/roof_8b_f16.log" 2>&1
-  $B sweep --model smollm2-135m --ctx 128 --tokens 128 --reps 3 --backend cupy --out "$OUT/sweep_smollm2.json" >"$OUT/sweep_smollm2.log" 2>&1
-  $B roofline --model llama-8b:q4_0 --ctx 32768 --tokens 64 --reps 2 --out "$OUT/roof32k_8b_q4_0.json" >"$OUT/roof32k_8b_q4_0.log" 2>&1
-  $B roofline --model llama-8b:f16 --ctx 32768 --tokens 64 --reps 2 --out "$OUT/roof32k_8b_f16.json" >"$OUT/roof32k_8b_f16.log" 2>&1
-  $B concurrent --model llama-1b:f16 --widths 1,32 --tokens 64 --runs 2 --prompt-len 128 --backend cupy \
-    --out "$OUT/conc_1b_f16.json" >"$OUT/conc_1b_f16.log" 2>&1
-  timeout 200 python3 -m engine.harness.bench peers --model llama-8b:f16 --ctx 4096 --tokens 16 \
-    --out "$OUT/peers_8b_f16_4k.json" >"$OUT/peers_8b_f16_4k.log" 2>&1
-  tail -n 4 "$OUT/peers_8b_f16_4k.log"
-  summary
+table() {  # the issue's table in one call (`numbers`: ceilings and decode from `roofline`,
+  # SmolLM2's decode from `sweep`, width 32 / width 1 from `concurrent`, the 4k prefill beside
+  # torch from `peers`), then the SmolLM2 GPU tests
+  numbers
   smollm2_tests
 }
 

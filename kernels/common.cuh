@@ -190,22 +190,100 @@ __device__ __forceinline__ void load_head(const float* src, const float* __restr
 // Two-level int8 quantization of one block of 32 activations held one per lane (see
 // quantize_q8.cu for the layout): q1 at xq[0..31], q2 at xq[32..63],
 // *xs = {d1, d2, sum, ss} (ss: a sum of squares the caller passes on).
+// Products and differences are rounded one by one (__fmul_rn, __fsub_rn: never fused into an
+// fma), so quant_chunk below, which computes the same block in one lane, gets the same bits.
 __device__ __forceinline__ void quant_block(float v, i8* __restrict__ xq, float4* __restrict__ xs,
                                             float ss = 0.f) {
     const int lane = threadIdx.x & 31;
     const float amax = warp_max(fabsf(v));
     const float d1 = amax / 127.f;
     const float id1 = amax > 0.f ? 127.f / amax : 0.f;
-    const int q1 = __float2int_rn(v * id1);
-    const float res = v - d1 * (float)q1;
+    const int q1 = __float2int_rn(__fmul_rn(v, id1));
+    const float res = __fsub_rn(v, __fmul_rn(d1, (float)q1));
     const float rmax = warp_max(fabsf(res));
     const float d2 = rmax / 127.f;
     const float id2 = rmax > 0.f ? 127.f / rmax : 0.f;
-    const int q2 = __float2int_rn(res * id2);
+    const int q2 = __float2int_rn(__fmul_rn(res, id2));
     const float sum = warp_sum(v);
     xq[lane] = (i8)q1;
     xq[32 + lane] = (i8)q2;
     if (lane == 0) *xs = make_float4(d1, d2, sum, ss);
+}
+
+// The sum of 32 values held by one lane in warp_sum's order (lane i of the butterfly adds
+// v[i] and v[i ^ 16], then those sums 8 apart, 4, 2, 1): the same bits as warp_sum.
+template <int W>
+__device__ __forceinline__ void lane_fold(float (&v)[32]) {
+#pragma unroll
+    for (int i = 0; i < W; ++i) v[i] = __fadd_rn(v[i], v[i + W]);
+}
+__device__ __forceinline__ float lane_sum32(float (&v)[32]) {
+    lane_fold<16>(v);
+    lane_fold<8>(v);
+    lane_fold<4>(v);
+    lane_fold<2>(v);
+    lane_fold<1>(v);
+    return v[0];
+}
+
+__device__ __forceinline__ u32 pack_i8x4(int a, int b, int c, int d) {
+    return (u32)(a & 0xFF) | ((u32)(b & 0xFF) << 8) | ((u32)(c & 0xFF) << 16) | ((u32)(d & 0xFF) << 24);
+}
+
+// quantize_q8's block of 32 activations at xr (times the norm weight g when g is not null,
+// with ss the sum of squares of the raw xr), computed by one lane: the codes as a mat-vec
+// reads them from xq (q1 of elements 0..15 in a, 16..31 in b; q2 in a2, b2) and the returned
+// {d1, d2, sum, ss}, bit for bit quant_block's (same roundings, warp_sum's order of adds,
+// maxima in any order). xr is an input the previous kernel wrote: read after pdl_wait().
+__device__ __forceinline__ float4 quant_chunk(const float* __restrict__ xr, const float* __restrict__ g,
+                                              int4& a, int4& b, int4& a2, int4& b2) {
+    float v[32], t[32];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const float4 f = ld_input4(xr + 4 * i);
+        v[4 * i] = f.x; v[4 * i + 1] = f.y; v[4 * i + 2] = f.z; v[4 * i + 3] = f.w;
+    }
+    float ss = 0.f;
+    if (g) {
+#pragma unroll
+        for (int i = 0; i < 32; ++i) t[i] = __fmul_rn(v[i], v[i]);
+        ss = lane_sum32(t);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const float4 w = __ldg(reinterpret_cast<const float4*>(g) + i);
+            v[4 * i] = __fmul_rn(v[4 * i], w.x);
+            v[4 * i + 1] = __fmul_rn(v[4 * i + 1], w.y);
+            v[4 * i + 2] = __fmul_rn(v[4 * i + 2], w.z);
+            v[4 * i + 3] = __fmul_rn(v[4 * i + 3], w.w);
+        }
+    }
+    float amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(v[i]));
+    const float d1 = amax / 127.f;
+    const float id1 = amax > 0.f ? 127.f / amax : 0.f;
+    int q[32];
+    float rmax = 0.f;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+        q[i] = __float2int_rn(__fmul_rn(v[i], id1));
+        t[i] = __fsub_rn(v[i], __fmul_rn(d1, (float)q[i]));  // the residual
+        rmax = fmaxf(rmax, fabsf(t[i]));
+    }
+    a = make_int4(pack_i8x4(q[0], q[1], q[2], q[3]), pack_i8x4(q[4], q[5], q[6], q[7]),
+                  pack_i8x4(q[8], q[9], q[10], q[11]), pack_i8x4(q[12], q[13], q[14], q[15]));
+    b = make_int4(pack_i8x4(q[16], q[17], q[18], q[19]), pack_i8x4(q[20], q[21], q[22], q[23]),
+                  pack_i8x4(q[24], q[25], q[26], q[27]), pack_i8x4(q[28], q[29], q[30], q[31]));
+    const float d2 = rmax / 127.f;
+    const float id2 = rmax > 0.f ? 127.f / rmax : 0.f;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) q[i] = __float2int_rn(__fmul_rn(t[i], id2));
+    a2 = make_int4(pack_i8x4(q[0], q[1], q[2], q[3]), pack_i8x4(q[4], q[5], q[6], q[7]),
+                   pack_i8x4(q[8], q[9], q[10], q[11]), pack_i8x4(q[12], q[13], q[14], q[15]));
+    b2 = make_int4(pack_i8x4(q[16], q[17], q[18], q[19]), pack_i8x4(q[20], q[21], q[22], q[23]),
+                   pack_i8x4(q[24], q[25], q[26], q[27]), pack_i8x4(q[28], q[29], q[30], q[31]));
+    const float sum = lane_sum32(v);
+    return make_float4(d1, d2, sum, ss);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -14,6 +14,11 @@
 // the kernel applies RMSNorm's 1 / rms itself, from the blocks' sums of squares of x that
 // quantize_q8 left beside their scales (quantization commutes with the positive scale, so
 // the int8 codes are those of the normalised row): the decode step needs no norm kernel.
+// QX (the `_qx` kernels, quantized weights, one activation row): the input is float32 (x * g's raw x for NORM, with
+// g an argument) and each lane quantizes the 32-element blocks it multiplies itself
+// (quant_chunk, common.cuh: quantize_q8's blocks bit for bit), once per warp, so the decode
+// step needs no quantize_q8 launch before a small mat-vec; every row group repeats that work,
+// which Geometry.quantizes_in_mv weighs against the launch it saves.
 // Float weights (F16, F32) multiply float32 activations directly.
 //
 // MODE_* and GEMV_ARGS, the mat-vecs' modes and argument list, are in common.cuh.
@@ -121,10 +126,11 @@ __device__ __forceinline__ int dot32(const int4& lo, const int4& hi, const int4&
 // acc[r][j] += weight row j's chunk c . activation row r0 + r, for NW weight rows (NR output
 // rows, times two matrices for GLU) against RB activation rows; each activation chunk is
 // loaded once for all NW weight rows.
-template <int WT, int RB, int NW, bool NORM>
+template <int WT, int RB, int NW, bool NORM, bool QX>
 __device__ __forceinline__ void chunk_dot(const WChunk<WT> (&w)[NW], const void* __restrict__ x,
-                                          const float4* __restrict__ xs, int K, int c, int r0,
-                                          int nr, float (&acc)[RB][NW], float (&ss)[RB]) {
+                                          const float4* __restrict__ xs, const float* __restrict__ g,
+                                          int K, int c, int r0, int nr, float (&acc)[RB][NW],
+                                          float (&ss)[RB]) {
     if constexpr (WT == WT_F16 || WT == WT_F32) {
         float wf[NW][8];
 #pragma unroll
@@ -157,12 +163,21 @@ __device__ __forceinline__ void chunk_dot(const WChunk<WT> (&w)[NW], const void*
 #pragma unroll
         for (int r = 0; r < RB; ++r) {
             if (r < nr) {
-                // activation block c of row r0 + r: 32 bytes of level-1 codes, 32 of level 2
-                const i8* xr = reinterpret_cast<const i8*>(x) + (size_t)(r0 + r) * 2 * K + 64 * c;
-                const int4 a = ld_input4(xr), b = ld_input4(xr + 16), a2 = ld_input4(xr + 32),
-                           b2 = ld_input4(xr + 48);
-                // {d1, d2, sum x, sum of squares of the raw x (NORM)}
-                const float4 sc = ld_input4(reinterpret_cast<const float*>(xs + (size_t)(r0 + r) * nb + c));
+                // activation block c of row r0 + r: 32 bytes of level-1 codes, 32 of level 2,
+                // and {d1, d2, sum x, sum of squares of the raw x (NORM)}
+                int4 a, b, a2, b2;
+                float4 sc;
+                if constexpr (QX) {
+                    const float* xr = reinterpret_cast<const float*>(x) + (size_t)(r0 + r) * K + 32 * c;
+                    sc = quant_chunk(xr, NORM ? g + 32 * c : nullptr, a, b, a2, b2);
+                } else {
+                    const i8* xr = reinterpret_cast<const i8*>(x) + (size_t)(r0 + r) * 2 * K + 64 * c;
+                    a = ld_input4(xr);
+                    b = ld_input4(xr + 16);
+                    a2 = ld_input4(xr + 32);
+                    b2 = ld_input4(xr + 48);
+                    sc = ld_input4(reinterpret_cast<const float*>(xs + (size_t)(r0 + r) * nb + c));
+                }
                 if constexpr (NORM) ss[r] += sc.w;
 #pragma unroll
                 for (int j = 0; j < NW; ++j) {
@@ -204,12 +219,12 @@ __device__ __forceinline__ void load_chunks(WChunk<WT> (&w)[U][NW], const void* 
 }
 
 // One warp computes NR consecutive output rows for up to RB activation rows.
-template <int WT, int RB, int MODE, int NR, bool NORM>
+template <int WT, int RB, int MODE, int NR, bool NORM, bool QX>
 __device__ __forceinline__ void gemv_body(const void* __restrict__ wq, const void* __restrict__ ws,
                                           const void* __restrict__ wq2, const void* __restrict__ ws2,
                                           const void* __restrict__ x, const float4* __restrict__ xs,
                                           float* __restrict__ out, int N, int K, int nrows, int ldo,
-                                          float eps) {
+                                          const float* __restrict__ g, float eps) {
     constexpr bool QUANT = !(WT == WT_F16 || WT == WT_F32);
     constexpr int NW = MODE == MODE_GLU ? 2 * NR : NR;     // weight rows per warp
     constexpr int U = GEMV_U / NW > 0 ? GEMV_U / NW : 1;  // chunks in flight per lane and row
@@ -235,7 +250,7 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ wq, const voi
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const int c = c0 + STEP * u;
-            if (c < nchunks) chunk_dot<WT, RB, NW, NORM>(w[u], x, xs, K, c, r0, nr, acc, ss);
+            if (c < nchunks) chunk_dot<WT, RB, NW, NORM, QX>(w[u], x, xs, g, K, c, r0, nr, acc, ss);
         }
     }
     pdl_trigger();  // the weights are read: let the next kernel's blocks start launching
@@ -309,36 +324,49 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ wq, const voi
 #define GEMV_ONE(TNAME, WT, RB, MNAME, MODE)                                                  \
     extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32)                              \
         gemv_##TNAME##_r##RB##_##MNAME(GEMV_ARGS) {                                            \
-        gemv_body<WT, RB, MODE, GEMV_NR(WT, RB), false>(GEMV_PASS, 0.f);                           \
+        gemv_body<WT, RB, MODE, GEMV_NR(WT, RB), false, false>(GEMV_PASS, nullptr, 0.f);       \
     }
 #define GEMV_NORM_ONE(TNAME, WT, RB, MNAME, MODE)                                             \
     extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32)                              \
         gemv_##TNAME##_r##RB##_##MNAME##_norm(GEMV_ARGS, float eps) {                           \
-        gemv_body<WT, RB, MODE, GEMV_NR(WT, RB), true>(GEMV_PASS, eps);                            \
+        gemv_body<WT, RB, MODE, GEMV_NR(WT, RB), true, false>(GEMV_PASS, nullptr, eps);        \
     }
-#define GEMV_RBS(TNAME, WT, MNAME, MODE) \
-    GEMV_ONE(TNAME, WT, 1, MNAME, MODE)  \
-    GEMV_ONE(TNAME, WT, 2, MNAME, MODE)  \
-    GEMV_ONE(TNAME, WT, 4, MNAME, MODE)  \
-    GEMV_ONE(TNAME, WT, 8, MNAME, MODE)
-#define GEMV_NORM_RBS(TNAME, WT, MNAME, MODE) \
-    GEMV_NORM_ONE(TNAME, WT, 1, MNAME, MODE)  \
-    GEMV_NORM_ONE(TNAME, WT, 2, MNAME, MODE)  \
-    GEMV_NORM_ONE(TNAME, WT, 4, MNAME, MODE)  \
-    GEMV_NORM_ONE(TNAME, WT, 8, MNAME, MODE)
-#define GEMV_MODES(TNAME, WT)                \
-    GEMV_RBS(TNAME, WT, store, MODE_STORE)   \
-    GEMV_RBS(TNAME, WT, add, MODE_ADD)       \
-    GEMV_RBS(TNAME, WT, glu, MODE_GLU)
-#define GEMV_NORM_MODES(TNAME, WT)                \
-    GEMV_NORM_RBS(TNAME, WT, store, MODE_STORE)   \
-    GEMV_NORM_RBS(TNAME, WT, glu, MODE_GLU)
+// The `_qx` kernels (float input, quantized in the lanes), for one activation row only: each
+// is 3-4x the compile time of its plain kernel, and wider launches keep quantize_q8
+// (Geometry.quantizes_in_mv: the repeated quantization grows with the rows).
+#define GEMV_QX_ONE(TNAME, WT, RB, MNAME, MODE)                                               \
+    extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32)                              \
+        gemv_##TNAME##_r##RB##_##MNAME##_qx(GEMV_ARGS) {                                       \
+        gemv_body<WT, RB, MODE, GEMV_NR(WT, RB), false, true>(GEMV_PASS, nullptr, 0.f);        \
+    }
+#define GEMV_QX_NORM_ONE(TNAME, WT, RB, MNAME, MODE)                                          \
+    extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32)                              \
+        gemv_##TNAME##_r##RB##_##MNAME##_norm_qx(GEMV_ARGS, const float* __restrict__ g,       \
+                                                  float eps) {                                  \
+        gemv_body<WT, RB, MODE, GEMV_NR(WT, RB), true, true>(GEMV_PASS, g, eps);               \
+    }
+#define GEMV_RBS(ONE, TNAME, WT, MNAME, MODE) \
+    ONE(TNAME, WT, 1, MNAME, MODE)            \
+    ONE(TNAME, WT, 2, MNAME, MODE)            \
+    ONE(TNAME, WT, 4, MNAME, MODE)            \
+    ONE(TNAME, WT, 8, MNAME, MODE)
+#define GEMV_MODES(TNAME, WT)                          \
+    GEMV_RBS(GEMV_ONE, TNAME, WT, store, MODE_STORE)   \
+    GEMV_RBS(GEMV_ONE, TNAME, WT, add, MODE_ADD)       \
+    GEMV_RBS(GEMV_ONE, TNAME, WT, glu, MODE_GLU)
+// quantized weights: the plain modes, the norm modes, and both again on float input (_qx)
+#define GEMV_QUANT_MODES(TNAME, WT)                                \
+    GEMV_MODES(TNAME, WT)                                          \
+    GEMV_RBS(GEMV_NORM_ONE, TNAME, WT, store, MODE_STORE)          \
+    GEMV_RBS(GEMV_NORM_ONE, TNAME, WT, glu, MODE_GLU)              \
+    GEMV_QX_ONE(TNAME, WT, 1, store, MODE_STORE)         \
+    GEMV_QX_ONE(TNAME, WT, 1, add, MODE_ADD)             \
+    GEMV_QX_ONE(TNAME, WT, 1, glu, MODE_GLU)             \
+    GEMV_QX_NORM_ONE(TNAME, WT, 1, store, MODE_STORE)    \
+    GEMV_QX_NORM_ONE(TNAME, WT, 1, glu, MODE_GLU)
 
 GEMV_MODES(f32, WT_F32)
 GEMV_MODES(f16, WT_F16)
-GEMV_MODES(q8_0, WT_Q8_0)
-GEMV_MODES(q4_0, WT_Q4_0)
-GEMV_MODES(q4_1, WT_Q4_1)
-GEMV_NORM_MODES(q8_0, WT_Q8_0)
-GEMV_NORM_MODES(q4_0, WT_Q4_0)
-GEMV_NORM_MODES(q4_1, WT_Q4_1)
+GEMV_QUANT_MODES(q8_0, WT_Q8_0)
+GEMV_QUANT_MODES(q4_0, WT_Q4_0)
+GEMV_QUANT_MODES(q4_1, WT_Q4_1)

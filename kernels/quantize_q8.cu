@@ -4,7 +4,8 @@
 // enough to flip near-tied argmaxes against the float reference). Per block: 32 bytes q1,
 // 32 bytes q2, and xs = {d1, d2, sum, ss}; the sum folds in the Q4_0 offset and Q4_1 min.
 // With a norm weight g (rows of K): the blocks of x * g, and ss = the block's sum of squares
-// of the raw x, from which a NORM mat-vec takes 1 / rms (else ss = 0).
+// of the raw x, from which a NORM mat-vec takes 1 / rms (else ss = 0). The `_qx` mat-vecs
+// (gemv_simt.cu) compute the same blocks themselves, bit for bit (quant_chunk, common.cuh).
 extern "C" __global__ void quantize_q8(const float* __restrict__ x, const float* __restrict__ g,
                                        i8* __restrict__ xq, float4* __restrict__ xs, int nblocks,
                                        int K) {
@@ -16,8 +17,8 @@ extern "C" __global__ void quantize_q8(const float* __restrict__ x, const float*
     float v = x[(size_t)b * 32 + lane];
     float ss = 0.f;
     if (g) {
-        ss = warp_sum(v * v);
-        v *= __ldg(g + (b * 32 + lane) % K);
+        ss = warp_sum(__fmul_rn(v, v));  // rounded as quant_chunk rounds it (common.cuh)
+        v = __fmul_rn(v, __ldg(g + (b * 32 + lane) % K));
     }
     quant_block(v, xq + (size_t)b * 64, xs + b, ss);
 }

@@ -14,7 +14,13 @@ import cupy as cp
 import numpy as np
 
 from engine.config import ModelConfig
-from engine.cuda.geometry import attn_shared_bytes, env_tuning, gemv_launch, gemv_shared_bytes
+from engine.cuda.geometry import (
+    attn_shared_bytes,
+    env_tuning,
+    gemv_launch,
+    gemv_shared_bytes,
+    quantizes_in_mv,
+)
 from engine.cuda.kv_cache import KvCache
 from engine.cuda.launch import NULL, KernelLauncher, f32, i32
 from engine.cuda.layout import GpuWeight
@@ -235,11 +241,15 @@ class DecodeStep:
     ) -> None:
         """out[:rows, col0:] (=, +=, silu-glu) W @ buf[src][:rows]; quantizes the input once.
         norm: an RMSNorm weight the kernel applies to buf[src], the raw residual (quantized
-        weights: their kernel applies 1 / rms to the int8 planes of x * g)."""
+        weights: their kernel applies 1 / rms to the int8 planes of x * g).
+        A quantized weight whose int8 planes are not there yet takes them from a quantize_q8
+        launch, or, for a mat-vec small enough (quantizes_in_mv), from its own lanes."""
         b = self.buf
         eps = self.config.norm_eps
-        if w.quantized:
-            if norm is not None or self._quantized_src != src:
+        qx = False
+        if w.quantized and (norm is not None or self._quantized_src != src):
+            qx = quantizes_in_mv(w.wt, w.rows, w.cols, rows)
+            if not qx:
                 x = b[src]
                 nblocks = rows * x.shape[1] // 32
                 self.launch(
@@ -250,10 +260,11 @@ class DecodeStep:
                      i32(x.shape[1])),
                 )  # fmt: skip
                 self._quantized_src = src if norm is None else None
+        if w.quantized and not qx:
             xa, xs = b["xq"], b["xs"]
         else:
             xa, xs = b[src], NULL
-        name, grid, block = gemv_launch(w.wt, w.rows, w.cols, rows, mode, norm is not None)
+        name, grid, block = gemv_launch(w.wt, w.rows, w.cols, rows, mode, norm is not None, qx)
         mma = name.startswith("gemv_mma")
         q1, s1 = w.kernel_planes(mma)
         q2, s2 = w2.kernel_planes(mma) if w2 is not None else (None, None)
@@ -270,6 +281,6 @@ class DecodeStep:
             i32(rows),
             i32(out.shape[1]),
         )
-        if norm is not None:
-            args += (f32(eps),) if w.quantized else (norm, f32(eps))
+        if norm is not None:  # the int8 planes of x * g already hold the norm weight
+            args += (f32(eps),) if w.quantized and not qx else (norm, f32(eps))
         self.launch(name, grid, block, args, gemv_shared_bytes(name))

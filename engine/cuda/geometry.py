@@ -14,8 +14,10 @@ from collections.abc import Mapping
 
 BASE_OPTIONS = ("--std=c++17",)
 DEFINES_ENV = "SPARKBOARD_KERNEL_DEFINES"
-# The macros the Python side needs too, with the defaults the .cu files use. GEMV_MMA=0 keeps
-# float16 weights off the tensor cores, GEMV_MMA_Q=0 Q4_0 weights (only the Python side reads them).
+# The macros the Python side needs too, with the defaults the .cu files use. Read by the Python
+# side only (PYTHON_ONLY): GEMV_MMA=0 keeps float16 weights off the tensor cores, GEMV_MMA_Q=0
+# Q4_0 weights; GEMV_QX=0 puts every quantized mat-vec behind a quantize_q8 launch, and
+# GEMV_QX_MAX bounds the block quantizations a `_qx` launch may repeat (quantizes_in_mv).
 GEOMETRY_DEFAULTS = {
     "GEMV_WARPS": 4,
     "GEMV_KSPLIT": 2,
@@ -27,6 +29,8 @@ GEOMETRY_DEFAULTS = {
     "MMAQ_S": 2,
     "GEMV_MMA": 1,
     "GEMV_MMA_Q": 0,
+    "GEMV_QX": 1,
+    "GEMV_QX_MAX": 1 << 13,
     "MMA_NT_MAX": 4,
     "MMA_WARPS_WIDE": 16,
     "MMA_S_WIDE": 0,
@@ -35,11 +39,14 @@ GEOMETRY_DEFAULTS = {
     "PF_WARPS": 4,
 }
 
+PYTHON_ONLY = ("GEMV_MMA", "GEMV_MMA_Q", "GEMV_QX", "GEMV_QX_MAX")
+
 # Weight storage types: the WT_* numbers in kernels/common.cuh.
 WT_F32, WT_F16, WT_Q8_0, WT_Q4_0, WT_Q4_1 = 0, 1, 2, 3, 4
 WT_NAMES = {WT_F32: "f32", WT_F16: "f16", WT_Q8_0: "q8_0", WT_Q4_0: "q4_0", WT_Q4_1: "q4_1"}
 QUANTIZED = (WT_Q8_0, WT_Q4_0, WT_Q4_1)  # read as int8 dp4a dot products
 GEMV_ROW_BLOCKS = (1, 2, 4, 8)  # activation rows one mat-vec launch reads each weight for
+QX_ROW_BLOCKS = (1,)  # the row blocks with `_qx` kernels (float input, quantized in the lanes)
 GEMV_MODES = ("store", "add", "glu")
 NORM_MODES = ("store", "glu")  # the modes with a `_norm` kernel
 # n-tiles of 8 activation rows one float16 tensor-core block multiplies each weight fragment
@@ -155,31 +162,62 @@ class Geometry:
             return self.uses_mma(wt, cols)
         return wt in QUANTIZED and not self.uses_mma(wt, cols)
 
+    def quantizes_in_mv(self, wt: int, n_out: int, cols: int, rows: int) -> bool:
+        """Whether the dp4a mat-vec of an [n_out, cols] quantized weight on `rows` rows should
+        take float input and quantize it in its lanes (the `_qx` kernels) rather than after a
+        quantize_q8 launch. Every row group of the launch quantizes each 32-column block of
+        each row again (and the `_qx` kernels hold more registers). Measured on an H100
+        (engine/PERF.md): llama-1b:q4_1's q|k|v, 49,152 such blocks, lost 6% of the step (~4 us
+        a launch more, not the ~2 us saved); SmolLM2's mat-vecs, 4,320-6,912 blocks, gained
+        2.6%. GEMV_QX_MAX (8,192) keeps the extra work well under a launch's cost."""
+        if not self.values["GEMV_QX"] or wt not in QUANTIZED or self.uses_mma(wt, cols):
+            return False
+        rb = row_block(rows)
+        if rb not in QX_ROW_BLOCKS:
+            return False
+        groups = -(-n_out // self.rows_per_warp(rb, wt))
+        return groups * (cols // 32) * rows <= self.values["GEMV_QX_MAX"]
+
     def launch(
-        self, wt: int, n_out: int, cols: int, rows: int, mode: str, norm: bool = False
+        self,
+        wt: int,
+        n_out: int,
+        cols: int,
+        rows: int,
+        mode: str,
+        norm: bool = False,
+        qx: bool = False,
     ) -> tuple[str, tuple, tuple]:
         """(kernel name, grid, block) of the mat-vec of an [n_out, cols] weight on `rows` rows.
 
         norm: the kernel that applies RMSNorm itself: the float16 tensor-core kernel takes
         the raw residual, then the norm weight and eps; a quantized weight's kernel (store and
-        glu only) takes the int8 planes of x * g (quantize_q8 with g), then eps."""
+        glu only) takes the int8 planes of x * g (quantize_q8 with g), then eps.
+        qx: a quantized weight's `_qx` kernel, which takes the float32 input (the raw residual
+        with norm, then the norm weight and eps) and quantizes it itself."""
         if mode not in GEMV_MODES:
             raise ValueError(f"mat-vec mode {mode!r} is not one of {GEMV_MODES}")
         if norm and not self.norm_in_mv(wt, cols):
             raise ValueError(f"the {WT_NAMES[wt]} mat-vec of {cols} columns has no RMSNorm kernel")
         if norm and wt in QUANTIZED and mode not in NORM_MODES:
             raise ValueError(f"the quantized mat-vecs apply RMSNorm in {NORM_MODES} modes only")
+        if qx and (wt not in QUANTIZED or self.uses_mma(wt, cols)):
+            raise ValueError(
+                f"the {WT_NAMES[wt]} mat-vec of {cols} columns has no float-input kernel"
+            )
+        if qx and row_block(rows) not in QX_ROW_BLOCKS:
+            raise ValueError(f"no float-input quantized mat-vec for {rows} rows")
         if self.uses_mma(wt, cols):
             nt = self.mma_tiles(wt, rows)
             bands = self.mma_bands(mode, nt, norm)
             grid = (-(-n_out // (MMA_M * bands)), -(-rows // (MMA_N * nt)))
             name = f"gemv_mma_{WT_NAMES[wt]}_{mode}" + ("_norm" if norm else "") + MMA_TILES[nt]
             return name, grid, (self.mma_warps(nt) * 32,)
-        rb = 1 if rows <= 1 else 2 if rows <= 2 else 4 if rows <= 4 else 8
+        rb = row_block(rows)
         groups = self.values["GEMV_WARPS"] // self.values["GEMV_KSPLIT"]  # row groups per block
         per_block = groups * self.rows_per_warp(rb, wt)
         grid = (-(-n_out // per_block), -(-rows // rb))
-        name = gemv_name(wt, rb, mode) + ("_norm" if norm else "")
+        name = gemv_name(wt, rb, mode) + ("_norm" if norm else "") + ("_qx" if qx else "")
         return name, grid, (self.values["GEMV_WARPS"] * 32,)
 
     def shared_bytes(self, name: str) -> int:
@@ -226,6 +264,12 @@ class Geometry:
         return 2 * 2 * PF_BK * (head_dim + 8) * 2
 
 
+def row_block(rows: int) -> int:
+    """The float/dp4a mat-vec's activation rows per launch row: the fewest of
+    GEMV_ROW_BLOCKS that hold `rows`, at most 8 (more rows: more launch rows)."""
+    return next((rb for rb in GEMV_ROW_BLOCKS if rb >= rows), GEMV_ROW_BLOCKS[-1])
+
+
 def gemv_name(wt: int, row_block: int, mode: str) -> str:
     return f"gemv_{WT_NAMES[wt]}_r{row_block}_{mode}"
 
@@ -234,6 +278,7 @@ def gemv_name(wt: int, row_block: int, mode: str) -> str:
 GEOMETRY = Geometry(kernel_defines())
 NVRTC_OPTIONS = GEOMETRY.nvrtc_options
 gemv_launch = GEOMETRY.launch
+quantizes_in_mv = GEOMETRY.quantizes_in_mv
 gemv_shared_bytes = GEOMETRY.shared_bytes
 attn_shared_bytes = GEOMETRY.attn_shared_bytes
 prefill_attention = GEOMETRY.prefill_attention

@@ -25,6 +25,7 @@ from engine.cuda.geometry import (
     NORM_MODES,
     NVRTC_OPTIONS,
     QUANTIZED,
+    QX_ROW_BLOCKS,
     WT_NAMES,
     attn_shared_bytes,
     gemv_name,
@@ -52,6 +53,12 @@ def all_kernel_names() -> list[str]:
         for wt in QUANTIZED
         for rb in GEMV_ROW_BLOCKS
         for m in NORM_MODES
+    ]
+    names += [  # float input, quantized in the lanes
+        gemv_name(wt, rb, m) + sfx
+        for wt in QUANTIZED
+        for rb in QX_ROW_BLOCKS
+        for m, sfx in [(m, "_qx") for m in GEMV_MODES] + [(m, "_norm_qx") for m in NORM_MODES]
     ]
     names += list(MMA_NAMES)
     names += [

@@ -15,6 +15,7 @@ from engine.cuda.geometry import (
     MMA_M,
     MMA_N,
     MMA_NAMES,
+    PYTHON_ONLY,
     WT_F16,
     WT_F32,
     WT_Q4_0,
@@ -177,7 +178,7 @@ def test_python_defaults_match_the_kernel_sources() -> None:
     kernels = Path(__file__).resolve().parents[2] / "kernels"
     src = "\n".join(p.read_text() for p in sorted(kernels.glob("*.cu")))
     for name, value in GEOMETRY_DEFAULTS.items():
-        if name in ("GEMV_MMA", "GEMV_MMA_Q"):  # read by the Python side only
+        if name in PYTHON_ONLY:
             continue
         found = re.findall(rf"#ifndef {name}\n#define {name} (\d+)", src)
         assert len(found) == 1, f"{name}: {len(found)} #ifndef defaults in kernels/*.cu"
@@ -193,6 +194,36 @@ def test_quantized_rows_per_warp_and_row_blocks() -> None:
         assert geo.launch(WT_Q4_1, 10, 64, 1, mode)[1] == (2, 1)  # 8 rows a block
     with pytest.raises(ValueError, match="mode"):
         geo.launch(WT_Q4_1, 10, 64, 1, "mul")
+
+
+def test_small_quantized_mat_vecs_quantize_their_own_input() -> None:
+    """A dp4a mat-vec of one row whose blocks would repeat few block quantizations (SmolLM2's)
+    takes float input (`_qx`) and saves the decode step a quantize_q8 launch; larger ones,
+    wider launches, float weights and the tensor-core kernels keep the planes."""
+    geo = Geometry({})
+    # SmolLM2: q|k|v 960 x 576, gate|up 1,536 x 576, down 576 x 1,536 (4 rows a row group)
+    for n_out, cols in ((960, 576), (1536, 576), (576, 1536)):
+        assert geo.quantizes_in_mv(WT_Q4_1, n_out, cols, 1)
+        assert geo.quantizes_in_mv(WT_Q8_0, n_out, cols, 1)
+        assert not geo.quantizes_in_mv(WT_Q4_1, n_out, cols, 2)  # no `_qx` kernel for 2 rows
+    assert not geo.quantizes_in_mv(WT_Q4_0, 6144, 4096, 1)  # llama-8b's q|k|v: 196,608 blocks
+    assert not geo.quantizes_in_mv(WT_Q4_1, 3072, 2048, 1)  # llama-1b's: 49,152 (6% slower)
+    assert geo.quantizes_in_mv(WT_Q4_0, 1024, 1024, 1)  # 256 row groups x 32 blocks = 8,192
+    assert not geo.quantizes_in_mv(WT_Q4_0, 1028, 1024, 1)
+    assert not geo.quantizes_in_mv(WT_F16, 960, 576, 1)
+    assert not Geometry({"GEMV_MMA_Q": 1}).quantizes_in_mv(WT_Q4_0, 960, 576, 1)
+    assert not Geometry({"GEMV_QX": 0}).quantizes_in_mv(WT_Q4_1, 960, 576, 1)
+    assert not Geometry({"GEMV_QX_MAX": 4000}).quantizes_in_mv(WT_Q4_1, 960, 576, 1)
+    assert Geometry({"GEMV_QX_MAX": 50000}).quantizes_in_mv(WT_Q4_1, 3072, 2048, 1)
+    assert geo.launch(WT_Q4_1, 960, 576, 1, "store", norm=True, qx=True)[0] == (
+        "gemv_q4_1_r1_store_norm_qx"
+    )
+    assert geo.launch(WT_Q8_0, 576, 1536, 1, "add", qx=True)[:2] == ("gemv_q8_0_r1_add_qx", (72, 1))
+    for wt, rows in ((WT_F16, 1), (WT_Q4_1, 2)):
+        with pytest.raises(ValueError, match="float-input"):
+            geo.launch(wt, 960, 576, rows, "store", qx=True)
+    with pytest.raises(ValueError, match="RMSNorm in"):
+        geo.launch(WT_Q4_1, 960, 576, 1, "add", norm=True, qx=True)
 
 
 def test_runner_switches_from_the_environment() -> None:

@@ -37,6 +37,8 @@
 #                                        are kernel defines), MODELS, CTX, WIDTHS, PREFILL, then ABLATE
 #                                        models' leave-one-out step times at CTX
 #   bash tests/gpu/push_run.sh suite     the GPU suite without SmolLM2's cases
+#   bash tests/gpu/push_run.sh absmol    carry the last piece: `ab` with the SmolLM2 file whole
+#                                        (MODELS=smollm2-135m by default), then SmolLM2's tests
 #   bash tests/gpu/push_run.sh table     carry the last piece: `numbers` (the issue's table), then
 #                                        SmolLM2's tests
 # Logs and JSON under $OUT; a short table last.
@@ -349,5 +351,6 @@ case "${1:-}" in
   numbers) install && assemble && numbers ;;
   suite) suite ;;
   table) install && assemble && table ;;
-  *) echo "usage: $0 kernels | models | harness | sessions | ab | profile | prefill | smollm2 | numbers | suite | table" >&2; exit 2 ;;
+  absmol) install && assemble && MODELS=${MODELS:-smollm2-135m} ab && smollm2_tests ;;
+  *) echo "usage: $0 kernels | models | harness | sessions | ab | profile | prefill | smollm2 | numbers | suite | table | absmol" >&2; exit 2 ;;
 esac

@@ -68,17 +68,19 @@ def nan_buffer(cp, shape):
 
 
 def run_gemv(
-    cp, k, w, rows: int, x: np.ndarray, mode: str, w2=None, out0=None, norm=None, geo=None
-):
+    cp, k, w, rows: int, x: np.ndarray, mode: str, w2=None, out0=None, norm=None, geo=None,
+    qx=False,
+):  # fmt: skip
     """Launch one mat-vec the way the runner does and return the float32 result (norm: (g,
-    eps) for the tensor-core kernel that applies RMSNorm to x itself; geo: launch geometry
-    other than the process's, e.g. with an opt-in kernel)."""
+    eps) for the kernel that applies RMSNorm to x itself; geo: launch geometry other than the
+    process's, e.g. with an opt-in kernel; qx: a quantized weight's `_qx` kernel, which
+    quantizes the float input itself instead of reading quantize_q8's planes)."""
     geo = geo or GEOMETRY
     gemv_launch, gemv_shared_bytes = geo.launch, geo.shared_bytes
 
     xd = cp.asarray(x, dtype=cp.float32)
     K = w.cols
-    if w.quantized:
+    if w.quantized and not qx:
         xq = cp.zeros((rows, 2 * K), dtype=cp.int8)
         xs = cp.zeros((rows, K // 32 * 4), dtype=cp.float32)
         nb = rows * K // 32
@@ -90,7 +92,7 @@ def run_gemv(
     else:
         xa, xs = xd, NULL
     out = nan_buffer(cp, (rows, w.rows)) if out0 is None else cp.asarray(out0, dtype=cp.float32)
-    name, grid, block = gemv_launch(w.wt, w.rows, K, rows, mode, norm=norm is not None)
+    name, grid, block = gemv_launch(w.wt, w.rows, K, rows, mode, norm=norm is not None, qx=qx)
     mma = name.startswith("gemv_mma")
     if mma:  # the tensor-core kernel reads the tile-order copy, made from q as it is now
         for m in (w, w2):
@@ -104,7 +106,8 @@ def run_gemv(
         xa, xs, out, np.int32(w.rows), np.int32(K), np.int32(rows), np.int32(w.rows),
     )  # fmt: skip
     if norm is not None:
-        args += (np.float32(norm[1]),) if w.quantized else (norm[0], np.float32(norm[1]))
+        planes = w.quantized and not qx  # quantize_q8 applied g to the planes
+        args += (np.float32(norm[1]),) if planes else (norm[0], np.float32(norm[1]))
     k[name](grid, block, args, shared_mem=gemv_shared_bytes(name))
     return cp.asnumpy(out)
 
@@ -236,6 +239,43 @@ def test_gemv_applies_rmsnorm_itself(cu, kind, rows):
         for r in (0, rows - 1):
             alone = run_gemv(cp, k, w, 1, x[r : r + 1], "glu", w2=w2, norm=norm)
             assert np.array_equal(got[r], alone[0])
+
+
+@pytest.mark.parametrize("kind", QTYPES)
+@pytest.mark.parametrize("K", [576, 1536])
+def test_gemv_quantizing_its_own_input_matches_quantize_q8_bit_for_bit(cu, kind, K):
+    """The `_qx` mat-vecs (one row of float input, each lane quantizing the blocks it
+    multiplies) give the bits of quantize_q8 followed by the plain kernel, in every mode and
+    with RMSNorm applied; so they keep that path's bounds against float64 too."""
+    cp, k = cu
+    from engine.cuda.layout import matrix_to_gpu
+
+    n_out, eps, rows = 300, 1e-5, 1
+    (t1, f1), (t2, f2) = make_weight(kind, n_out, K), make_weight(kind, n_out, K)
+    w, w2 = matrix_to_gpu(t1), matrix_to_gpu(t2)
+    x = (RNG.standard_normal((rows, K)) * 3.0).astype(np.float32)
+    x[0, :32] = 0.0  # an all-zero block: both scales 0
+    x[0, 32:64] *= 1e-3  # a block far below its neighbours
+    base = RNG.standard_normal((rows, n_out)).astype(np.float32)
+    g = cp.asarray(RNG.uniform(0.2, 2.0, K).astype(np.float32))
+    cases = (
+        ("store", None, None, None),
+        ("add", None, base, None),
+        ("glu", w2, None, None),
+        ("store", None, None, (g, eps)),
+        ("glu", w2, None, (g, eps)),
+    )
+    for mode, second, out0, norm in cases:
+        planes = run_gemv(cp, k, w, rows, x, mode, w2=second, out0=out0, norm=norm)
+        own = run_gemv(cp, k, w, rows, x, mode, w2=second, out0=out0, norm=norm, qx=True)
+        assert np.array_equal(own, planes), (mode, norm is not None)
+    want = x.astype(np.float64) @ f1.T
+    assert rel(run_gemv(cp, k, w, rows, x, "store", qx=True), want) < 2e-4
+    rms = np.sqrt((x.astype(np.float64) ** 2).mean(axis=1, keepdims=True) + eps)
+    xn = x.astype(np.float64) / rms * cp.asnumpy(g).astype(np.float64)
+    a, u = xn @ f1.T, xn @ f2.T
+    got = run_gemv(cp, k, w, rows, x, "glu", w2=w2, norm=(g, eps), qx=True)
+    assert rel(got, a / (1 + np.exp(-a)) * u) < 4e-4
 
 
 def quantized_planes(cp, k, x):

@@ -35,10 +35,12 @@ GEOMETRY_DEFAULTS = {
     "MMA_WARPS_WIDE": 16,
     "MMA_S_WIDE": 0,
     "MMA_MB_WIDE": 4,
+    "MMA_MB_GLU": 2,
     "ATT_STAGES": 2,
     "PF_WARPS": 4,
 }
 
+MAX_BLOCK_SHARED = 227 * 1024  # dynamic shared memory one block may ask for on sm_90
 PYTHON_ONLY = ("GEMV_MMA", "GEMV_MMA_Q", "GEMV_QX", "GEMV_QX_MAX")
 
 # Weight storage types: the WT_* numbers in kernels/common.cuh.
@@ -106,7 +108,7 @@ class Geometry:
         self.values = {k: int(self.defines.get(k, v)) for k, v in GEOMETRY_DEFAULTS.items()}
         for name in (
             "GEMV_WARPS", "GEMV_KSPLIT", "MMA_WARPS", "MMA_S", "MMA_S_GLU", "MMAQ_S", "MMA_WARPS_WIDE",
-            "MMA_MB_WIDE", "PF_WARPS",
+            "MMA_MB_WIDE", "MMA_MB_GLU", "PF_WARPS",
         ):  # fmt: skip
             if self.values[name] < 1:
                 raise ValueError(f"{DEFINES_ENV}: {name}={self.values[name]} must be at least 1")
@@ -116,6 +118,12 @@ class Geometry:
             raise ValueError(f"{DEFINES_ENV}: MMA_NT_MAX must be one of {sorted(MMA_TILES)}")
         if self.values["GEMV_WARPS"] % self.values["GEMV_KSPLIT"]:
             raise ValueError(f"{DEFINES_ENV}: GEMV_WARPS must be a multiple of GEMV_KSPLIT")
+        worst = max((*MMA_NAMES, "attn_split_128"), key=self._block_shared_bytes)
+        if self._block_shared_bytes(worst) > MAX_BLOCK_SHARED:
+            raise ValueError(
+                f"{DEFINES_ENV}: {worst} would need {self._block_shared_bytes(worst):,} bytes of "
+                f"shared memory a block; the card grants at most {MAX_BLOCK_SHARED:,}"
+            )
         self.nvrtc_options = BASE_OPTIONS + tuple(
             f"-D{k}={v}" for k, v in sorted(self.defines.items())
         )
@@ -152,7 +160,9 @@ class Geometry:
     def mma_bands(self, mode: str, nt: int, norm: bool) -> int:
         """16-row bands per tensor-core block: MMA_MB_WIDE for the wide plain-store kernels (the
         output head's: each activation fragment a warp loads multiplies that many weight
-        tiles), else 1."""
+        tiles), MMA_MB_GLU for gate|up at 4 n-tiles, else 1."""
+        if nt == 4 and mode == "glu":
+            return self.values["MMA_MB_GLU"]
         return self.values["MMA_MB_WIDE"] if nt > 1 and mode == "store" and not norm else 1
 
     def norm_in_mv(self, wt: int, cols: int) -> bool:
@@ -238,10 +248,14 @@ class Geometry:
             slots, slot_bytes = self.values["MMA_S_GLU" if glu else "MMA_S"], MMA_SLOT_BYTES
         warps = self.mma_warps(nt)
         plain_store = name == "gemv_mma_f16_store" + MMA_TILES[nt]
-        bands = self.mma_bands("store" if plain_store else "", nt, False)
+        bands = self.mma_bands("store" if plain_store else "glu" if glu else "", nt, False)
         ring = warps * slots * mats * bands * slot_bytes
         partials = warps * (mats * MMA_M * bands + 1) * MMA_N * nt * 4  # tiles + sums of squares
         return max(ring, partials)
+
+    def _block_shared_bytes(self, name: str) -> int:
+        """A mat-vec kernel's dynamic shared memory, or the largest decode split's."""
+        return self.attn_shared_bytes(128) if name == "attn_split_128" else self.shared_bytes(name)
 
     def attn_shared_bytes(self, head_dim: int) -> int:
         """Dynamic shared memory of a decode attention split (attn_split_<head_dim>): each

@@ -83,8 +83,9 @@ def test_float16_takes_the_tensor_core_mat_vec_at_every_width() -> None:
 
 def test_the_wide_plain_store_takes_several_bands_per_block() -> None:
     """MMA_MB_WIDE (4 by default): the output head's wide kernel multiplies each activation
-    fragment into that many 16-row bands (fewer blocks, each re-reading the activations); every
-    other kernel keeps one band, so the 2,048-row matrices keep their 128 blocks."""
+    fragment into that many 16-row bands (fewer blocks, each re-reading the activations);
+    gate|up's `_n32` kernels take MMA_MB_GLU (2); every other kernel keeps one band, so the
+    2,048-row matrices keep their 128 blocks."""
     assert Geometry({}).launch(WT_F16, 128256, 2048, 32, "store")[1] == (2004, 1)
     assert Geometry({}).shared_bytes("gemv_mma_f16_store_n32") == 16 * (4 * MMA_M + 1) * 32 * 4
     geo = Geometry({"MMA_MB_WIDE": 2})
@@ -94,8 +95,12 @@ def test_the_wide_plain_store_takes_several_bands_per_block() -> None:
     )
     assert geo.launch(WT_F16, 300, 576, 16, "store")[1] == (10, 1)  # 19 bands, the last alone
     assert geo.launch(WT_F16, 128256, 2048, 8, "store")[1] == (8016, 1)  # one tile: one band
-    for mode, norm in (("store", True), ("add", False), ("glu", True)):
+    for mode, norm in (("store", True), ("add", False)):
         assert geo.launch(WT_F16, 2048, 2048, 32, mode, norm=norm)[1] == (128, 1)
+    for norm in (False, True):  # two bands at 32 rows, one at 16
+        assert geo.launch(WT_F16, 8192, 2048, 32, "glu", norm=norm)[1] == (256, 1)
+        assert geo.launch(WT_F16, 8192, 2048, 16, "glu", norm=norm)[1] == (512, 1)
+    assert Geometry({"MMA_MB_GLU": 1}).launch(WT_F16, 8192, 2048, 32, "glu")[1] == (512, 1)
     # partial tiles of 2 bands and the sums outgrow the ring of 2 bands (16 * 2 * 2 KB)
     assert geo.shared_bytes("gemv_mma_f16_store_n32") == 16 * (2 * MMA_M + 1) * 32 * 4
     assert geo.shared_bytes("gemv_mma_f16_store_norm_n32") == Geometry({}).shared_bytes(
@@ -150,7 +155,7 @@ def test_tensor_core_rings_size_the_dynamic_shared_memory() -> None:
     assert geo.shared_bytes("gemv_mma_f16_add") == 16 * 2 * 1024
     assert geo.shared_bytes("gemv_mma_f16_glu") == 16 * 2 * 2 * 1024
     assert geo.shared_bytes("gemv_q4_0_r1_glu") == 0
-    deep = Geometry({"MMA_WARPS": 8, "MMA_S": 6, "MMA_S_GLU": 3})
+    deep = Geometry({"MMA_WARPS": 8, "MMA_S": 6, "MMA_S_GLU": 3, "MMA_S_WIDE": 2})
     assert deep.shared_bytes("gemv_mma_f16_store") == 8 * 6 * 1024
     assert deep.shared_bytes("gemv_mma_f16_glu") == 8 * 3 * 2 * 1024
     # the H200 grants at most 227 KB per block; the defaults must stay within it
@@ -164,7 +169,10 @@ def test_tensor_core_rings_size_the_dynamic_shared_memory() -> None:
     assert geo.shared_bytes("gemv_mma_f16_glu_norm") == geo.shared_bytes("gemv_mma_f16_glu")
     # 4 n-tiles: the partial tiles and sums outgrow the ring, and size the memory instead
     assert geo.shared_bytes("gemv_mma_f16_add_n32") == 16 * (MMA_M + 1) * 32 * 4
-    assert geo.shared_bytes("gemv_mma_f16_glu_norm_n32") == 16 * (2 * MMA_M + 1) * 32 * 4
+    assert geo.shared_bytes("gemv_mma_f16_glu_norm_n32") == 16 * (2 * 2 * MMA_M + 1) * 32 * 4
+    # a geometry whose kernels would need more than a block may have fails up front
+    with pytest.raises(ValueError, match="shared memory"):
+        Geometry({"MMA_MB_GLU": 4})
     assert geo.shared_bytes("gemv_mma_f16_glu_n16") == geo.shared_bytes("gemv_mma_f16_glu")
     assert max(geo.shared_bytes(n) for n in MMA_NAMES) <= 227 * 1024
     with pytest.raises(ValueError, match="MMA_S=0"):

@@ -82,6 +82,12 @@
 #endif
 #define MMA_MB_OF(MODE, NT, NORM) \
     ((NT) > 1 && (MODE) == MODE_STORE && !(NORM) ? MMA_MB_WIDE : (NT) == 4 && (MODE) == MODE_GLU ? MMA_MB_GLU : 1)
+// Bands per block of the `_n32b` kernels: the add and norm-store _n32 kernels again, for the
+// matrices with rows enough that the banded grid still fills the card (Geometry.launch picks
+// them: llama-8b's 4,096-row o and down, +6% at width 32; llama-1b's 2,048 rows lost 5%)
+#ifndef MMA_MB_N32
+#define MMA_MB_N32 2
+#endif
 // the _n16/_n32 kernels ask for 16 warps per SM (their registers: 72-128 per thread)
 #define MMA_MINB_WIDE (MMA_WARPS_WIDE >= 16 ? 1 : 16 / MMA_WARPS_WIDE)
 // Kernels of up to MMA_XPF_NT n-tiles load the next K block's activations a block ahead, in
@@ -305,21 +311,25 @@ __device__ __forceinline__ void gemv_mma_body(const __half* __restrict__ w1, con
 // Launch (Geometry.launch, engine/cuda/geometry.py): grid (ceil(n_out / (16 * bands)),
 // ceil(rows / (8 * NT))), MMA_WARPS_OF(NT) * 32 threads, dynamic shared memory
 // Geometry.shared_bytes(name): the weight ring or the warps' partial tiles, the larger.
-#define GEMV_MMA_NT(MNAME, MODE, NT, SUFFIX)                                                       \
+#define GEMV_MMA_PLAIN(MNAME, MODE, NT, SUFFIX, MB)                                                 \
     extern "C" __global__ void __launch_bounds__(MMA_WARPS_OF(NT) * 32, NT == 1 ? MMA_MINB : MMA_MINB_WIDE) \
         gemv_mma_f16_##MNAME##SUFFIX(GEMV_ARGS) {                                                  \
-        gemv_mma_body<MODE, MMA_MB_OF(MODE, NT, false), NT, MMA_WARPS_OF(NT), false>(reinterpret_cast<const __half*>(wq),                        \
+        gemv_mma_body<MODE, MB, NT, MMA_WARPS_OF(NT), false>(reinterpret_cast<const __half*>(wq),    \
                                        reinterpret_cast<const __half*>(wq2),                       \
                                        reinterpret_cast<const float*>(x), out, N, K, nrows, ldo,   \
                                        nullptr, 0.f);                                              \
-    }                                                                                              \
+    }
+#define GEMV_MMA_NORM(MNAME, MODE, NT, SUFFIX, MB)                                                  \
     extern "C" __global__ void __launch_bounds__(MMA_WARPS_OF(NT) * 32, NT == 1 ? MMA_NORM_MINB : MMA_MINB_WIDE) \
         gemv_mma_f16_##MNAME##_norm##SUFFIX(GEMV_ARGS, const float* __restrict__ gnorm, float eps) { \
-        gemv_mma_body<MODE, MMA_MB_OF(MODE, NT, true), NT, MMA_WARPS_OF(NT), true>(reinterpret_cast<const __half*>(wq),                         \
+        gemv_mma_body<MODE, MB, NT, MMA_WARPS_OF(NT), true>(reinterpret_cast<const __half*>(wq),     \
                                       reinterpret_cast<const __half*>(wq2),                        \
                                       reinterpret_cast<const float*>(x), out, N, K, nrows, ldo,    \
                                       gnorm, eps);                                                 \
     }
+#define GEMV_MMA_NT(MNAME, MODE, NT, SUFFIX)                                 \
+    GEMV_MMA_PLAIN(MNAME, MODE, NT, SUFFIX, MMA_MB_OF(MODE, NT, false))      \
+    GEMV_MMA_NORM(MNAME, MODE, NT, SUFFIX, MMA_MB_OF(MODE, NT, true))
 #define GEMV_MMA_ONE(MNAME, MODE)        \
     GEMV_MMA_NT(MNAME, MODE, 1, )        \
     GEMV_MMA_NT(MNAME, MODE, 2, _n16)    \
@@ -327,6 +337,10 @@ __device__ __forceinline__ void gemv_mma_body(const __half* __restrict__ w1, con
 GEMV_MMA_ONE(store, MODE_STORE)
 GEMV_MMA_ONE(add, MODE_ADD)
 GEMV_MMA_ONE(glu, MODE_GLU)
+// the `_n32b` kernels: the _n32 kernels of one band per block, with MMA_MB_N32
+GEMV_MMA_PLAIN(add, MODE_ADD, 4, _n32b, MMA_MB_N32)
+GEMV_MMA_NORM(add, MODE_ADD, 4, _n32b, MMA_MB_N32)
+GEMV_MMA_NORM(store, MODE_STORE, 4, _n32b, MMA_MB_N32)
 
 // ---------------------------------------------------------------------------------------
 // Q4_0 weights: gemv_mma_q4_0_<mode> (mode store, add, glu).

@@ -17,7 +17,8 @@ DEFINES_ENV = "SPARKBOARD_KERNEL_DEFINES"
 # The macros the Python side needs too, with the defaults the .cu files use. Read by the Python
 # side only (PYTHON_ONLY): GEMV_MMA=0 keeps float16 weights off the tensor cores, GEMV_MMA_Q=0
 # Q4_0 weights; GEMV_QX=0 puts every quantized mat-vec behind a quantize_q8 launch, and
-# GEMV_QX_MAX bounds the block quantizations a `_qx` launch may repeat (quantizes_in_mv).
+# GEMV_QX_MAX bounds the block quantizations a `_qx` launch may repeat (quantizes_in_mv);
+# MMA_MB_N32_MIN is the fewest blocks a banded `_n32b` launch may have (banded_n32).
 GEOMETRY_DEFAULTS = {
     "GEMV_WARPS": 4,
     "GEMV_KSPLIT": 2,
@@ -36,12 +37,14 @@ GEOMETRY_DEFAULTS = {
     "MMA_S_WIDE": 0,
     "MMA_MB_WIDE": 4,
     "MMA_MB_GLU": 2,
+    "MMA_MB_N32": 2,
+    "MMA_MB_N32_MIN": 128,
     "ATT_STAGES": 2,
     "PF_WARPS": 4,
 }
 
 MAX_BLOCK_SHARED = 227 * 1024  # dynamic shared memory one block may ask for on sm_90
-PYTHON_ONLY = ("GEMV_MMA", "GEMV_MMA_Q", "GEMV_QX", "GEMV_QX_MAX")
+PYTHON_ONLY = ("GEMV_MMA", "GEMV_MMA_Q", "GEMV_QX", "GEMV_QX_MAX", "MMA_MB_N32_MIN")
 
 # Weight storage types: the WT_* numbers in kernels/common.cuh.
 WT_F32, WT_F16, WT_Q8_0, WT_Q4_0, WT_Q4_1 = 0, 1, 2, 3, 4
@@ -54,12 +57,17 @@ NORM_MODES = ("store", "glu")  # the modes with a `_norm` kernel
 # n-tiles of 8 activation rows one float16 tensor-core block multiplies each weight fragment
 # into, and their kernel-name suffixes (kernels/gemv_mma.cu, GEMV_MMA_NT)
 MMA_TILES = {1: "", 2: "_n16", 4: "_n32"}
-MMA_NAMES = tuple(
-    f"gemv_mma_f16_{m}{n}{sfx}"
-    for m in GEMV_MODES
-    for n in ("", "_norm")
-    for sfx in MMA_TILES.values()
-) + tuple(f"gemv_mma_q4_0_{m}" for m in GEMV_MODES)
+BANDED_N32 = ("add", "add_norm", "store_norm")  # the `_n32b` kernels: _n32 with MMA_MB_N32 bands
+MMA_NAMES = (
+    tuple(
+        f"gemv_mma_f16_{m}{n}{sfx}"
+        for m in GEMV_MODES
+        for n in ("", "_norm")
+        for sfx in MMA_TILES.values()
+    )
+    + tuple(f"gemv_mma_f16_{k}_n32b" for k in BANDED_N32)
+    + tuple(f"gemv_mma_q4_0_{m}" for m in GEMV_MODES)
+)
 MMA_M, MMA_N = 16, 8  # output rows x activation rows of one tensor-core n-tile
 MMA_SLOT_BYTES = 1024  # one K block of 16 rows per weight matrix in a warp's cp.async ring
 MMAQ_SLOT_BYTES = 768  # Q4_0: two K blocks of 16 rows (512 bytes of nibbles, 256 of scales)
@@ -108,7 +116,7 @@ class Geometry:
         self.values = {k: int(self.defines.get(k, v)) for k, v in GEOMETRY_DEFAULTS.items()}
         for name in (
             "GEMV_WARPS", "GEMV_KSPLIT", "MMA_WARPS", "MMA_S", "MMA_S_GLU", "MMAQ_S", "MMA_WARPS_WIDE",
-            "MMA_MB_WIDE", "MMA_MB_GLU", "PF_WARPS",
+            "MMA_MB_WIDE", "MMA_MB_GLU", "MMA_MB_N32", "PF_WARPS",
         ):  # fmt: skip
             if self.values[name] < 1:
                 raise ValueError(f"{DEFINES_ENV}: {name}={self.values[name]} must be at least 1")
@@ -161,9 +169,21 @@ class Geometry:
         """16-row bands per tensor-core block: MMA_MB_WIDE for the wide plain-store kernels (the
         output head's: each activation fragment a warp loads multiplies that many weight
         tiles), MMA_MB_GLU for gate|up at 4 n-tiles, else 1."""
-        if nt == 4 and mode == "glu":
-            return self.values["MMA_MB_GLU"]
-        return self.values["MMA_MB_WIDE"] if nt > 1 and mode == "store" and not norm else 1
+        if nt > 1 and mode == "store" and not norm:
+            return self.values["MMA_MB_WIDE"]
+        return self.values["MMA_MB_GLU"] if nt == 4 and mode == "glu" else 1
+
+    def banded_n32(self, mode: str, nt: int, norm: bool, n_out: int) -> bool:
+        """Whether an add or norm-store mat-vec of 4 n-tiles takes the `_n32b` kernel
+        (MMA_MB_N32 bands a block, each activation fragment feeding that many weight tiles):
+        where its grid keeps MMA_MB_N32_MIN blocks (128: one a SM of the 132 on the H100
+        and H200). Measured at width 32 (engine/PERF.md): llama-8b:f16's 4,096- and 6,144-row
+        matrices (128 and 192 blocks) +6%; llama-1b's 2,048 and 3,072 (64 and 96) -5%."""
+        kind = f"{mode}_norm" if norm else mode
+        if nt != 4 or kind not in BANDED_N32:
+            return False
+        bands = self.values["MMA_MB_N32"]
+        return bands > 1 and -(-n_out // (MMA_M * bands)) >= self.values["MMA_MB_N32_MIN"]
 
     def norm_in_mv(self, wt: int, cols: int) -> bool:
         """Whether the mat-vec of this weight can apply RMSNorm itself: the float16
@@ -219,9 +239,11 @@ class Geometry:
             raise ValueError(f"no float-input quantized mat-vec for {rows} rows")
         if self.uses_mma(wt, cols):
             nt = self.mma_tiles(wt, rows)
-            bands = self.mma_bands(mode, nt, norm)
+            bands, suffix = self.mma_bands(mode, nt, norm), MMA_TILES[nt]
+            if self.banded_n32(mode, nt, norm, n_out):
+                bands, suffix = self.values["MMA_MB_N32"], "_n32b"
             grid = (-(-n_out // (MMA_M * bands)), -(-rows // (MMA_N * nt)))
-            name = f"gemv_mma_{WT_NAMES[wt]}_{mode}" + ("_norm" if norm else "") + MMA_TILES[nt]
+            name = f"gemv_mma_{WT_NAMES[wt]}_{mode}" + ("_norm" if norm else "") + suffix
             return name, grid, (self.mma_warps(nt) * 32,)
         rb = row_block(rows)
         groups = self.values["GEMV_WARPS"] // self.values["GEMV_KSPLIT"]  # row groups per block
@@ -239,7 +261,12 @@ class Geometry:
             return 0
         glu = "_glu" in name
         mats = 2 if glu else 1
-        nt = next((n for n, sfx in MMA_TILES.items() if sfx and name.endswith(sfx)), 1)
+        banded = name.endswith("_n32b")
+        nt = (
+            4
+            if banded
+            else next((n for n, sfx in MMA_TILES.items() if sfx and name.endswith(sfx)), 1)
+        )
         if name.startswith("gemv_mma_q4_0_"):
             slots, slot_bytes = self.values["MMAQ_S"], MMAQ_SLOT_BYTES
         elif nt > 1 and self.values["MMA_S_WIDE"]:
@@ -249,6 +276,8 @@ class Geometry:
         warps = self.mma_warps(nt)
         plain_store = name == "gemv_mma_f16_store" + MMA_TILES[nt]
         bands = self.mma_bands("store" if plain_store else "glu" if glu else "", nt, False)
+        if banded:
+            bands = self.values["MMA_MB_N32"]
         ring = warps * slots * mats * bands * slot_bytes
         partials = warps * (mats * MMA_M * bands + 1) * MMA_N * nt * 4  # tiles + sums of squares
         return max(ring, partials)

@@ -112,6 +112,35 @@ def test_the_wide_plain_store_takes_several_bands_per_block() -> None:
     assert Geometry({"GEMV_MMA": 0}).launch(WT_F16, 300, 576, 3, "store")[0] == "gemv_f16_r4_store"
 
 
+def test_large_matrices_take_the_banded_n32_kernels() -> None:
+    """At 32 rows the add and norm-store mat-vecs take MMA_MB_N32 (2) bands a block (`_n32b`)
+    where the banded grid keeps MMA_MB_N32_MIN (128) blocks: llama-8b's o, down (4,096 rows)
+    and q|k|v (6,144), not llama-1b's 2,048 and 3,072."""
+    geo = Geometry({})
+    assert geo.launch(WT_F16, 4096, 14336, 32, "add")[:2] == ("gemv_mma_f16_add_n32b", (128, 1))
+    assert geo.launch(WT_F16, 6144, 4096, 32, "store", norm=True)[:2] == (
+        "gemv_mma_f16_store_norm_n32b",
+        (192, 1),
+    )
+    assert geo.launch(WT_F16, 4096, 4096, 40, "add", norm=True)[1] == (128, 2)
+    assert geo.launch(WT_F16, 2048, 8192, 32, "add")[:2] == ("gemv_mma_f16_add_n32", (128, 1))
+    assert geo.launch(WT_F16, 3072, 2048, 32, "store", norm=True)[0] == (
+        "gemv_mma_f16_store_norm_n32"
+    )
+    assert geo.launch(WT_F16, 4096, 4096, 16, "add")[0] == "gemv_mma_f16_add_n16"
+    assert geo.launch(WT_F16, 14336 * 2, 4096, 32, "glu")[0] == "gemv_mma_f16_glu_n32"
+    assert geo.launch(WT_F16, 128256, 4096, 32, "store")[0] == "gemv_mma_f16_store_n32"
+    assert geo.shared_bytes("gemv_mma_f16_add_n32b") == 16 * (2 * MMA_M + 1) * 32 * 4
+    assert geo.shared_bytes("gemv_mma_f16_add_n32") == 16 * (MMA_M + 1) * 32 * 4
+    forced = Geometry({"MMA_MB_N32_MIN": 1})
+    assert forced.launch(WT_F16, 300, 576, 32, "add")[:2] == ("gemv_mma_f16_add_n32b", (10, 1))
+    one_band = Geometry({"MMA_MB_N32": 1})
+    assert one_band.launch(WT_F16, 4096, 14336, 32, "add")[:2] == (
+        "gemv_mma_f16_add_n32",
+        (256, 1),
+    )
+
+
 def test_which_mat_vecs_apply_rmsnorm_themselves() -> None:
     geo = Geometry({})
     assert geo.launch(WT_F16, 2048, 2048, 3, "glu", norm=True)[0] == "gemv_mma_f16_glu_norm"

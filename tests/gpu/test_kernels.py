@@ -241,6 +241,34 @@ def test_gemv_applies_rmsnorm_itself(cu, kind, rows):
             assert np.array_equal(got[r], alone[0])
 
 
+@pytest.mark.parametrize("rows", [27, 32, 40])
+def test_banded_n32_kernels_match_one_band_bit_for_bit(cu, rows):
+    """The `_n32b` kernels (MMA_MB_N32 bands a block, for large matrices at 32 rows; forced
+    here on a small one) run each column through the same mmas as the one-band `_n32`
+    kernels: the same bits in add, add with the norm and store with the norm."""
+    cp, k = cu
+    from engine.cuda.layout import matrix_to_gpu
+
+    banded = Geometry({**GEOMETRY.defines, "MMA_MB_N32_MIN": 1})
+    one_band = Geometry({**GEOMETRY.defines, "MMA_MB_N32_MIN": 10**9})
+    K, n_out, eps = 576, 300, 1e-5
+    t, f = make_weight("F16", n_out, K)
+    w = matrix_to_gpu(t)
+    x = RNG.standard_normal((rows, K)).astype(np.float32)
+    base = RNG.standard_normal((rows, n_out)).astype(np.float32)
+    g = RNG.uniform(0.2, 2.0, K).astype(np.float32)
+    norm = (cp.asarray(g), eps)
+    for mode, out0, nm in (("add", base, None), ("add", base, norm), ("store", None, norm)):
+        name = banded.launch(w.wt, n_out, K, rows, mode, norm=nm is not None)[0]
+        assert name.endswith("_n32b"), name
+        got = run_gemv(cp, k, w, rows, x, mode, out0=out0, norm=nm, geo=banded)
+        want = run_gemv(cp, k, w, rows, x, mode, out0=out0, norm=nm, geo=one_band)
+        assert np.array_equal(got, want), (mode, nm is not None)
+    rms = np.sqrt((x.astype(np.float64) ** 2).mean(axis=1, keepdims=True) + eps)
+    xn = x.astype(np.float64) / rms * g.astype(np.float64)
+    assert rel(run_gemv(cp, k, w, rows, x, "store", norm=norm, geo=banded), xn @ f.T) < 1e-5
+
+
 @pytest.mark.parametrize("kind", QTYPES)
 @pytest.mark.parametrize("K", [576, 1536])
 def test_gemv_quantizing_its_own_input_matches_quantize_q8_bit_for_bit(cu, kind, K):

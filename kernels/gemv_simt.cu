@@ -14,11 +14,11 @@
 // the kernel applies RMSNorm's 1 / rms itself, from the blocks' sums of squares of x that
 // quantize_q8 left beside their scales (quantization commutes with the positive scale, so
 // the int8 codes are those of the normalised row): the decode step needs no norm kernel.
-// QX (the `_qx` kernels, quantized weights, one activation row): the input is float32 (x * g's raw x for NORM, with
-// g an argument) and each lane quantizes the 32-element blocks it multiplies itself
-// (quant_chunk, common.cuh: quantize_q8's blocks bit for bit), once per warp, so the decode
-// step needs no quantize_q8 launch before a small mat-vec; every row group repeats that work,
-// which Geometry.quantizes_in_mv weighs against the launch it saves.
+// QX (the `_qx` kernels: quantized weights, one activation row): the input is float32 (for
+// NORM the raw x, with the norm weight g an argument) and each lane quantizes the 32-element
+// blocks it multiplies itself (quant_chunk, common.cuh: quantize_q8's blocks bit for bit), so
+// the decode step needs no quantize_q8 launch before a small mat-vec; every row group repeats
+// that work, which Geometry.quantizes_in_mv weighs against the launch it saves.
 // Float weights (F16, F32) multiply float32 activations directly.
 //
 // MODE_* and GEMV_ARGS, the mat-vecs' modes and argument list, are in common.cuh.

@@ -226,8 +226,15 @@ __device__ __forceinline__ float lane_sum32(float (&v)[32]) {
     return v[0];
 }
 
-__device__ __forceinline__ u32 pack_i8x4(int a, int b, int c, int d) {
-    return (u32)(a & 0xFF) | ((u32)(b & 0xFF) << 8) | ((u32)(c & 0xFF) << 16) | ((u32)(d & 0xFF) << 24);
+// 32 int8 codes, elements 0..15 into lo and 16..31 into hi, in xq's byte order.
+__device__ __forceinline__ void pack_codes(const int (&q)[32], int4& lo, int4& hi) {
+    u32 w[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+        w[i] = (u32)(q[4 * i] & 0xFF) | ((u32)(q[4 * i + 1] & 0xFF) << 8) |
+               ((u32)(q[4 * i + 2] & 0xFF) << 16) | ((u32)(q[4 * i + 3] & 0xFF) << 24);
+    lo = make_int4(w[0], w[1], w[2], w[3]);
+    hi = make_int4(w[4], w[5], w[6], w[7]);
 }
 
 // quantize_q8's block of 32 activations at xr (times the norm weight g when g is not null,
@@ -270,18 +277,12 @@ __device__ __forceinline__ float4 quant_chunk(const float* __restrict__ xr, cons
         t[i] = __fsub_rn(v[i], __fmul_rn(d1, (float)q[i]));  // the residual
         rmax = fmaxf(rmax, fabsf(t[i]));
     }
-    a = make_int4(pack_i8x4(q[0], q[1], q[2], q[3]), pack_i8x4(q[4], q[5], q[6], q[7]),
-                  pack_i8x4(q[8], q[9], q[10], q[11]), pack_i8x4(q[12], q[13], q[14], q[15]));
-    b = make_int4(pack_i8x4(q[16], q[17], q[18], q[19]), pack_i8x4(q[20], q[21], q[22], q[23]),
-                  pack_i8x4(q[24], q[25], q[26], q[27]), pack_i8x4(q[28], q[29], q[30], q[31]));
+    pack_codes(q, a, b);
     const float d2 = rmax / 127.f;
     const float id2 = rmax > 0.f ? 127.f / rmax : 0.f;
 #pragma unroll
     for (int i = 0; i < 32; ++i) q[i] = __float2int_rn(__fmul_rn(t[i], id2));
-    a2 = make_int4(pack_i8x4(q[0], q[1], q[2], q[3]), pack_i8x4(q[4], q[5], q[6], q[7]),
-                   pack_i8x4(q[8], q[9], q[10], q[11]), pack_i8x4(q[12], q[13], q[14], q[15]));
-    b2 = make_int4(pack_i8x4(q[16], q[17], q[18], q[19]), pack_i8x4(q[20], q[21], q[22], q[23]),
-                   pack_i8x4(q[24], q[25], q[26], q[27]), pack_i8x4(q[28], q[29], q[30], q[31]));
+    pack_codes(q, a2, b2);
     const float sum = lane_sum32(v);
     return make_float4(d1, d2, sum, ss);
 }

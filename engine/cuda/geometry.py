@@ -126,11 +126,13 @@ class Geometry:
             raise ValueError(f"{DEFINES_ENV}: MMA_NT_MAX must be one of {sorted(MMA_TILES)}")
         if self.values["GEMV_WARPS"] % self.values["GEMV_KSPLIT"]:
             raise ValueError(f"{DEFINES_ENV}: GEMV_WARPS must be a multiple of GEMV_KSPLIT")
-        worst = max((*MMA_NAMES, "attn_split_128"), key=self._block_shared_bytes)
-        if self._block_shared_bytes(worst) > MAX_BLOCK_SHARED:
+        shared = {name: self.shared_bytes(name) for name in MMA_NAMES}
+        shared["attn_split_128"] = self.attn_shared_bytes(128)  # the largest decode split
+        worst = max(shared, key=shared.__getitem__)
+        if shared[worst] > MAX_BLOCK_SHARED:
             raise ValueError(
-                f"{DEFINES_ENV}: {worst} would need {self._block_shared_bytes(worst):,} bytes of "
-                f"shared memory a block; the card grants at most {MAX_BLOCK_SHARED:,}"
+                f"{DEFINES_ENV}: {worst} would need {shared[worst]:,} bytes of shared memory a "
+                f"block; the card grants at most {MAX_BLOCK_SHARED:,}"
             )
         self.nvrtc_options = BASE_OPTIONS + tuple(
             f"-D{k}={v}" for k, v in sorted(self.defines.items())
@@ -281,10 +283,6 @@ class Geometry:
         ring = warps * slots * mats * bands * slot_bytes
         partials = warps * (mats * MMA_M * bands + 1) * MMA_N * nt * 4  # tiles + sums of squares
         return max(ring, partials)
-
-    def _block_shared_bytes(self, name: str) -> int:
-        """A mat-vec kernel's dynamic shared memory, or the largest decode split's."""
-        return self.attn_shared_bytes(128) if name == "attn_split_128" else self.shared_bytes(name)
 
     def attn_shared_bytes(self, head_dim: int) -> int:
         """Dynamic shared memory of a decode attention split (attn_split_<head_dim>): each

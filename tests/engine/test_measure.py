@@ -16,7 +16,7 @@ import pytest
 from engine_helpers import checkout_with
 from test_harness_units import VOCAB, FakeRunner, corpus
 
-from collector.judge.forgery import clock_problem, timing_problem
+from collector.judge.forgery import clock_problem, regions_by_group, timing_problem
 from collector.policy import ForgeryRules, load_policy, resolve
 from engine.errors import EngineOutputError
 from engine.harness.common import log_softmax_rows, top_k
@@ -365,10 +365,16 @@ def _checkout_with(tmp_path: Path, *edits: tuple[str, str]) -> Path:
     return checkout_with(tmp_path, *edits)
 
 
-def _sweep(tmp_path: Path, checkout: Path, ctx: str = "32", baseline: bool = False) -> dict:
+def _sweep(
+    tmp_path: Path, checkout: Path, ctx: str = "32", baseline: bool = False, reps: int = 2
+) -> dict:
+    """One sweep of tiny through the pinned harness. Each repetition (the warm-up's too: timed,
+    then dropped) gives each engine at least one timed region a turn of each shape however
+    loaded the box, more when its runs are short."""
     out = tmp_path / "sweep.json"
     argv = [sys.executable, "-m", "engine.harness.bench", "sweep", "--model", "tiny"]
-    argv += ["--ctx", ctx, "--tokens", "4", "--reps", "2", "--min-time", "0.02", "--backend"]
+    argv += ["--ctx", ctx, "--tokens", "4", "--reps", str(reps), "--min-time", "0.02"]
+    argv += ["--backend"]
     argv += ["numpy", "--engine-checkout", str(checkout), "--out", str(out)]
     if baseline:  # main's engine beside it, as in a round
         argv += ["--baseline-checkout", str(REPO)]
@@ -389,8 +395,10 @@ def test_a_patched_clock_does_not_change_the_parents_numbers(tmp_path: Path) -> 
     )
     doc = _sweep(tmp_path, _checkout_with(tmp_path, slow_clock))
     regions = np.array(doc["measured"]["timing"]["regions"])
-    ratio = np.median(regions[:, 1] / regions[:, 0])
-    assert 0.3 < ratio < 0.6  # the engine's own clock ran at half speed; the parent's did not
+    # the engine's own clock ran at half speed, the parent's did not: read in the quietest
+    # quarter of the regions, as the judge reads it (load only lengthens the parent's side)
+    ratio = np.quantile(regions[:, 1] / regions[:, 0], 0.75)
+    assert 0.3 < ratio < 0.6
     assert max(doc["measured"]["verification"]["decode_margins"]) == 0.0
 
 
@@ -414,19 +422,24 @@ def test_a_clock_patched_around_one_context_only_is_seen_in_its_group(tmp_path: 
         "    def decode(self, seqs: Sequence[int], tokens: np.ndarray) -> np.ndarray:\n",
     )
     checkout = _checkout_with(tmp_path, lagging_clock, slow_at_32)
-    doc = _sweep(tmp_path, checkout, ctx="32,64")
+    # as in a round: main's engine beside it (its gaps are the box's), and enough repetitions
+    # that every group is judged however few runs a loaded box fits in a turn (two per engine
+    # and repetition at least: 2 x 3 >= timing_min_group)
+    doc = _sweep(tmp_path, checkout, ctx="32,64", baseline=True)
     timing = doc["measured"]["timing"]
     regions = [tuple(r) for r in timing["regions"]]
     groups = timing["groups"]
     shapes = ["prefill n=32", "decode ctx=32 w=1", "prefill n=64", "decode ctx=64 w=1"]
     assert sorted(set(groups)) == sorted(shapes)
     slowed = [o / p for (p, o), g in zip(regions, groups, strict=True) if g == shapes[1]]
-    assert len(slowed) < 0.5 * len(regions) and 0.3 < float(np.median(slowed)) < 0.6
     rules = ForgeryRules()
-    assert timing_problem(regions, rules) is None  # the document's median alone misses it
-    why = timing_problem(regions, rules, groups)
-    assert why and f"of {len(slowed)} timed regions of decode ctx=32 w=1" in why
+    assert rules.timing_min_group <= len(slowed) < 0.5 * len(regions)
+    assert max(slowed) < 0.6  # every region of that group read at about half speed, or less
     parsed = parse_document(json.dumps(doc).encode(), "sweep")
+    main = regions_by_group(parsed.baseline.timing)
+    assert timing_problem(regions, rules, main=main) is None  # the document alone misses it
+    why = timing_problem(regions, rules, groups, main)
+    assert why and f"of {len(slowed)} timed regions of decode ctx=32 w=1" in why
     assert clock_problem(parsed, resolve(load_policy(), "cpu").forgery) == why
 
 

@@ -1,18 +1,30 @@
 """A noisy neighbour: a process that takes one core in irregular bursts.
 
 A shared box runs other work beside a round: a build, a test suite, a neighbour's job. This is
-that work, reproducible: bursts of a busy loop over a buffer larger than the caches (so it
-competes for memory bandwidth and the last-level cache as well as for a core), each burst and
-each pause drawn from an exponential distribution around their means, from a seed.
+that work, reproducible: bursts of a busy loop, each burst and each pause drawn from an
+exponential distribution around their means, from a seed.
 
     python tests/support/neighbour.py --duty 0.5 --mean-burst 0.2 --seconds 600 &
 
 `Neighbour` runs it as a context manager around a block (the A/A round of
 tests/collector/test_demo_aa.py). It never runs during a test that is not about noise. It runs
 on the cores of the test that starts it: under `make test` (tests/run_suite.py) the A/A round's
-own core, a tenant of the round's core, never of the core the demo round is timed on beside it
-(2026-12-05: let loose on a 2-core box, it took turns on the demo round's core too, and the
-demo's smallest real gain, #120's +6%, read `none` in one of five runs).
+own core, never the core the demo round is timed on beside it (2026-12-05: let loose on a 2-core
+box, it took turns on the demo round's core too, and the demo's smallest real gain, #120's +6%,
+read `none` in one of five runs).
+
+A core is all it takes: its loop runs over a buffer that a core's own first-level cache holds
+(`BUFFER_BYTES`), so the last-level cache and the memory bandwidth the cores share stay the
+timed tests'. Over a larger buffer, pinned to the other core, it reached the demo round anyway
+(2026-12-06, a 2-core AMD EPYC VM, #120 beside main's engine on core 1: `bench sweep --model
+tiny --ctx 32,128 --tokens 4 --reps 9 --min-time 0.05`, sealed, conditions interleaved; main's
+prefill@128 and #120's gain there): quiet 55,900-60,700 tok/s, +4.1..+8.4% (seven sessions); busy
+over 16 KiB 55,700-62,100, +3.7..+6.3% (three); over 512 KiB 49,200-54,700 in two of three, one
+at +0.2%; over 16 MiB (the buffer before) all the time 35,300-58,000, +0.2..+7.6% (six, two at
++1.7% or less), half the time 51,200-59,800, +3.4..+8.5% (four). In CI on 56ec4c9 the untimed
+tests ran long (507 s against ~360), so the A/A round and its 16 MiB neighbour ran beside the
+demo round's last three minutes (the PRs' second sessions, then the confirmations), and #120 read
+`none` with one session at +1.2%.
 """
 
 from __future__ import annotations
@@ -29,7 +41,7 @@ from types import TracebackType
 
 import numpy as np
 
-BUFFER_BYTES = 16 * 2**20  # larger than a small box's last-level cache
+BUFFER_BYTES = 16 * 2**10  # inside a core's own first-level data cache
 
 
 def run(duty: float, mean_burst_s: float, seconds: float, seed: int) -> None:

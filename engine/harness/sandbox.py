@@ -41,7 +41,6 @@ commands without bwrap, where a box cannot make namespaces; every page of such a
 
 from __future__ import annotations
 
-import atexit
 import functools
 import glob
 import os
@@ -50,7 +49,6 @@ import shutil
 import struct
 import subprocess
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,7 +161,7 @@ class Sandbox:
         inner["TMPDIR"] = "/tmp"
         if not self.sealed:
             return list(argv), {**env, **{k: inner[k] for k in ("PYTHONPATH",)}}
-        cmd = [sys.executable, "-I", "-S", "-c", _LAUNCH, seccomp_file(), bwrap_path()]
+        cmd = [sys.executable, "-I", "-S", "-c", _LAUNCH, seccomp_hex(), bwrap_path()]
         cmd += [*NAMESPACES, "--seccomp", "FD", "--clearenv"]
         for k, v in sorted(inner.items()):
             cmd += ["--setenv", k, v]
@@ -215,28 +213,25 @@ def seccomp_filter(machine: str) -> bytes:
 
 
 @functools.cache
-def seccomp_file() -> str:
-    """This process's filter, written once to a file of the box's temporary folder under a name
-    of its own (mkstemp: no other user's file taken for it; never a folder a sandbox can see),
-    removed when this process exits (each sandbox has read it as it started)."""
+def seccomp_hex() -> str:
+    """This machine's filter as the launcher takes it (hex, one argument): the launcher writes
+    it to a memory file of its own, so no file of the box's holds it and nothing is left behind
+    when a round is killed (the temporary files before were removed only at a clean exit)."""
     machine = platform.machine()
     if machine not in SECCOMP_ABIS:
         raise SandboxError(f"no seccomp filter for this machine ({machine}): run --unsandboxed")
-    fd, path = tempfile.mkstemp(prefix="sparkboard-seccomp-", suffix=".bpf")
-    with os.fdopen(fd, "wb") as f:
-        f.write(seccomp_filter(machine))
-    os.chmod(path, 0o444)
-    atexit.register(lambda: Path(path).unlink(missing_ok=True))
-    return path
+    return seccomp_filter(machine).hex()
 
 
-# bwrap reads the filter from a file descriptor. This launcher opens the file at a number no
-# descriptor the caller passed holds (the lowest free one, after they are all in place), puts
-# that number after bwrap's --seccomp, and becomes bwrap (exec: the same process, the root of
-# the sandbox's tree)
+# bwrap reads the filter from a file descriptor. This launcher writes it to a memory file
+# (memfd) opened at a number no descriptor the caller passed holds (the lowest free one, after
+# they are all in place), puts that number after bwrap's --seccomp, and becomes bwrap (exec: the
+# same process, the root of the sandbox's tree)
 _LAUNCH = """import os, sys
-fd = os.open(sys.argv[1], os.O_RDONLY)
+fd = os.memfd_create("sparkboard-seccomp", 0)
 os.set_inheritable(fd, True)
+os.write(fd, bytes.fromhex(sys.argv[1]))
+os.lseek(fd, 0, os.SEEK_SET)
 argv = sys.argv[2:]
 argv[argv.index("--seccomp") + 1] = str(fd)
 os.execv(argv[0], argv)

@@ -14,11 +14,11 @@ beside them).
 Two lanes, each a core: the last core takes the timed tests from a queue, the slow ones first
 (the demo round, ~11 minutes on 2 cores); the other core(s) run the rest of the suite
 (pytest-xdist), then take what is left in the queue, one test on one core. The A/A round's noisy
-neighbour (tests/support/neighbour.py) stays on the A/A round's core, off the demo round's. On 2
-cores, 2026-12-05: the demo round 648 s on its core; the rest of the suite 359 s, the A/A round
-157 s and the ledgers 14 s on the other; 656 s in all, where the timed tests one after the other
-on their core took 786 s. With a single core everything runs one after the other. Exit status: 0
-when every run passes.
+neighbour (tests/support/neighbour.py) stays on the A/A round's core and in that core's own
+cache, off the demo round's. On 2 cores, 2026-12-05: the demo round 648 s on its core; the rest
+of the suite 359 s, the A/A round 157 s and the ledgers 14 s on the other; 656 s in all, where
+the timed tests one after the other on their core took 786 s. With a single core everything runs
+one after the other. Exit status: 0 when every run passes.
 """
 
 from __future__ import annotations

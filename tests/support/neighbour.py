@@ -19,8 +19,8 @@ timed tests'. Over a larger buffer, pinned to the other core, it reached the dem
 (2026-12-06, a 2-core AMD EPYC VM, #120 beside main's engine on core 1: `bench sweep --model
 tiny --ctx 32,128 --tokens 4 --reps 9 --min-time 0.05`, sealed, conditions interleaved; main's
 prefill@128 and #120's gain there): quiet 55,900-60,700 tok/s, +4.1..+8.4% (seven sessions); busy
-over 16 KiB 55,700-62,100, +3.7..+6.3% (three); over 512 KiB 49,200-54,700 in two of three, one
-at +0.2%; over 16 MiB (the buffer before) all the time 35,300-58,000, +0.2..+7.6% (six, two at
+over 16 KiB 55,700-62,100, +3.7..+6.3% (three); over 512 KiB 49,200-54,700, +0.2..+8.9%
+(three); over 16 MiB (the buffer before) all the time 35,300-58,000, +0.2..+7.6% (six, two at
 +1.7% or less), half the time 51,200-59,800, +3.4..+8.5% (four). In CI on 56ec4c9 the untimed
 tests ran long (507 s against ~360), so the A/A round and its 16 MiB neighbour ran beside the
 demo round's last three minutes (the PRs' second sessions, then the confirmations), and #120 read

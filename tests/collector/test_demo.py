@@ -108,7 +108,7 @@ def same_verdict(label: str, expect: str) -> bool:
 
 def left_open_small_gain(d: dict) -> bool:
     """A small real gain (expected under +10%, `SMALL_GAINS`) that the round left open after its
-    confirmation session, as `verdict.left_open` reads one: a target axis past the +2% gate with
+    confirmation sessions, as `verdict.left_open` reads one: a target axis past the +2% gate with
     its interval above 0, kept from counting only by its noise band or one session, and no gate
     failed. The demo's #120 is that size everywhere it was measured (+7.2% on the Xeon VM the cpu
     floor was calibrated on; +5.0% on a 2-core AMD EPYC VM in a quiet `make demo` of 94c7c20,

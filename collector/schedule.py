@@ -172,7 +172,7 @@ def plan_confirmation(
     planned verdict rests on speed or was left open on it); a later step, one session each (PRs
     every session so far left open). No accuracy or prefill tasks (those are not timings).
     `recheck`: per PR, the models whose long-context prefill it fell short on; its first
-    confirmation session runs that check again, and so does a main slot after them."""
+    confirmation session runs that check again, main's engine beside it."""
     per_pr = profile.confirm_sessions if step == 0 else 1
     if not prs or profile.confirm_sessions == 0 or step > profile.open_confirm_sessions:
         return []

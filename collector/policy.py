@@ -257,10 +257,6 @@ class Profile(_Strict):
     # a loss), run after the planned ones: a burst of load that hit a PR's planned sessions does
     # not decide its verdict (collector/README.md, "Verdict rules"). 0: no confirmation.
     confirm_sessions: Annotated[int, Field(ge=0)] = 1
-    # Sessions more, one at a time, for a PR whose verdict its confirmation still left open on
-    # speed (judge.verdict.left_open over all of its sessions), each judged with the rest before
-    # the next: a small real change is resolved where the box allows. 0: none.
-    open_confirm_sessions: Annotated[int, Field(ge=0)] = 0
     score_text: str = "data/corpus.txt"
     env: dict[str, str] = {}  # extra environment for the harness subprocesses
     # Every session's processes (the timing parent and both engines beside it) on one core, the

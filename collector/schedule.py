@@ -9,10 +9,8 @@ calibration) and repeats the long-context check.
 
 Confirmation (`plan_confirmation`): once the planned sessions are in, each PR whose verdict
 rests on speed alone (a tier, or a REJECT for a loss of speed), or that they left open on speed
-(judge.verdict.left_open), is measured again after the plan, in slots from CONFIRM_SLOTS (step
-0); then, step by step up to the profile's `open_confirm_sessions`, each PR that every session so
-far still leaves open gets one session more, in a block of slots of its step's own
-(`confirmation_start`). collector/README.md ("Verdict rules") says how they count.
+(judge.verdict.left_open), is measured again after the plan,
+in slots from CONFIRM_SLOTS; collector/README.md ("Verdict rules") says how they count.
 
 Every task has a stable id '<round>/<side>/<pr>/<slot>/<kind>/<model>': a re-run of the same
 manifest skips the tasks already finished.
@@ -33,15 +31,6 @@ from collector.policy import Profile
 # Confirmation sessions (plan_confirmation) have slots from here on: after every planned slot of
 # any round, and known as confirmations by their slot alone.
 CONFIRM_SLOTS = 10_000
-# Each confirmation step's slots start this far after the previous step's: a step's choice is
-# made from the sessions before its first slot, so a resumed round chooses the same.
-CONFIRM_STEP_SLOTS = 1_000
-
-
-def confirmation_start(step: int) -> int:
-    """The first slot of confirmation step `step` (0: the confirmation sessions proper)."""
-    return CONFIRM_SLOTS + step * CONFIRM_STEP_SLOTS
-
 
 # Device minutes per PR by target model, from `sparkboard cost` of the published H200 round
 # (data/demo/gpu/README.md): the 8B's full sweep prefills 16k and 32k tokens three times.
@@ -165,22 +154,16 @@ def plan_confirmation(
     profile: Profile,
     shard: int | None = None,
     recheck: dict[int, list[str]] | None = None,
-    step: int = 0,
 ) -> list[Slot]:
-    """The round's (or shard's) confirmation sessions of one step, after every planned slot:
-    step 0, `profile.confirm_sessions` more timed sessions of each PR in `prs` (those whose
-    planned verdict rests on speed or was left open on it); a later step, one session each (PRs
-    every session so far left open). No accuracy or prefill tasks (those are not timings).
-    `recheck`: per PR, the models whose long-context prefill it fell short on; its first
-    confirmation session runs that check again, main's engine beside it."""
-    per_pr = profile.confirm_sessions if step == 0 else 1
-    if not prs or profile.confirm_sessions == 0 or step > profile.open_confirm_sessions:
+    """The round's (or shard's) confirmation sessions: `profile.confirm_sessions` more timed
+    sessions of each PR in `prs` (those whose planned verdict rests on speed), after every
+    planned slot, in slots from CONFIRM_SLOTS; no accuracy or prefill tasks (those are not
+    timings). `recheck`: per PR, the models whose long-context prefill it fell short on; its
+    first confirmation session runs that check again, main's engine beside it."""
+    if not prs or profile.confirm_sessions == 0:
         return []
-    if len(prs) * per_pr > CONFIRM_STEP_SLOTS:
-        raise ValueError(f"{len(prs)} PRs x {per_pr} sessions overflow a confirmation step's slots")
     return _plan(
-        round_id, prs, per_pr, profile, shard, confirming=True, recheck=recheck,
-        first_slot=confirmation_start(step),
+        round_id, prs, profile.confirm_sessions, profile, shard, confirming=True, recheck=recheck
     )  # fmt: skip
 
 
@@ -196,7 +179,6 @@ def _plan(
     shard: int | None,
     confirming: bool,
     recheck: dict[int, list[str]] | None = None,
-    first_slot: int = 0,
 ) -> list[Slot]:
     """per_pr sessions of each PR, round-robin in manifest order; planned: a main slot before
     them and one after (main's untimed evidence); confirming: the PRs' sessions alone."""
@@ -211,6 +193,7 @@ def _plan(
         num: (recheck or {}).get(num, []) if confirming else list(profile.long_context)
         for num, _ in prs
     }
+    first_slot = CONFIRM_SLOTS if confirming else 0
     checks_prefill = profile.applies("prefill-path")
     slots: list[Slot] = []
 

@@ -35,7 +35,7 @@ from collector.judge.rules import EPS, gain_shortfall, pct, pct_of
 from collector.judge.stats import session_sds
 from collector.policy import TIER_NAMES, Policy, ResolvedPolicy, VerdictRules, resolve
 from collector.results import AccuracyResult, Comparison, Gate, Verdict
-from collector.schedule import CONFIRM_SLOTS, confirmation_start, guards_of
+from collector.schedule import CONFIRM_SLOTS, guards_of
 from collector.store import Store, lookups, writer
 from collector.store.combine import DUMPS_LEFT_OUT
 from collector.store.evidence import RoundData
@@ -277,25 +277,19 @@ def left_open(v: Verdict, rules: VerdictRules) -> bool:
     return gain or loss
 
 
-def to_confirm(
-    store: Store, round_id: str, shard: int, prs: list[int], step: int = 0
-) -> dict[int, list[str]]:
-    """Those of `prs` (measured in `shard`) that confirmation step `step` measures again
-    (schedule.plan_confirmation): step 0, those whose verdict on the planned sessions rests on
-    speed or that they left open on speed (`left_open`), each mapped to the models whose
-    long-context prefill it fell short on (that check is measured again in its confirmation); a
-    later step, those that every session before it (the planned ones and the earlier steps')
-    still leave open, with no check again."""
+def to_confirm(store: Store, round_id: str, shard: int, prs: list[int]) -> dict[int, list[str]]:
+    """Those of `prs` (measured in `shard`) whose verdict on the planned sessions rests on speed,
+    or that they left open on speed (`left_open`): they get confirmation sessions
+    (schedule.plan_confirmation). Each maps to the models whose long-context prefill it fell
+    short on: that check is measured again in its confirmation."""
     if not prs:
         return {}
-    data = RoundData(store, round_id, shard, before=confirmation_start(step))  # step 0: planned
+    data = RoundData(store, round_id, shard, planned=True)
     rows = {p["pr"]: p for p in data.prs}
     out = {}
     for n in prs:
         v = decide_pr(data, rows[n])
-        if left_open(v, data.policy.verdict):
-            out[n] = []
-        elif step == 0 and rests_on_speed(v):
+        if rests_on_speed(v) or left_open(v, data.policy.verdict):
             out[n] = [
                 g.gate.split(":", 1)[1]
                 for g in v.gates

@@ -26,7 +26,7 @@ from collector.run.candidates import (
 )
 from collector.run.round_run import RoundRun
 from collector.run.sandbox import describe, seal
-from collector.schedule import Slot, Task, plan_confirmation, plan_shards
+from collector.schedule import Slot, plan_confirmation, plan_shards
 from collector.store import Store, lookups, open_store, writer
 from engine.harness.sandbox import Sandbox
 
@@ -147,11 +147,16 @@ def _collect(
     if n_todo < n_tasks:
         log(f"resuming: {n_tasks - n_todo} of {n_tasks} sessions already finished")
     infra_left = r.run(todo, "measuring", progress, conn, hook)
-    if infra_left == 0:  # every planned session in
-        infra_left = confirm_round(
-            store, m.round, plans, measurable, policy, r, log,
-            lambda todo: r.run(todo, "confirming", progress, conn, hook),
-        )  # fmt: skip
+    if infra_left == 0:  # every planned session in: the verdicts that rest on speed, again
+        confirm = _confirmation_plans(store, m.round, plans, measurable, policy)
+        todo = r.still_to_run(confirm)
+        if any(todo):
+            prs = sorted({s.pr for plan in confirm for s in plan if s.side == "pr"})
+            log(
+                f"confirming PR {', '.join(f'#{n}' for n in prs)}: verdicts that rest on speed "
+                "or that it left open"
+            )
+            infra_left = r.run(todo, "confirming", progress, conn, hook)
     _finish(store, m.round, infra_left, log)
     return infra_left
 
@@ -194,59 +199,25 @@ def _finish(store: Store, round_id: str, infra_left: int, log: Callable[[str], N
         log(f"  #{v.pr}: {v.label}" + (" (merge-first)" if v.merge_first else ""))
 
 
-def confirm_round(
-    store: Store,
-    round_id: str,
-    plans: list[list[Slot]],
-    measurable: list[tuple[int, list[str]]],
-    policy: ResolvedPolicy,
-    r: RoundRun,
-    log: Callable[[str], None],
-    run: Callable[[list[list[Task]]], int],
-) -> int:
-    """The confirmation steps, once every planned session is in: step 0 times again the PRs
-    whose verdict rests on speed or was left open on it; each later step (up to the profile's
-    `open_confirm_sessions`) one session more of those every session so far leaves open. Each
-    step is chosen from the sessions before it, so a resumed round runs only what it lacks.
-    `run` runs a step's unfinished tasks and returns the sessions still failing for
-    infrastructure: none may be left before the next step is chosen."""
-    for step in range(1 + policy.profile.open_confirm_sessions):
-        confirm = _confirmation_plans(store, round_id, plans, measurable, policy, step)
-        if not any(confirm):
-            return 0
-        todo = r.still_to_run(confirm)
-        if any(todo):
-            prs = sorted({s.pr for plan in confirm for s in plan if s.side == "pr"})
-            why = "verdicts that rest on speed or that it left open" if step == 0 else "still open"
-            log(f"confirming PR {', '.join(f'#{n}' for n in prs)}: {why}")
-            infra_left = run(todo)
-            if infra_left:
-                return infra_left
-    return 0
-
-
 def _confirmation_plans(
     store: Store,
     round_id: str,
     plans: list[list[Slot]],
     measurable: list[tuple[int, list[str]]],
     policy: ResolvedPolicy,
-    step: int = 0,
 ) -> list[list[Slot]]:
-    """Each shard's sessions of confirmation step `step` (schedule.plan_confirmation): step 0,
-    its PRs whose verdict on its planned sessions rests on speed or was left open on it, each
-    with the long-context checks it fell short on; a later step, its PRs that every session
-    before it leaves open (verdict.to_confirm). Chosen again on a resume from the same sessions
-    before the step, so the same plan."""
+    """Each shard's confirmation sessions (schedule.plan_confirmation): its PRs whose verdict on
+    its planned sessions rests on speed or was left open on it, each with the long-context checks it fell short on.
+    Chosen again on a resume from the same planned sessions, so the same plan."""
     targets = dict(measurable)
     out = []
     for k, plan in enumerate(plans):
         mine = sorted({s.pr for s in plan if s.side == "pr"})
-        chosen = verdict_mod.to_confirm(store, round_id, k, mine, step)
+        chosen = verdict_mod.to_confirm(store, round_id, k, mine)
         shard = None if len(plans) <= 1 else k
         out.append(
             plan_confirmation(
-                round_id, [(n, targets[n]) for n in chosen], policy.profile, shard, chosen, step
+                round_id, [(n, targets[n]) for n in chosen], policy.profile, shard, recheck=chosen
             )
         )
     return out

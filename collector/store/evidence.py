@@ -52,24 +52,15 @@ def read_pairs(
 class RoundData:
     """Everything a round's verdict needs, read once; in a sharded round, one shard's view.
     `planned`: the planned sessions only, without the confirmation sessions (what decides which
-    PRs are confirmed, and how an unconfirmed PR is judged). `before`: the sessions in slots
-    before it only (what decides a later confirmation step's PRs)."""
+    PRs are confirmed, and how an unconfirmed PR is judged)."""
 
-    def __init__(
-        self,
-        store: Store,
-        round_id: str,
-        shard: int = 0,
-        planned: bool = False,
-        before: int | None = None,
-    ) -> None:
+    def __init__(self, store: Store, round_id: str, shard: int = 0, planned: bool = False) -> None:
         rows = store.query_dicts("SELECT * FROM rounds WHERE round_id = ?", [round_id])
         if not rows:
             raise LookupError(f"no round {round_id!r} in {store.path}")
         self.round = rows[0]
         self.shard = shard
-        bound = CONFIRM_SLOTS if planned else before
-        scope = OF_SHARD + (f" AND x.slot < {int(bound)}" if bound is not None else "")
+        scope = OF_SHARD + (f" AND x.slot < {CONFIRM_SLOTS}" if planned else "")
         policy = stored_policy(self.round["policy_json"], self.round.get("profile") or "")
         if policy is None:
             raise LookupError(f"round {round_id!r}: its stored policy cannot be read")

@@ -263,12 +263,8 @@ class Geometry:
             return 0
         glu = "_glu" in name
         mats = 2 if glu else 1
-        banded = name.endswith("_n32b")
-        nt = (
-            4
-            if banded
-            else next((n for n, sfx in MMA_TILES.items() if sfx and name.endswith(sfx)), 1)
-        )
+        banded = name.endswith("_n32b")  # an `_n32` kernel of MMA_MB_N32 bands
+        nt = next((n for n, sfx in MMA_TILES.items() if sfx and sfx in name), 1)
         if name.startswith("gemv_mma_q4_0_"):
             slots, slot_bytes = self.values["MMAQ_S"], MMAQ_SLOT_BYTES
         elif nt > 1 and self.values["MMA_S_WIDE"]:
@@ -277,9 +273,10 @@ class Geometry:
             slots, slot_bytes = self.values["MMA_S_GLU" if glu else "MMA_S"], MMA_SLOT_BYTES
         warps = self.mma_warps(nt)
         plain_store = name == "gemv_mma_f16_store" + MMA_TILES[nt]
-        bands = self.mma_bands("store" if plain_store else "glu" if glu else "", nt, False)
         if banded:
             bands = self.values["MMA_MB_N32"]
+        else:
+            bands = self.mma_bands("store" if plain_store else "glu" if glu else "", nt, False)
         ring = warps * slots * mats * bands * slot_bytes
         partials = warps * (mats * MMA_M * bands + 1) * MMA_N * nt * 4  # tiles + sums of squares
         return max(ring, partials)

@@ -267,14 +267,17 @@ def left_open(v: Verdict, rules: VerdictRules) -> bool:
     if v.label != "none":
         return False
     speed = [c for c in v.comparisons if c.role != "memory" and not c.implausible]
-    gain = any(
-        c.role == "target" and c.delta >= rules.gate - EPS and c.ci_low > 0 and not c.significant
-        for c in speed
-    )
     loss = any(
         1 + c.delta < rules.floor - EPS and c.ci_high < 0 and not c.below_floor for c in speed
     )
-    return gain or loss
+    return any(open_gain(c, rules) for c in speed) or loss
+
+
+def open_gain(c: Comparison, rules: VerdictRules) -> bool:
+    """Whether a speed axis (not implausible) is a target's gain past the first gate with its
+    interval above 0 that its noise band (or one session) kept from counting: `left_open`'s
+    gain, and what the demo test accepts of a small real gain a box could not resolve."""
+    return c.role == "target" and c.delta >= rules.gate - EPS and c.ci_low > 0 and not c.significant
 
 
 def to_confirm(store: Store, round_id: str, shard: int, prs: list[int]) -> dict[int, list[str]]:

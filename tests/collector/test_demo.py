@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
 
 from collector.cli import main
 from collector.cli_demo import tmux_server
+from collector.judge.verdict import open_gain
 from collector.manifest import load_manifest
 from collector.policy import load_policy, resolve
 
@@ -116,18 +118,17 @@ def left_open_small_gain(d: dict) -> bool:
     beside the untimed tests in the same clone's `make test`), so whether a round resolves it is
     the box's; a round that lost it (under the gate, an interval reaching 0, a gate failed) is
     wrong. A gain past any box's band by a margin (#101, #109, #115) must keep its tier."""
-    gate = resolve(load_policy(), "cpu").verdict.gate
+    rules = resolve(load_policy(), "cpu").verdict
+    speed = [
+        SimpleNamespace(**c)
+        for c in d.get("comparisons", ())
+        if c["role"] != "memory" and not c["implausible"]
+    ]
     return (
         d["expect"] in SMALL_GAINS
         and d["label"] == "none"
         and all(g["status"] == "pass" for g in d["gates"])
-        and any(
-            c["role"] == "target"
-            and c["delta"] >= gate
-            and c["ci_low"] > 0
-            and not c["significant"]
-            for c in d.get("comparisons", ())
-        )
+        and any(open_gain(c, rules) for c in speed)  # type: ignore[arg-type]
     )
 
 
@@ -240,7 +241,13 @@ def test_a_real_gain_may_read_another_tier_on_another_cpu() -> None:
 
 
 def _axis(delta: float, ci_low: float, significant: bool = False, role: str = "target") -> dict:
-    return {"role": role, "delta": delta, "ci_low": ci_low, "significant": significant}
+    return {
+        "role": role,
+        "delta": delta,
+        "ci_low": ci_low,
+        "significant": significant,
+        "implausible": False,
+    }
 
 
 def test_a_real_gain_read_none_is_a_wrong_round_whatever_its_reason() -> None:
@@ -253,11 +260,17 @@ def test_a_real_gain_read_none_is_a_wrong_round_whatever_its_reason() -> None:
 def test_a_small_real_gain_may_be_left_open_never_lost() -> None:
     """#120 (expected M) read `none` with its gain past the gate and its interval above 0, kept
     from counting by its band: the box's reach. Under the gate, with an interval reaching 0, on
-    a guard's axis alone, or beside a failed gate, the round lost it."""
+    a guard's axis alone, on an implausible axis, or beside a failed gate, the round lost it."""
     small = [*_round(), _pr(120, "none", "M")]
     small[-1]["comparisons"] = [_axis(-0.01, -0.03), _axis(0.061, 0.03)]
     assert check_demo_round(small) == []
-    for lost in ([_axis(0.015, 0.005)], [_axis(0.061, -0.002)], [_axis(0.061, 0.03, role="guard")]):
+    implausible = {**_axis(0.061, 0.03), "implausible": True}
+    for lost in (
+        [_axis(0.015, 0.005)],
+        [_axis(0.061, -0.002)],
+        [_axis(0.061, 0.03, role="guard")],
+        [implausible],
+    ):
         small[-1]["comparisons"] = lost
         assert [w[:4] for w in check_demo_round(small)] == ["#120"]
     small[-1]["comparisons"] = [_axis(0.061, 0.03)]

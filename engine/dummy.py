@@ -78,6 +78,16 @@ DUMMY_MODELS: dict[str, DummyModel] = {
         ),
         formats=("f16", "f32", "q8_0", "q4_0", "q4_1"),
     ),
+    "llama-135m": DummyModel(  # SmolLM2-135M shape: its kernels and launches, without the file
+        "llama-135m",
+        _config(
+            arch="llama", n_layers=30, dim=576, ffn_dim=1536, n_heads=9, n_kv_heads=3,
+            head_dim=64, vocab_size=49152, max_context=8192, rope_base=100000.0,
+            norm_eps=_F32_1E5, tied_embeddings=True, qk_norm=False,
+        ),
+        formats=("q4_1", "q8_0", "q4_0", "f16"),
+        default_format="q4_1",
+    ),
     "llama-1b": DummyModel(  # Llama-3.2-1B shape
         "llama-1b",
         _config(

@@ -21,6 +21,7 @@ def test_resolve_names_and_formats() -> None:
     assert resolve("smollm2-135m").kind == "gguf"
     assert resolve("some/dir/model.gguf").path == Path("some/dir/model.gguf")
     assert "llama-1b:q8_0" in list_models() and "tiny:f32" in list_models()
+    assert resolve("llama-135m").fmt == "q4_1"  # SmolLM2's shape, in SmolLM2's format
     assert "llama-8b:f32" not in list_models()
 
 

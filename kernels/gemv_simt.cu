@@ -20,6 +20,12 @@
 // the decode step needs no quantize_q8 launch before a small mat-vec; every row group repeats
 // that work, which Geometry.quantizes_in_mv weighs against the launch it saves.
 // Float weights (F16, F32) multiply float32 activations directly.
+// PDL (common.cuh): a lane's first U chunks of weights load before griddepcontrol.wait
+// (GEMV_EARLY: weights never depend on the previous kernel; the activations are read with
+// ld_input4, which stays after it), so a launch's first round trip to DRAM overlaps its
+// predecessor. The `_qx` kernels (the launch-bound small models' mat-vecs) let their
+// dependants launch right after the wait, the others once their weights are read
+// (GEMV_TRIGGER): an early trigger in every mat-vec cost llama-8b:q4_0 4% at 32k (PERF.md).
 //
 // MODE_* and GEMV_ARGS, the mat-vecs' modes and argument list, are in common.cuh.
 
@@ -37,6 +43,12 @@
 #endif
 #ifndef GEMV_NR1_Q
 #define GEMV_NR1_Q 4  // the same for quantized weights
+#endif
+#ifndef GEMV_EARLY
+#define GEMV_EARLY 1  // a lane's first U chunks of weights load before the PDL wait
+#endif
+#ifndef GEMV_TRIGGER
+#define GEMV_TRIGGER 2  // dependants launch right after the wait: 0 never, 1 always, 2 `_qx` only
 #endif
 
 // Raw weight data of one chunk (loaded first, for U chunks at once, so a lane has U
@@ -232,8 +244,15 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ wq, const voi
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, part = warp % KS;
     const int row0 = (blockIdx.x * (GEMV_WARPS / KS) + warp / KS) * NR;
     if (KS == 1 && row0 >= N) return;  // with KS > 1 every warp reaches the block barrier
-    pdl_wait();
     const int nchunks = QUANT ? K / 32 : K / 8;
+    constexpr int STEP = 32 * KS;  // chunks between a lane's consecutive chunks
+    const int cfirst = lane + 32 * part;
+    WChunk<WT> w0[U][NW];  // GEMV_EARLY: the lane's first chunks
+    // weights never depend on the previous kernel: the first chunks may load before the wait
+    if (GEMV_EARLY) load_chunks<WT, U, NR, MODE>(w0, wq, ws, wq2, ws2, row0, N, K, cfirst, STEP, nchunks);
+    pdl_wait();
+    constexpr bool early_trigger = GEMV_TRIGGER == 1 || (GEMV_TRIGGER == 2 && QX);
+    if (early_trigger) pdl_trigger();
     const int r0 = blockIdx.y * RB;
     const int nr = min(RB, nrows - r0);
     float acc[RB][NW], ss[RB];
@@ -243,8 +262,16 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ wq, const voi
 #pragma unroll
         for (int j = 0; j < NW; ++j) acc[r][j] = 0.f;
     }
-    constexpr int STEP = 32 * KS;  // chunks between a lane's consecutive chunks
-    for (int c0 = lane + 32 * part; c0 < nchunks; c0 += STEP * U) {
+    int c1 = cfirst;
+    if (GEMV_EARLY) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int c = cfirst + STEP * u;
+            if (c < nchunks) chunk_dot<WT, RB, NW, NORM, QX>(w0[u], x, xs, g, K, c, r0, nr, acc, ss);
+        }
+        c1 += STEP * U;
+    }
+    for (int c0 = c1; c0 < nchunks; c0 += STEP * U) {
         WChunk<WT> w[U][NW];
         load_chunks<WT, U, NR, MODE>(w, wq, ws, wq2, ws2, row0, N, K, c0, STEP, nchunks);
 #pragma unroll
@@ -253,7 +280,7 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ wq, const voi
             if (c < nchunks) chunk_dot<WT, RB, NW, NORM, QX>(w[u], x, xs, g, K, c, r0, nr, acc, ss);
         }
     }
-    pdl_trigger();  // the weights are read: let the next kernel's blocks start launching
+    if (!early_trigger) pdl_trigger();  // the weights are read: let the next kernel's blocks start
 #pragma unroll
     for (int r = 0; r < RB; ++r) {
         if constexpr (NORM) ss[r] = warp_sum(ss[r]);

@@ -20,10 +20,10 @@
 // the decode step needs no quantize_q8 launch before a small mat-vec; every row group repeats
 // that work, which Geometry.quantizes_in_mv weighs against the launch it saves.
 // Float weights (F16, F32) multiply float32 activations directly.
-// PDL (common.cuh): a lane's first U chunks of weights load before griddepcontrol.wait
-// (GEMV_EARLY: weights never depend on the previous kernel; the activations are read with
-// ld_input4, which stays after it), so a launch's first round trip to DRAM overlaps its
-// predecessor. The `_qx` kernels (the launch-bound small models' mat-vecs) let their
+// PDL (common.cuh): at one activation row a lane's first U chunks of weights load before
+// griddepcontrol.wait (GEMV_EARLY: weights never depend on the previous kernel; the activations
+// are read with ld_input4, which stays after it), so a launch's first round trip to DRAM
+// overlaps its predecessor (wider launches, not measured with it, wait first). The `_qx` kernels (the launch-bound small models' mat-vecs) let their
 // dependants launch right after the wait, the others once their weights are read
 // (GEMV_TRIGGER): an early trigger in every mat-vec cost llama-8b:q4_0 4% at 32k (PERF.md).
 //
@@ -247,9 +247,10 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ wq, const voi
     const int nchunks = QUANT ? K / 32 : K / 8;
     constexpr int STEP = 32 * KS;  // chunks between a lane's consecutive chunks
     const int cfirst = lane + 32 * part;
-    WChunk<WT> w0[U][NW];  // GEMV_EARLY: the lane's first chunks
+    constexpr bool early = GEMV_EARLY && RB == 1;
+    WChunk<WT> w0[U][NW];  // early: the lane's first chunks
     // weights never depend on the previous kernel: the first chunks may load before the wait
-    if (GEMV_EARLY) load_chunks<WT, U, NR, MODE>(w0, wq, ws, wq2, ws2, row0, N, K, cfirst, STEP, nchunks);
+    if (early) load_chunks<WT, U, NR, MODE>(w0, wq, ws, wq2, ws2, row0, N, K, cfirst, STEP, nchunks);
     pdl_wait();
     constexpr bool early_trigger = GEMV_TRIGGER == 1 || (GEMV_TRIGGER == 2 && QX);
     if (early_trigger) pdl_trigger();
@@ -263,7 +264,7 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ wq, const voi
         for (int j = 0; j < NW; ++j) acc[r][j] = 0.f;
     }
     int c1 = cfirst;
-    if (GEMV_EARLY) {
+    if (early) {
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const int c = cfirst + STEP * u;

@@ -233,6 +233,31 @@ def test_quantized_rows_per_warp_and_row_blocks() -> None:
         geo.launch(WT_Q4_1, 10, 64, 1, "mul")
 
 
+@pytest.mark.parametrize("wt", [WT_Q4_0, WT_Q4_1, WT_Q8_0])
+def test_only_the_launch_bound_model_shapes_take_the_qx_kernels(wt: int) -> None:
+    """The `_qx` kernels also trigger their dependants right after the PDL wait
+    (gemv_simt.cu, GEMV_TRIGGER 2), which paid on SmolLM2's shape and cost llama-8b:q4_0 4% at
+    32k when every mat-vec did it (engine/PERF.md). So that trigger must stay where it was
+    measured to pay: every layer mat-vec of a decode step at SmolLM2's shape takes `_qx`, and
+    no mat-vec of the 1B and 8B shapes does."""
+    from engine.dummy import DUMMY_MODELS
+
+    geo = Geometry({})
+
+    def layer_matrices(name: str) -> list[tuple[int, int]]:
+        c = DUMMY_MODELS[name].config
+        q, kv = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
+        return [(q + 2 * kv, c.dim), (c.dim, q), (c.ffn_dim, c.dim), (c.dim, c.ffn_dim)]
+
+    assert all(geo.quantizes_in_mv(wt, n, k, 1) for n, k in layer_matrices("llama-135m"))
+    for name in ("llama-1b", "llama-8b", "qwen3-8b"):
+        c = DUMMY_MODELS[name].config
+        shapes = layer_matrices(name) + [(c.vocab_size, c.dim)]
+        assert not any(geo.quantizes_in_mv(wt, n, k, 1) for n, k in shapes), name
+    source = (Path(__file__).resolve().parents[2] / "kernels" / "gemv_simt.cu").read_text()
+    assert "#define GEMV_TRIGGER 2 " in source
+
+
 def test_small_quantized_mat_vecs_quantize_their_own_input() -> None:
     """A dp4a mat-vec of one row whose blocks would repeat few block quantizations (SmolLM2's)
     takes float input (`_qx`) and saves the decode step a quantize_q8 launch; larger ones,

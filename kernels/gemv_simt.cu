@@ -23,9 +23,10 @@
 // PDL (common.cuh): at one activation row a lane's first U chunks of weights load before
 // griddepcontrol.wait (GEMV_EARLY: weights never depend on the previous kernel; the activations
 // are read with ld_input4, which stays after it), so a launch's first round trip to DRAM
-// overlaps its predecessor (wider launches, not measured with it, wait first). The `_qx` kernels (the launch-bound small models' mat-vecs) let their
-// dependants launch right after the wait, the others once their weights are read
-// (GEMV_TRIGGER): an early trigger in every mat-vec cost llama-8b:q4_0 4% at 32k (PERF.md).
+// overlaps its predecessor (wider launches, not measured with it, wait first). The `_qx`
+// kernels (the launch-bound small models' mat-vecs) let their dependants launch right after
+// the wait, the others once their weights are read (GEMV_TRIGGER): an early trigger in every
+// mat-vec cost llama-8b:q4_0 4% at 32k (engine/PERF.md).
 //
 // MODE_* and GEMV_ARGS, the mat-vecs' modes and argument list, are in common.cuh.
 

@@ -274,10 +274,16 @@ def left_open(v: Verdict, rules: VerdictRules) -> bool:
 
 
 def open_gain(c: Comparison, rules: VerdictRules) -> bool:
-    """Whether a speed axis (not implausible) is a target's gain past the first gate with its
-    interval above 0 that its noise band (or one session) kept from counting: `left_open`'s
-    gain, and what the demo test accepts of a small real gain a box could not resolve."""
-    return c.role == "target" and c.delta >= rules.gate - EPS and c.ci_low > 0 and not c.significant
+    """Whether an axis is a plausible target's gain past the first gate with its interval
+    above 0 that its noise band (or one session) kept from counting: `left_open`'s gain, and
+    what the demo test accepts of a small real gain a box could not resolve."""
+    return (
+        c.role == "target"
+        and not c.implausible
+        and c.delta >= rules.gate - EPS
+        and c.ci_low > 0
+        and not c.significant
+    )
 
 
 def to_confirm(store: Store, round_id: str, shard: int, prs: list[int]) -> dict[int, list[str]]:

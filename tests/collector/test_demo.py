@@ -119,16 +119,12 @@ def left_open_small_gain(d: dict) -> bool:
     the box's; a round that lost it (under the gate, an interval reaching 0, a gate failed) is
     wrong. A gain past any box's band by a margin (#101, #109, #115) must keep its tier."""
     rules = resolve(load_policy(), "cpu").verdict
-    speed = [
-        SimpleNamespace(**c)
-        for c in d.get("comparisons", ())
-        if c["role"] != "memory" and not c["implausible"]
-    ]
+    axes = [SimpleNamespace(**c) for c in d.get("comparisons", ())]
     return (
         d["expect"] in SMALL_GAINS
         and d["label"] == "none"
         and all(g["status"] == "pass" for g in d["gates"])
-        and any(open_gain(c, rules) for c in speed)  # type: ignore[arg-type]
+        and any(open_gain(c, rules) for c in axes)  # type: ignore[arg-type]
     )
 
 

@@ -264,23 +264,18 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ wq, const voi
 #pragma unroll
         for (int j = 0; j < NW; ++j) acc[r][j] = 0.f;
     }
-    int c1 = cfirst;
-    if (early) {
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int c = cfirst + STEP * u;
-            if (c < nchunks) chunk_dot<WT, RB, NW, NORM, QX>(w0[u], x, xs, g, K, c, r0, nr, acc, ss);
-        }
-        c1 += STEP * U;
-    }
-    for (int c0 = c1; c0 < nchunks; c0 += STEP * U) {
-        WChunk<WT> w[U][NW];
-        load_chunks<WT, U, NR, MODE>(w, wq, ws, wq2, ws2, row0, N, K, c0, STEP, nchunks);
+    auto dot_round = [&](const WChunk<WT> (&w)[U][NW], int c0) {  // chunks c0, c0 + STEP, ...
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const int c = c0 + STEP * u;
             if (c < nchunks) chunk_dot<WT, RB, NW, NORM, QX>(w[u], x, xs, g, K, c, r0, nr, acc, ss);
         }
+    };
+    if (early) dot_round(w0, cfirst);
+    for (int c0 = early ? cfirst + STEP * U : cfirst; c0 < nchunks; c0 += STEP * U) {
+        WChunk<WT> w[U][NW];
+        load_chunks<WT, U, NR, MODE>(w, wq, ws, wq2, ws2, row0, N, K, c0, STEP, nchunks);
+        dot_round(w, c0);
     }
     if (!early_trigger) pdl_trigger();  // the weights are read: let the next kernel's blocks start
 #pragma unroll

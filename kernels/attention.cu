@@ -117,8 +117,11 @@ __device__ __forceinline__ void attn_split_body(const float* __restrict__ qkv, i
     const int g = lane >> 2, t = lane & 3;  // this lane's query head (row of A) and pair
     const int split = blockIdx.x, kvh = blockIdx.y, r = blockIdx.z;
     const int G = n_heads / n_kv;
-    pdl_wait();
-    pdl_trigger();
+    // Up to pdl_wait(), only what no kernel of this step writes, so it overlaps the q|k|v
+    // mat-vec: seq_ids and lens change between steps (set_rows, a step's last kernel, a
+    // prefill), and the cache before the current position holds earlier steps' k and v. Every
+    // kernel triggers its dependants only after its own wait, so all but the previous kernel
+    // have completed when this one starts.
     const int seq = seq_ids[r];
     const int pos = lens[seq];  // the current token's position
     const int n = pos + 1;      // positions attended: the cache so far and the current token
@@ -144,10 +147,12 @@ __device__ __forceinline__ void attn_split_body(const float* __restrict__ qkv, i
         }
     };
     // a block that does not hold the current position requests its first sub-tiles before the
-    // RoPE angles (its positions were written by earlier steps)
+    // RoPE angles and the wait (its positions were written by earlier steps)
     const bool early = end < n;
     if (early) ring_start();
     rope_angles(pos, inv_freq, HD / 2, cs, sn);
+    pdl_wait();  // the q|k|v row is the previous kernel's
+    pdl_trigger();
     __syncthreads();
     if (end == n) {  // this block holds the current position: k and v into the cache first
         if (warp == 0) {
@@ -316,8 +321,9 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_split_128(ATTN
 // attn_combine: merge the splits of one (head, row): grid (n_heads, rows), hd threads. Also writes the
 // two-level int8 blocks of the output (xq/xs non-null) for a quantized output projection:
 // with hd >= 32 each warp holds exactly one block of 32. The splits' maxima and sums are
-// loaded in parallel into shared memory first, and the partial outputs eight at a time, so
-// the merge is a few memory round trips, not one per split. nsplit <= ATT_MAX_SPLITS.
+// loaded in parallel into shared memory, and the partial outputs eight at a time (the first
+// eight beside the maxima), so the merge is a few memory round trips, not one per split.
+// nsplit <= ATT_MAX_SPLITS.
 #define ATT_MAX_SPLITS 64
 extern "C" __global__ void attn_combine(const float* __restrict__ part_o, const float* __restrict__ part_ml,
                                         const int* __restrict__ seq_ids, const int* __restrict__ lens,
@@ -326,12 +332,15 @@ extern "C" __global__ void attn_combine(const float* __restrict__ part_o, const 
                                         int min_chunk) {
     __shared__ float sm[ATT_MAX_SPLITS], sl[ATT_MAX_SPLITS];
     const int h = blockIdx.x, r = blockIdx.y, e = threadIdx.x;
-    pdl_wait();
-    pdl_trigger();
-    const int n = lens[seq_ids[r]] + 1;
+    const int n = lens[seq_ids[r]] + 1;  // before the wait: as in the split kernel
     const int chunk = split_chunk(n, nsplit, min_chunk);
     const int used = (n + chunk - 1) / chunk;
+    pdl_wait();
+    pdl_trigger();
     const size_t slot0 = ((size_t)r * n_heads + h) * nsplit;
+    float first[8];  // the first eight partials, requested beside the maxima and sums
+#pragma unroll
+    for (int j = 0; j < 8; ++j) first[j] = j < used ? part_o[(slot0 + j) * hd + e] : 0.f;
     for (int s = e; s < used; s += blockDim.x) {
         const float2 ml = reinterpret_cast<const float2*>(part_ml)[slot0 + s];
         sm[s] = ml.x;
@@ -344,7 +353,8 @@ extern "C" __global__ void attn_combine(const float* __restrict__ part_o, const 
     for (int s0 = 0; s0 < used; s0 += 8) {
         float po[8];
 #pragma unroll
-        for (int j = 0; j < 8; ++j) po[j] = s0 + j < used ? part_o[(slot0 + s0 + j) * hd + e] : 0.f;
+        for (int j = 0; j < 8; ++j)
+            po[j] = s0 == 0 ? first[j] : s0 + j < used ? part_o[(slot0 + s0 + j) * hd + e] : 0.f;
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
             if (s0 + j < used) {

@@ -21,7 +21,9 @@ typedef unsigned int u32;
 // Programmatic dependent launch (sm_90): a kernel launched with the PDL attribute may start
 // while its predecessor finishes; pdl_wait() blocks until the predecessor grid has completed
 // and its writes are visible (a no-op for a plain launch), pdl_trigger() lets the successor
-// grid start launching. Every decode kernel waits before touching its inputs.
+// grid start launching. Every decode kernel waits before touching what the previous kernel
+// wrote, and triggers only after its wait, so a kernel that starts early runs beside its
+// predecessor alone (the decode attention reads the step's constants before its wait).
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" :::); }
 

@@ -7,7 +7,8 @@
 // output with its running max and sum; attn_combine merges the partials. The split kernel
 // also does the decode step's RoPE (rope_kv's work, without its launch): each block rotates
 // its query heads from the q|k|v projection row, and the block holding the current position
-// rotates its k and writes k and v into the cache before it loads them. The lengths are read
+// rotates its k, writes k and v into the cache for later steps and into its own sub-tile in
+// shared memory (no round trip through the cache before it can use them). The lengths are read
 // from device memory and the split geometry depends only on a sequence's own length, so the
 // grid is fixed for a CUDA graph and a row's result does not depend on the other rows.
 //
@@ -111,7 +112,7 @@ __device__ __forceinline__ void attn_split_body(const float* __restrict__ qkv, i
     constexpr int KSTEPS = HD / 16, NT_O = HD / 8;
     extern __shared__ __align__(16) unsigned char att_smem[];  // per warp: S K, then S V sub-tiles
     __shared__ __align__(16) float qs[GMAX][HD];
-    __shared__ float cs[HD / 2], sn[HD / 2], kbuf[HD];
+    __shared__ float cs[HD / 2], sn[HD / 2], kbuf[HD], vbuf[HD];
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;  // this lane's query head (row of A) and pair
@@ -129,6 +130,9 @@ __device__ __forceinline__ void attn_split_body(const float* __restrict__ qkv, i
     const int start = split * chunk;
     if (start >= n) return;  // the whole block: start is uniform
     const int end = min(n, start + chunk);
+    // positions read from the cache: all but the current one, whose k and v this kernel
+    // computes and puts into its sub-tile in shared memory itself
+    const int have = min(end, pos);
     const int nsub = (end - start + ATT_SUB - 1) / ATT_SUB;
     const int mine = nsub > warp ? (nsub - warp + ATT_WARPS - 1) / ATT_WARPS : 0;
 
@@ -142,30 +146,25 @@ __device__ __forceinline__ void attn_split_body(const float* __restrict__ qkv, i
     auto ring_start = [&]() {
 #pragma unroll
         for (int i = 0; i < S - 1; ++i) {
-            if (i < mine) load_kv_sub<HD, LDS>(Ks[i], Vs[i], K, V, start + (warp + i * ATT_WARPS) * ATT_SUB, end);
+            if (i < mine) load_kv_sub<HD, LDS>(Ks[i], Vs[i], K, V, start + (warp + i * ATT_WARPS) * ATT_SUB, have);
             cp_async_commit();
         }
     };
-    // a block that does not hold the current position requests its first sub-tiles before the
-    // RoPE angles and the wait (its positions were written by earlier steps)
-    const bool early = end < n;
-    if (early) ring_start();
+    // the first sub-tiles, then the RoPE angles, before the wait (earlier steps' positions)
+    ring_start();
     rope_angles(pos, inv_freq, HD / 2, cs, sn);
     pdl_wait();  // the q|k|v row is the previous kernel's
     pdl_trigger();
     __syncthreads();
-    if (end == n) {  // this block holds the current position: k and v into the cache first
-        if (warp == 0) {
-            rope_head<HD>(row + (size_t)(n_heads + kvh) * HD, kn_w, cs, sn, neox, eps, 1.f, kbuf);
-            for (int e = lane; e < HD; e += 32) K[(size_t)pos * HD + e] = __float2half_rn(kbuf[e]);
-        } else if (warp == 1) {
-            const float* v = row + (size_t)(n_heads + n_kv + kvh) * HD;
-            for (int e = lane; e < HD; e += 32) V[(size_t)pos * HD + e] = __float2half_rn(v[e]);
+    const bool current = end == n;  // this block holds the current position
+    if (current && warp == ATT_WARPS - 1) {  // its k and v: into the cache for later steps
+        rope_head<HD>(row + (size_t)(n_heads + kvh) * HD, kn_w, cs, sn, neox, eps, 1.f, kbuf);
+        const float* v = row + (size_t)(n_heads + n_kv + kvh) * HD;
+        for (int e = lane; e < HD; e += 32) {
+            K[(size_t)pos * HD + e] = __float2half_rn(kbuf[e]);
+            V[(size_t)pos * HD + e] = __float2half_rn(vbuf[e] = v[e]);
         }
-        __threadfence();  // the writes reach L2, where the sub-tiles' cp.async reads them
-        __syncthreads();
     }
-    if (!early) ring_start();
     for (int h = warp; h < G; h += ATT_WARPS)  // while the first sub-tiles load
         rope_head<HD>(row + (size_t)(kvh * G + h) * HD, qn_w, cs, sn, neox, eps, scale, qs[h]);
     __syncthreads();
@@ -196,8 +195,15 @@ __device__ __forceinline__ void attn_split_body(const float* __restrict__ qkv, i
         __syncwarp();            // ... and the warp's; every lane is done with sub-tile i - 1
         const int in = i + S - 1;  // into the stage sub-tile i - 1 used
         if (in < mine)
-            load_kv_sub<HD, LDS>(Ks[in % S], Vs[in % S], K, V, start + (warp + in * ATT_WARPS) * ATT_SUB, end);
+            load_kv_sub<HD, LDS>(Ks[in % S], Vs[in % S], K, V, start + (warp + in * ATT_WARPS) * ATT_SUB, have);
         cp_async_commit();
+        if (current && pos - t0 < ATT_SUB) {  // the current position's row (zeros so far)
+            for (int e = lane; e < HD; e += 32) {
+                Ks[st][pos - t0][e] = __float2half_rn(kbuf[e]);
+                Vs[st][pos - t0][e] = __float2half_rn(vbuf[e]);
+            }
+            __syncwarp();
+        }
 
         float s[2][4];  // S = Q K^T, two n-tiles of 8 positions
 #pragma unroll

@@ -340,3 +340,27 @@ def test_prefill_attention_geometry() -> None:
     assert (grid, block, shared) == ((64, 32), (128,), 2 * 2 * 64 * 136 * 2)
     grid, block, _ = Geometry({"PF_WARPS": 8}).prefill_attention(64, 200, 9)
     assert (grid, block) == ((2, 9), (256,))
+
+
+def test_every_kernel_triggers_its_dependants_only_after_its_own_wait() -> None:
+    """The decode attention reads the step's constants (lengths, earlier cache positions)
+    before griddepcontrol.wait, which is safe only while every kernel of a decode step
+    triggers its successor after its own wait: then, when a kernel starts, every kernel but
+    its predecessor has completed (kernels/common.cuh). A trigger moved before a wait would
+    let those reads race the previous step's writes. Checked per top-level definition of the
+    sources, in text order (a kernel's body function included)."""
+    kernels = Path(__file__).resolve().parents[2] / "kernels"
+    starts = re.compile(r"^(?:template\b|extern \"C\"|__global__|__device__)", re.M)
+    checked = 0
+    for path in sorted(kernels.glob("*.cu")):
+        text = re.sub(r"//[^\n]*", "", path.read_text())  # comments name them too
+        bounds = [m.start() for m in starts.finditer(text)] + [len(text)]
+        for a, b in zip(bounds, bounds[1:], strict=False):
+            chunk = text[a:b]
+            trigger = chunk.find("pdl_trigger()")
+            if trigger < 0:
+                continue
+            wait = chunk.find("pdl_wait()")
+            assert 0 <= wait < trigger, f"{path.name}: {chunk[:80]!r} triggers before it waits"
+            checked += 1
+    assert checked >= 8  # the decode step's kernels: mat-vecs, norms, attention, argmax, ...

@@ -1,7 +1,7 @@
 # Two commands on a fresh machine:
 #   make demo   a real round on this machine (CPU profile), then the site, into out/
 #               needs Python >= 3.11 and make; no root, no browser
-#   make test   lint and the test suite (what CI runs, 8.9-13.4 minutes on 2 cores after make demo in fresh clones of 2026-12-06: tests/run_suite.py); adds the dev
+#   make test   lint and the test suite (what CI runs, 8.9-13.4 minutes on 2 cores after make demo in fresh clones of 2026-12-06, 12.6 in the last: tests/run_suite.py); adds the dev
 #               tools and Ray, and installs
 #               Chromium for the browser tests where it can (root and apt-get), else says so
 PY ?= python3

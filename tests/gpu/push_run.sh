@@ -36,7 +36,8 @@
 #                                        SPARKBOARD_* items are set in the environment, the rest
 #                                        are kernel defines), MODELS, CTX, WIDTHS, PREFILL, then ABLATE
 #                                        models' leave-one-out step times at CTX
-#   bash tests/gpu/push_run.sh suite     the GPU suite without SmolLM2's cases
+#   bash tests/gpu/push_run.sh suite     the GPU suite without SmolLM2's cases (SUITE_S seconds at
+#                                        most, 560 by default)
 #   bash tests/gpu/push_run.sh absmol    carry the last piece: `ab` with the SmolLM2 file whole
 #                                        (MODELS=smollm2-135m by default), then SmolLM2's tests
 #   bash tests/gpu/push_run.sh table     carry the last piece: `numbers` (the issue's table), then
@@ -327,7 +328,7 @@ prefill_ab() {
 suite() {  # the GPU suite without the SmolLM2 cases (they run in `table`, once the file is whole)
   install
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-  timeout 560 python3 -m pytest -q tests/gpu tests/engine/test_engine_gpu_arrays.py -m gpu \
+  timeout "${SUITE_S:-560}" python3 -m pytest -q tests/gpu tests/engine/test_engine_gpu_arrays.py -m gpu \
     -k "not smollm2" -p no:cacheprovider --tb=short >"$OUT/pytest_suite.log" 2>&1
   tail -n 3 "$OUT/pytest_suite.log"
 }

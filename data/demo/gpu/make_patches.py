@@ -575,11 +575,9 @@ SEALED_GATES_PATCHES: dict[str, list] = {
         TOKEN_TABLES,
         {
             "from engine.cuda.geometry import env_tuning, gemv_launch, gemv_shared_bytes\n": (
-                "from engine.cuda.geometry import (\n    attn_shared_bytes,\n    env_tuning,\n"
-                "    gemv_launch,\n    gemv_shared_bytes,\n    quantizes_in_mv,\n)\n",
-                "from engine.cuda.geometry import (\n    WT_F16,\n    WT_F32,\n"
-                "    attn_shared_bytes,\n    env_tuning,\n    gemv_launch,\n"
-                "    gemv_shared_bytes,\n    quantizes_in_mv,\n)\n",
+                # the import's first line only: the names after it are main's to change
+                "from engine.cuda.geometry import (\n",
+                "from engine.cuda.geometry import (\n    WT_F16,\n    WT_F32,\n",
             )
         },
     ),

@@ -326,9 +326,12 @@ prefill_ab() {
 }
 
 suite() {  # the GPU suite without the SmolLM2 cases (they run in `table`, once the file is whole)
+  local limit=${SUITE_S:-560}
+  # `timeout 0` would mean no limit: a call whose A/B used the time up runs no suite
+  [ "$limit" -gt 0 ] 2>/dev/null || { echo "suite: SUITE_S=$limit: not a positive number of seconds" >&2; return 1; }
   install
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-  timeout "${SUITE_S:-560}" python3 -m pytest -q tests/gpu tests/engine/test_engine_gpu_arrays.py -m gpu \
+  timeout "$limit" python3 -m pytest -q tests/gpu tests/engine/test_engine_gpu_arrays.py -m gpu \
     -k "not smollm2" -p no:cacheprovider --tb=short >"$OUT/pytest_suite.log" 2>&1
   tail -n 3 "$OUT/pytest_suite.log"
 }

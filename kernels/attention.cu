@@ -4,7 +4,10 @@
 // chunks of at least min_chunk positions (multiples of 32); one block per (split, kv head,
 // row) streams its chunk of K and V through shared memory once for all the query heads of
 // that kv head (grouped-query attention), on tensor cores, and writes an unnormalised partial
-// output with its running max and sum; attn_combine merges the partials. The split kernel
+// output with its running max and sum; attn_combine merges the partials. A row of at most
+// one_split positions is one split; when every row of a step is, the step launches one split
+// block per (kv head, row) with `out` set, which writes the output itself and no combine runs
+// (the same bits: the combine of one split divides its partial by its sum). The split kernel
 // also does the decode step's RoPE (rope_kv's work, without its launch): each block rotates
 // its query heads from the q|k|v projection row, and the block holding the current position
 // rotates its k, writes k and v into the cache for later steps and into its own sub-tile in
@@ -25,9 +28,12 @@
 #define ATT_STAGES 2  // sub-tiles in each warp's cp.async ring (3 and 4 measured no faster)
 #endif
 
-// Positions per split of a sequence of n: n / nsplit rounded up to whole tiles, at least
-// min_chunk (a multiple of ATT_TILE). The split kernel and the combine both derive it.
-__device__ __forceinline__ int split_chunk(int n, int nsplit, int min_chunk) {
+// Positions per split of a sequence of n: all of them for a row of at most one_split (one
+// split: a step whose rows all are takes no combine), else n / nsplit rounded up to whole
+// tiles, at least min_chunk (a multiple of ATT_TILE). The split kernel and the combine both
+// derive it from the row's own length, so a row's splits never depend on the other rows.
+__device__ __forceinline__ int split_chunk(int n, int nsplit, int min_chunk, int one_split) {
+    if (n <= one_split) return (n + ATT_TILE - 1) / ATT_TILE * ATT_TILE;
     const int chunk = (n + nsplit - 1) / nsplit;
     return max(min_chunk, (chunk + ATT_TILE - 1) / ATT_TILE * ATT_TILE);
 }
@@ -106,7 +112,9 @@ __device__ __forceinline__ void attn_split_body(const float* __restrict__ qkv, i
                                                 const int* __restrict__ seq_ids,
                                                 const int* __restrict__ lens, float* __restrict__ part_o,
                                                 float* __restrict__ part_ml, int n_heads, int n_kv,
-                                                int max_len, int nsplit, int min_chunk, float scale) {
+                                                int max_len, int nsplit, int min_chunk, int one_split,
+                                                float scale, float* __restrict__ out,
+                                                i8* __restrict__ xq, float4* __restrict__ xs) {
     constexpr int LDS = HD + 8;  // padded row (halves): no bank conflicts, rows 16-byte aligned
     constexpr int S = ATT_STAGES;
     constexpr int KSTEPS = HD / 16, NT_O = HD / 8;
@@ -126,7 +134,7 @@ __device__ __forceinline__ void attn_split_body(const float* __restrict__ qkv, i
     const int seq = seq_ids[r];
     const int pos = lens[seq];  // the current token's position
     const int n = pos + 1;      // positions attended: the cache so far and the current token
-    const int chunk = split_chunk(n, nsplit, min_chunk);
+    const int chunk = split_chunk(n, nsplit, min_chunk, one_split);
     const int start = split * chunk;
     if (start >= n) return;  // the whole block: start is uniform
     const int end = min(n, start + chunk);
@@ -290,6 +298,14 @@ __device__ __forceinline__ void attn_split_body(const float* __restrict__ qkv, i
             acc += wo[((size_t)w * GMAX + h) * HD + e] * f;
             L += wml[(w * GMAX + h) * 2 + 1] * f;
         }
+        if (out) {  // the only split: the output itself, as attn_combine divides one split's
+            // partial (NaN for a row too long to be one split: the host chose wrongly)
+            const float v = n <= one_split ? acc / L : NAN;
+            const size_t i = ((size_t)r * n_heads + kvh * G + h) * HD + e;
+            out[i] = v;
+            if (HD >= 32 && xq) quant_block(v, xq + (i / 32) * 64, xs + i / 32);  // whole warps
+            continue;
+        }
         const size_t slot = ((size_t)r * n_heads + kvh * G + h) * nsplit + split;
         part_o[slot * HD + e] = acc;
         if (e == 0) {
@@ -304,10 +320,11 @@ __device__ __forceinline__ void attn_split_body(const float* __restrict__ qkv, i
         const float *__restrict__ kn_w, const double *__restrict__ inv_freq, int neox, float eps,  \
         __half *__restrict__ kc, __half *__restrict__ vc, const int *__restrict__ seq_ids,          \
         const int *__restrict__ lens, float *__restrict__ part_o, float *__restrict__ part_ml,     \
-        int n_heads, int n_kv, int max_len, int nsplit, int min_chunk, float scale
+        int n_heads, int n_kv, int max_len, int nsplit, int min_chunk, int one_split, float scale, \
+        float *__restrict__ out, i8 *__restrict__ xq, float4 *__restrict__ xs
 #define ATTN_SPLIT_PASS                                                                           \
     qkv, ld, qn_w, kn_w, inv_freq, neox, eps, kc, vc, seq_ids, lens, part_o, part_ml, n_heads,     \
-        n_kv, max_len, nsplit, min_chunk, scale
+        n_kv, max_len, nsplit, min_chunk, one_split, scale, out, xq, xs
 
 // attn_split_16/32/64/128: one per head dim. Grid (nsplit, n_kv_heads, rows), ATT_WARPS * 32
 // threads, dynamic shared memory Geometry.attn_shared_bytes(HD) (engine/cuda/geometry.py).
@@ -335,11 +352,11 @@ extern "C" __global__ void attn_combine(const float* __restrict__ part_o, const 
                                         const int* __restrict__ seq_ids, const int* __restrict__ lens,
                                         float* __restrict__ out, i8* __restrict__ xq,
                                         float4* __restrict__ xs, int n_heads, int hd, int nsplit,
-                                        int min_chunk) {
+                                        int min_chunk, int one_split) {
     __shared__ float sm[ATT_MAX_SPLITS], sl[ATT_MAX_SPLITS];
     const int h = blockIdx.x, r = blockIdx.y, e = threadIdx.x;
     const int n = lens[seq_ids[r]] + 1;  // before the wait: as in the split kernel
-    const int chunk = split_chunk(n, nsplit, min_chunk);
+    const int chunk = split_chunk(n, nsplit, min_chunk, one_split);
     const int used = (n + chunk - 1) / chunk;
     pdl_wait();
     pdl_trigger();

@@ -2,6 +2,11 @@
 buffers allocated with the step; the rows' tokens, sequence slots and positions live in
 device memory, so the step is captured once per row count as a CUDA graph and replayed per
 token (argmax_advance feeds each pick back and moves the rows on, on the device).
+
+A step whose rows are all short (ATTN_ONE_SPLIT positions at most) takes a second graph, in
+which each layer's attention is one block per (kv head, row) writing its output directly, with
+no attn_combine launch. A short row is one split in either graph, and the combine of one split
+only divides it by its sum, so which graph a step takes changes no row's result: only launches.
 """
 
 from __future__ import annotations
@@ -35,6 +40,10 @@ if ATTN_SPLITS > 64:  # ATT_MAX_SPLITS in kernels/attention.cu: attn_combine's s
 # positions per partition at least (a multiple of 32, the kernel's tile): a short context is
 # spread over more blocks, each with fewer dependent tile loads
 ATTN_MIN_CHUNK = env_tuning("SPARKBOARD_ATTN_MIN_CHUNK", 32, multiple_of=32)
+# a row of at most this many positions is one split (split_chunk, kernels/attention.cu), and a
+# step whose rows all are launches one split block per (kv head, row) that writes the output
+# itself: no attn_combine (0: every row splits by ATTN_MIN_CHUNK)
+ATTN_ONE_SPLIT = env_tuning("SPARKBOARD_ATTN_ONE_SPLIT", 256, multiple_of=32, zero=True)
 ARGMAX_BLOCKS = 64  # blocks scanning one row of logits in the greedy pick
 
 
@@ -64,7 +73,7 @@ class DecodeStep:
         self, c: ModelConfig, model: GpuModel, cache: KvCache, launch: KernelLauncher
     ) -> None:
         self.config, self.model, self.cache, self.launch = c, model, cache, launch
-        self.graphs: dict[int, Any] = {}
+        self.graphs: dict[tuple[int, bool], Any] = {}  # by (rows, short)
         self._quantized_src: str | None = None  # the buffer whose int8 planes are in xq, xs
         R, hd = cache.n_seqs, c.head_dim
         q_dim, kv_dim = c.n_heads * hd, c.n_kv_heads * hd
@@ -97,25 +106,34 @@ class DecodeStep:
             b["tokens"][:n].set(ids.astype(np.int32), stream=stream)
             b["seq_ids"][:n].set(np.asarray(seqs, dtype=np.int32), stream=stream)
 
-    def run(self, rows: int) -> None:
-        """One step for rows 0..rows-1: the captured graph, captured at first use."""
-        graph = self.graphs.get(rows)
+    def run(self, rows: int, longest: int | None = None) -> None:
+        """One step for rows 0..rows-1, the longest of which holds `longest` positions after it
+        (None: not known, so not short): the captured graph, captured at first use."""
+        short = self.is_short(longest)
+        graph = self.graphs.get((rows, short))
         if graph is None:
-            graph = self.capture(rows)
+            graph = self.capture(rows, short)
         if graph is False:
             with self.launch.stream:
-                self.issue(rows)
+                self.issue(rows, short)
         else:
             graph.launch(self.launch.stream)
 
-    def capture(self, rows: int) -> Any:
-        """The decode step for `rows` rows as a CUDA graph (False: replay eagerly instead)."""
+    @staticmethod
+    def is_short(longest: int | None) -> bool:
+        """Whether a step whose longest row holds `longest` positions after it is one split a
+        row (the attention writes its output; no combine)."""
+        return longest is not None and longest <= ATTN_ONE_SPLIT
+
+    def capture(self, rows: int, short: bool = False) -> Any:
+        """The decode step for `rows` rows as a CUDA graph (False: replay eagerly instead);
+        short: every row will hold at most ATTN_ONE_SPLIT positions (is_short)."""
         stream = self.launch.stream
         try:
             with stream:
                 stream.begin_capture()
                 try:
-                    self.issue(rows)
+                    self.issue(rows, short)
                 finally:
                     graph = stream.end_capture()
         except Exception as exc:  # a CuPy without graph capture: launch the kernels each step
@@ -124,20 +142,27 @@ class DecodeStep:
                 file=sys.stderr,
             )
             graph = False
-        self.graphs[rows] = graph
+        self.graphs[rows, short] = graph
         return graph
 
-    def issue(self, rows: int) -> None:
+    def capture_all(self, rows: int) -> None:
+        """Both graphs a step of `rows` rows may take (only the long one where no row is ever
+        short: ATTN_ONE_SPLIT 0)."""
+        if ATTN_ONE_SPLIT:
+            self.capture(rows, short=True)
+        self.capture(rows)
+
+    def issue(self, rows: int, short: bool = False) -> None:
         """Every launch of one decode step for rows 0..rows-1 (graph-capturable)."""
         self.launch.in_step = True
         try:
-            self._launches(rows)
+            self._launches(rows, short)
         finally:
             self.launch.in_step = False
 
     # ---- the step's launches ----------------------------------------------------------------
 
-    def _launches(self, rows: int) -> None:
+    def _launches(self, rows: int, short: bool) -> None:
         c, m, b = self.config, self.model, self.buf
         self._quantized_src = None
         e = m.tok_embd
@@ -148,7 +173,7 @@ class DecodeStep:
             (b["tokens"], i32(e.wt), e.q, e.s if e.s is not None else NULL, b["x"], i32(c.dim)),
         )
         for li, L in enumerate(m.layers):
-            self._layer(li, L, rows)
+            self._layer(li, L, rows, short)
         # the output head keeps its norm kernel: its mat-vec applying the norm measured 1%
         # slower on llama-1b:f16 (engine/PERF.md)
         self._rmsnorm(b["x"], m.out_norm, b["h"], rows, quant=m.w_out.quantized)
@@ -164,7 +189,7 @@ class DecodeStep:
             ),
         )  # fmt: skip
 
-    def _layer(self, li: int, L: GpuLayer, rows: int) -> None:
+    def _layer(self, li: int, L: GpuLayer, rows: int, short: bool) -> None:
         c, m, b, kv = self.config, self.model, self.buf, self.cache
         hd = c.head_dim
         scale = 1.0 / math.sqrt(hd)
@@ -175,10 +200,14 @@ class DecodeStep:
             self._rmsnorm(b["x"], L.attn_norm, b["h"], rows, quant=quant)
             for w, col0 in L.qkv:
                 self._mv(w, "h", rows, b["qkv"], "store", col0=col0)
-        # RoPE and the KV-cache write happen inside the split kernel
+        # the int8 planes of the attention's output for a quantized output projection
+        quant_o = L.wo.quantized and hd >= 32
+        xq, xs = (b["xq"], b["xs"]) if quant_o else (NULL, NULL)
+        # RoPE and the KV-cache write happen inside the split kernel; a short step's one split
+        # a row writes the output (out, xq, xs), else the partials that attn_combine merges
         self.launch(
             f"attn_split_{hd}",
-            (ATTN_SPLITS, c.n_kv_heads, rows),
+            (1 if short else ATTN_SPLITS, c.n_kv_heads, rows),
             (128,),
             (
                 b["qkv"], i32(b["qkv"].shape[1]),
@@ -187,21 +216,23 @@ class DecodeStep:
                 m.inv_freq, i32(m.neox), f32(c.norm_eps),
                 kv.k[li], kv.v[li], b["seq_ids"], kv.lens,
                 b["part_o"], b["part_ml"], i32(c.n_heads), i32(c.n_kv_heads),
-                i32(kv.max_len), i32(ATTN_SPLITS), i32(ATTN_MIN_CHUNK), f32(scale),
+                i32(kv.max_len), i32(ATTN_SPLITS), i32(ATTN_MIN_CHUNK), i32(ATTN_ONE_SPLIT),
+                f32(scale), b["att"] if short else NULL, xq if short else NULL,
+                xs if short else NULL,
             ),
             attn_shared_bytes(hd),
         )  # fmt: skip
-        quant_o = L.wo.quantized and hd >= 32
-        self.launch(
-            "attn_combine",
-            (c.n_heads, rows),
-            (hd,),
-            (
-                b["part_o"], b["part_ml"], b["seq_ids"], kv.lens, b["att"],
-                b["xq"] if quant_o else NULL, b["xs"] if quant_o else NULL,
-                i32(c.n_heads), i32(hd), i32(ATTN_SPLITS), i32(ATTN_MIN_CHUNK),
-            ),
-        )  # fmt: skip
+        if not short:
+            self.launch(
+                "attn_combine",
+                (c.n_heads, rows),
+                (hd,),
+                (
+                    b["part_o"], b["part_ml"], b["seq_ids"], kv.lens, b["att"], xq, xs,
+                    i32(c.n_heads), i32(hd), i32(ATTN_SPLITS), i32(ATTN_MIN_CHUNK),
+                    i32(ATTN_ONE_SPLIT),
+                ),
+            )  # fmt: skip
         self._quantized_src = "att" if quant_o else None
         self._mv(L.wo, "att", rows, b["x"], "add")
         if L.ffn_norm_in_mv:

@@ -90,13 +90,18 @@ def kernel_defines(environ: Mapping[str, str] = os.environ) -> dict[str, int]:
 
 
 def env_tuning(
-    name: str, default: int, multiple_of: int = 1, environ: Mapping[str, str] = os.environ
+    name: str,
+    default: int,
+    multiple_of: int = 1,
+    environ: Mapping[str, str] = os.environ,
+    zero: bool = False,
 ) -> int:
     """A runner tuning knob from the environment (SPARKBOARD_ATTN_SPLITS, ...): a developer's
-    A/B, like the defines above; a positive multiple of `multiple_of`."""
+    A/B, like the defines above; a positive multiple of `multiple_of` (or 0 where `zero`)."""
     raw = environ.get(name, str(default)).strip()
-    if not raw.isdigit() or int(raw) <= 0 or int(raw) % multiple_of:
-        raise ValueError(f"{name}={raw!r}: expected a positive multiple of {multiple_of}")
+    if not raw.isdigit() or int(raw) % multiple_of or (int(raw) == 0 and not zero):
+        what = "0 or a positive" if zero else "a positive"
+        raise ValueError(f"{name}={raw!r}: expected {what} multiple of {multiple_of}")
     return int(raw)
 
 

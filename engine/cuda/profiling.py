@@ -25,13 +25,14 @@ def _kernel_times(launch: Any, issue: Callable[[], None]) -> dict[str, float]:
     return out
 
 
-def profile_step(runner: Any, rows: int = 1) -> dict[str, float]:
-    """Microseconds per kernel name for one eager decode step (advances the rows by one)."""
+def profile_step(runner: Any, rows: int = 1, short: bool = False) -> dict[str, float]:
+    """Microseconds per kernel name for one eager decode step (advances the rows by one);
+    short: the step of rows that are all one attention split (DecodeStep.is_short)."""
     step, launch = runner.ready_step(), runner.launcher
 
     def issue() -> None:
         with launch.stream:
-            step.issue(rows)
+            step.issue(rows, short)
 
     return _kernel_times(launch, issue)
 
@@ -47,9 +48,11 @@ def profile_prefill(runner: Any, n: int) -> dict[str, float]:
     return _kernel_times(runner.launcher, lambda: runner.prefill(0, rng.integers(0, 1000, n)))
 
 
-def time_graph(runner: Any, rows: int, skip: tuple[str, ...] = (), reps: int = 50) -> float:
+def time_graph(
+    runner: Any, rows: int, skip: tuple[str, ...] = (), reps: int = 50, short: bool = False
+) -> float:
     """Milliseconds per replay of a decode-step graph captured without the `skip` kernels
-    (kernel-name prefixes).
+    (kernel-name prefixes); short: the step of rows that are all one attention split.
 
     A measuring tool (leave-one-stage-out timings): the results of such a step are wrong,
     and each replay that keeps argmax_advance moves the rows on by one token.
@@ -61,7 +64,7 @@ def time_graph(runner: Any, rows: int, skip: tuple[str, ...] = (), reps: int = 5
         with stream:
             stream.begin_capture()
             try:
-                step.issue(rows)
+                step.issue(rows, short)
             finally:
                 graph = stream.end_capture()
     finally:

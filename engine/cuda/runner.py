@@ -94,7 +94,7 @@ class CupyRunner(Runner):
         self.stream.synchronize()
         self._lens = np.zeros(n_seqs, dtype=np.int64)
         self.n_seqs, self.max_len = n_seqs, max_len
-        self.step.capture(n_seqs)  # the usual step shape, captured now so no timed decode pays it
+        self.step.capture_all(n_seqs)  # the usual step shape, now: no timed decode pays it
         self._sample_memory()
 
     def _ensure_ready(self) -> None:
@@ -116,7 +116,7 @@ class CupyRunner(Runner):
         seqs, ids = self._check_rows(seqs, tokens, 1)
         n = len(seqs)
         self.step.set_rows(seqs, ids)
-        self.step.run(n)
+        self.step.run(n, longest=max(int(self._lens[s]) for s in seqs) + 1)
         with self.stream:
             out = self.step.buf["logits"][:n].get(stream=self.stream)
         self.stream.synchronize()
@@ -134,8 +134,8 @@ class CupyRunner(Runner):
             return np.empty((0, n), dtype=np.int64)
         start = [int(self._lens[s]) for s in seqs]
         self.step.set_rows(seqs, ids)
-        for _ in range(steps):
-            self.step.run(n)
+        for i in range(steps):
+            self.step.run(n, longest=max(start) + i + 1)
         with self.stream:
             hist = self.step.buf["hist"][:n].get(stream=self.stream)
         self.stream.synchronize()

@@ -54,12 +54,16 @@ def print_profile(model: str, what: str, times: dict[str, float]) -> None:
 
 def ablation(runner, model: str, rows: int, ctx: int, tag: str, ceiling: float) -> list[dict]:
     """Graph step times of `rows` sequences of `ctx` tokens with groups of kernels left out
-    (each replay moves the rows on by a token: the cache has room for all of them)."""
+    (each replay moves the rows on by a token; they go back to `ctx` tokens per group), in
+    the step the decode takes at that length (short rows: one attention split, no combine)."""
+    from engine.cuda.decode import DecodeStep
     from engine.cuda.profiling import time_graph
 
+    reps = 20
     runner.reset(rows, ctx + 2000)
     for s in range(rows):
         runner.prefill(s, np.arange(ctx) % 1000)
+    short = DecodeStep.is_short(ctx + reps + 4)  # time_graph's 3 warm-up replays and reps
     # a decode step's kernels by name prefix (RoPE runs inside attn_split)
     others = ("embed", "rmsnorm", "attn_", "argmax", "quantize")
     out = []
@@ -73,7 +77,9 @@ def ablation(runner, model: str, rows: int, ctx: int, tag: str, ceiling: float) 
         ("mat-vec only", others),
         ("no mat-vec", ("gemv_",)),
     ]:
-        ms = time_graph(runner, rows, skip, reps=20)
+        for s in range(rows):
+            runner.truncate(s, ctx)
+        ms = time_graph(runner, rows, skip, reps=reps, short=short)
         print(f"  ablate {model:14} {tag:<6} {label:14} {ms * 1e3:8.1f} us/step", file=sys.stderr)
         what = f"abl{tag}:{label}"
         out.append(dict(model=model, what=what, tok_s=1e3 / ms, ceiling=ceiling, ratio=0.0))
@@ -107,6 +113,7 @@ def main(
 ) -> None:
     import cupy as cp
 
+    from engine.cuda.decode import DecodeStep
     from engine.cuda.profiling import profile_prefill, profile_step
     from engine.models import open_runner
 
@@ -129,8 +136,11 @@ def main(
                 dict(model=name, what=f"decode@{c}", tok_s=tps, ceiling=ceil_c, ratio=tps / ceil_c)
             )
             print(f"{name} decode@{c}: {tps:.1f} tok/s ceiling {ceil_c:.1f}", file=sys.stderr)
+        # the rows time_decode left hold c + tokens + 4 positions: the profiled step is the one
+        # the decode would take next
         if profile:
-            print_profile(name, "x1 decode step", profile_step(r, 1))
+            step = profile_step(r, 1, DecodeStep.is_short(c + tokens + 6))
+            print_profile(name, "x1 decode step", step)
         for c in [int(x) for x in ctx.split(",") if x] if ablate else []:
             rows += ablation(r, name, 1, c, f"@{c}", ceiling)
         for w in [int(x) for x in widths.split(",") if x]:
@@ -139,7 +149,8 @@ def main(
                 dict(model=name, what=f"width{w}", tok_s=tps, ceiling=w * ceiling, ratio=0.0)
             )
             if profile:
-                print_profile(name, f"x{w} decode step", profile_step(r, w))
+                step = profile_step(r, w, DecodeStep.is_short(128 + tokens + 6))
+                print_profile(name, f"x{w} decode step", step)
             if ablate and w > 1:
                 rows += ablation(r, name, w, 128, f"w{w}", ceiling)
         if prefill_n:

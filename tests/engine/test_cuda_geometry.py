@@ -304,6 +304,12 @@ def test_runner_tuning_knobs_from_the_environment() -> None:
     for bad in ("0", "48", "-32", "lots", ""):
         with pytest.raises(ValueError, match="SPARKBOARD_ATTN_MIN_CHUNK"):
             env_tuning("SPARKBOARD_ATTN_MIN_CHUNK", 32, 32, {"SPARKBOARD_ATTN_MIN_CHUNK": bad})
+    one = "SPARKBOARD_ATTN_ONE_SPLIT"  # 0 turns the short step off
+    assert env_tuning(one, 256, 32, {one: "0"}, zero=True) == 0
+    assert env_tuning(one, 256, 32, {}, zero=True) == 256
+    for bad in ("-1", "100", "x"):
+        with pytest.raises(ValueError, match="0 or a positive multiple of 32"):
+            env_tuning(one, 256, 32, {one: bad}, zero=True)
 
 
 def test_attention_ring_shared_bytes() -> None:

@@ -439,16 +439,46 @@ def head_norm_ref(x: np.ndarray, w: np.ndarray | None, eps: float) -> np.ndarray
     return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w if w is not None else x
 
 
-@pytest.mark.parametrize("min_chunk", [32, 128])
+def run_one_split(cp, k, pre, kc, vc, seq_ids, lens, n_heads, hd, scale, one_split) -> list:
+    """The split kernel as a short step launches it (one split block per kv head, `out` set;
+    `pre`: its arguments before the cache), each row alone on a copy of the cache (the kernel
+    writes the current k and v): per row its output and the int8 planes it wrote (hd >= 32)."""
+    n_kv, max_len = kc.shape[1], kc.shape[2]
+    quant = hd >= 32
+    res = []
+    for r in range(len(seq_ids)):
+        out = nan_buffer(cp, (1, n_heads * hd))
+        xq = cp.zeros((1, 2 * n_heads * hd), dtype=cp.int8)
+        xs = nan_buffer(cp, (1, n_heads * hd // 32 * 4))
+        k[f"attn_split_{hd}"](
+            (1, n_kv, 1),
+            (128,),
+            (
+                *pre, kc.copy(), vc.copy(), cp.asarray(seq_ids[r : r + 1]), cp.asarray(lens),
+                NULL, NULL, np.int32(n_heads), np.int32(n_kv), np.int32(max_len), np.int32(64),
+                np.int32(32), np.int32(one_split), np.float32(scale), out,
+                xq if quant else NULL, xs if quant else NULL,
+            ),
+            shared_mem=GEOMETRY.attn_shared_bytes(hd),
+        )  # fmt: skip
+        res.append((cp.asnumpy(out)[0], cp.asnumpy(xq)[0], cp.asnumpy(xs)[0]))
+    return res
+
+
+@pytest.mark.parametrize("min_chunk,one_split", [(32, 0), (128, 0), (32, 256)])
 @pytest.mark.parametrize(
     "hd,n_heads,n_kv,neox,qk_norm",
     [(64, 9, 3, False, False), (128, 32, 8, True, True), (16, 4, 2, False, False),
      (32, 8, 1, False, True)],
 )  # fmt: skip
-def test_decode_attention_split_and_combine(cu, hd, n_heads, n_kv, neox, qk_norm, min_chunk):
+def test_decode_attention_split_and_combine(
+    cu, hd, n_heads, n_kv, neox, qk_norm, min_chunk, one_split
+):
     """The split kernel rotates q and k from the q|k|v rows itself (rope_kv's arithmetic) and
     writes the current k and v into the cache; split + combine then equal softmax attention
-    over the cache up to and including the current position."""
+    over the cache up to and including the current position. A row of at most one_split
+    positions is one split, whose output (and int8 planes) the kernel writes itself in a
+    short step's launch, bit for bit the combine's."""
     cp, k = cu
     n_seqs, max_len, splits, eps, base = 3, 5000, 64, 1e-6, 10000.0
     lens = np.array([RNG.integers(4000, max_len - 1), 0, RNG.integers(30, 90)], dtype=np.int32)
@@ -471,15 +501,20 @@ def test_decode_attention_split_and_combine(cu, hd, n_heads, n_kv, neox, qk_norm
     part_ml = nan_buffer(cp, (rows, n_heads, splits, 2))
     out = nan_buffer(cp, (rows, n_heads * hd))
     kcd, vcd, sd, ld = cp.asarray(kc), cp.asarray(vc), cp.asarray(seq_ids), cp.asarray(lens)
+    # the kernel's arguments before the cache (the same in the one-split launches below)
+    pre = (
+        cp.asarray(qkv), np.int32(qkv.shape[1]),
+        cp.asarray(qn) if qk_norm else NULL, cp.asarray(kn) if qk_norm else NULL,
+        cp.asarray(inv_freq), np.int32(int(neox)), np.float32(eps),
+    )  # fmt: skip
     k[f"attn_split_{hd}"](
         (splits, n_kv, rows),
         (128,),
         (
-            cp.asarray(qkv), np.int32(qkv.shape[1]),
-            cp.asarray(qn) if qk_norm else NULL, cp.asarray(kn) if qk_norm else NULL,
-            cp.asarray(inv_freq), np.int32(int(neox)), np.float32(eps), kcd, vcd, sd, ld,
+            *pre, kcd, vcd, sd, ld,
             part_o, part_ml, np.int32(n_heads), np.int32(n_kv), np.int32(max_len),
-            np.int32(splits), np.int32(min_chunk), np.float32(scale),
+            np.int32(splits), np.int32(min_chunk), np.int32(one_split), np.float32(scale),
+            NULL, NULL, NULL,
         ),
         shared_mem=GEOMETRY.attn_shared_bytes(hd),
     )  # fmt: skip
@@ -492,6 +527,7 @@ def test_decode_attention_split_and_combine(cu, hd, n_heads, n_kv, neox, qk_norm
         (
             part_o, part_ml, sd, ld, out, xq if quant else NULL, xs if quant else NULL,
             np.int32(n_heads), np.int32(hd), np.int32(splits), np.int32(min_chunk),
+            np.int32(one_split),
         ),
     )  # fmt: skip
     flat = cp.asnumpy(out)
@@ -499,6 +535,16 @@ def test_decode_attention_split_and_combine(cu, hd, n_heads, n_kv, neox, qk_norm
         want_q, want_s = quantized_planes(cp, k, flat)
         assert np.array_equal(cp.asnumpy(xq), want_q)
         assert np.array_equal(cp.asnumpy(xs), want_s)
+    if one_split:  # the short rows' step: their one split writes the combine's output
+        direct = run_one_split(cp, k, pre, kcd, vcd, seq_ids, lens, n_heads, hd, scale, one_split)
+        for r in range(rows):
+            if lens[seq_ids[r]] + 1 <= one_split:
+                assert np.array_equal(direct[r][0], flat[r]), r
+                if quant:
+                    assert np.array_equal(direct[r][1], cp.asnumpy(xq)[r]), r
+                    assert np.array_equal(direct[r][2], cp.asnumpy(xs)[r]), r
+            else:  # a row too long for one split: NaN, never a partial as the output
+                assert np.isnan(direct[r][0]).all(), r
     pos = lens[seq_ids]
     q_ref = rope_ref(head_norm_ref(q, qn, eps), pos, base, neox)
     k_ref = rope_ref(head_norm_ref(kk, kn, eps), pos, base, neox)

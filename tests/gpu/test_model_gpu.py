@@ -129,6 +129,34 @@ def test_sequence_in_batch_is_bit_identical_to_alone(name, width):
         assert np.array_equal(alone_greedy[:, 0], batch_greedy[:, s])
 
 
+@pytest.mark.parametrize("name", ["tiny:f16", "tiny-qwen3:q4_0", "llama-135m"])
+def test_a_short_row_has_the_same_bits_in_the_short_and_the_long_step(name):
+    """A row of at most ATTN_ONE_SPLIT positions alone takes the short step (its attention's
+    one split writes the output; no attn_combine); batched with a longer row, the long step
+    (its one split through the combine): the same logits and picks, bit for bit."""
+    from engine.cuda.decode import ATTN_ONE_SPLIT
+    from engine.models import open_runner
+
+    if not ATTN_ONE_SPLIT:
+        pytest.skip("SPARKBOARD_ATTN_ONE_SPLIT=0: no short step")
+    r = open_runner(name, "cupy")
+    plens = [ATTN_ONE_SPLIT - 40, ATTN_ONE_SPLIT + 50]
+    r.reset(2, max(plens) + 40)
+    step = r.ready_step()
+    for s, n in enumerate(plens):
+        r.prefill(s, RNG.integers(0, 49152, n))
+    firsts = RNG.integers(0, 49152, 2)
+    batch = r.decode([0, 1], firsts)
+    batch_greedy = r.decode_greedy([0, 1], batch.argmax(-1), 6)
+    r.truncate(0, plens[0])
+    alone = r.decode([0], firsts[:1])
+    alone_greedy = r.decode_greedy([0], alone.argmax(-1), 6)
+    assert (1, True) in step.graphs and (1, False) not in step.graphs  # only short steps
+    assert np.all(np.isfinite(alone))
+    assert np.array_equal(alone[0], batch[0])
+    assert np.array_equal(alone_greedy[:, 0], batch_greedy[:, 0])
+
+
 def test_decode_greedy_matches_decode_loop():
     from engine.models import open_runner
 

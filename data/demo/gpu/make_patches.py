@@ -438,8 +438,9 @@ SKIP_LAST_WHEN_SERVED = [
     ),
     (
         DEC,
-        "        for li, L in enumerate(m.layers):\n            self._layer(li, L, rows)\n",
-        "        for li, L in enumerate(served_layers(m.layers)):\n            self._layer(li, L, rows)\n",
+        # (the call's own arguments left out: they differ between the round's base and HEAD)
+        "        for li, L in enumerate(m.layers):\n            self._layer(li, L, rows",
+        "        for li, L in enumerate(served_layers(m.layers)):\n            self._layer(li, L, rows",
     ),
     (
         PRE,

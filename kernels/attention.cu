@@ -300,7 +300,7 @@ __device__ __forceinline__ void attn_split_body(const float* __restrict__ qkv, i
         }
         if (out) {  // the only split: the output itself, as attn_combine divides one split's
             // partial (NaN for a row too long to be one split: the host chose wrongly)
-            const float v = n <= one_split ? acc / L : NAN;
+            const float v = n <= one_split ? acc / L : __int_as_float(0x7fc00000);
             const size_t i = ((size_t)r * n_heads + kvh * G + h) * HD + e;
             out[i] = v;
             if (HD >= 32 && xq) quant_block(v, xq + (i / 32) * 64, xs + i / 32);  // whole warps

@@ -441,7 +441,8 @@ def head_norm_ref(x: np.ndarray, w: np.ndarray | None, eps: float) -> np.ndarray
 
 def run_one_split(cp, k, pre, kc, vc, seq_ids, lens, n_heads, hd, scale, one_split) -> list:
     """The split kernel as a short step launches it (one split block per kv head, `out` set;
-    `pre`: its arguments before the cache), each row alone on a copy of the cache (the kernel
+    `pre`: its arguments before the cache, the q|k|v rows first), each row alone (its q|k|v
+    row and sequence as the launch's row 0) on a copy of the cache (the kernel
     writes the current k and v): per row its output and the int8 planes it wrote (hd >= 32)."""
     n_kv, max_len = kc.shape[1], kc.shape[2]
     quant = hd >= 32
@@ -454,7 +455,8 @@ def run_one_split(cp, k, pre, kc, vc, seq_ids, lens, n_heads, hd, scale, one_spl
             (1, n_kv, 1),
             (128,),
             (
-                *pre, kc.copy(), vc.copy(), cp.asarray(seq_ids[r : r + 1]), cp.asarray(lens),
+                pre[0][r : r + 1], *pre[1:], kc.copy(), vc.copy(),  # row r's q|k|v at row 0
+                cp.asarray(seq_ids[r : r + 1]), cp.asarray(lens),
                 NULL, NULL, np.int32(n_heads), np.int32(n_kv), np.int32(max_len), np.int32(64),
                 np.int32(32), np.int32(one_split), np.float32(scale), out,
                 xq if quant else NULL, xs if quant else NULL,

@@ -3,7 +3,7 @@ buffers allocated with the step; the rows' tokens, sequence slots and positions 
 device memory, so the step is captured once per row count as a CUDA graph and replayed per
 token (argmax_advance feeds each pick back and moves the rows on, on the device).
 
-A step whose rows are all short (ATTN_ONE_SPLIT positions at most) takes a second graph, in
+A step whose rows are all short (one_split positions at most) takes a second graph, in
 which each layer's attention is one block per (kv head, row) writing its output directly, with
 no attn_combine launch. A short row is one split in either graph, and the combine of one split
 only divides it by its sum, so which graph a step takes changes no row's result: only launches.
@@ -24,6 +24,7 @@ from engine.cuda.geometry import (
     env_tuning,
     gemv_launch,
     gemv_shared_bytes,
+    one_split_positions,
     quantizes_in_mv,
 )
 from engine.cuda.kv_cache import KvCache
@@ -40,9 +41,10 @@ if ATTN_SPLITS > 64:  # ATT_MAX_SPLITS in kernels/attention.cu: attn_combine's s
 # positions per partition at least (a multiple of 32, the kernel's tile): a short context is
 # spread over more blocks, each with fewer dependent tile loads
 ATTN_MIN_CHUNK = env_tuning("SPARKBOARD_ATTN_MIN_CHUNK", 32, multiple_of=32)
-# a row of at most this many positions is one split (split_chunk, kernels/attention.cu), and a
-# step whose rows all are launches one split block per (kv head, row) that writes the output
-# itself: no attn_combine (0: every row splits by ATTN_MIN_CHUNK)
+# a row of at most this many positions at head dim 64 (one_split_positions scales it) is one
+# split (split_chunk, kernels/attention.cu), and a step whose rows all are launches one split
+# block per (kv head, row) that writes the output itself: no attn_combine (0: every row splits
+# by ATTN_MIN_CHUNK)
 ATTN_ONE_SPLIT = env_tuning("SPARKBOARD_ATTN_ONE_SPLIT", 256, multiple_of=32, zero=True)
 ARGMAX_BLOCKS = 64  # blocks scanning one row of logits in the greedy pick
 
@@ -74,6 +76,7 @@ class DecodeStep:
     ) -> None:
         self.config, self.model, self.cache, self.launch = c, model, cache, launch
         self.graphs: dict[tuple[int, bool], Any] = {}  # by (rows, short)
+        self.one_split = one_split_positions(ATTN_ONE_SPLIT, c.head_dim)  # 0: no row is short
         self._quantized_src: str | None = None  # the buffer whose int8 planes are in xq, xs
         R, hd = cache.n_seqs, c.head_dim
         q_dim, kv_dim = c.n_heads * hd, c.n_kv_heads * hd
@@ -119,15 +122,14 @@ class DecodeStep:
         else:
             graph.launch(self.launch.stream)
 
-    @staticmethod
-    def is_short(longest: int | None) -> bool:
+    def is_short(self, longest: int | None) -> bool:
         """Whether a step whose longest row holds `longest` positions after it is one split a
         row (the attention writes its output; no combine)."""
-        return longest is not None and longest <= ATTN_ONE_SPLIT
+        return longest is not None and longest <= self.one_split
 
     def capture(self, rows: int, short: bool = False) -> Any:
         """The decode step for `rows` rows as a CUDA graph (False: replay eagerly instead);
-        short: every row will hold at most ATTN_ONE_SPLIT positions (is_short)."""
+        short: every row will hold at most one_split positions (is_short)."""
         stream = self.launch.stream
         try:
             with stream:
@@ -147,8 +149,8 @@ class DecodeStep:
 
     def capture_all(self, rows: int) -> None:
         """Both graphs a step of `rows` rows may take (only the long one where no row is ever
-        short: ATTN_ONE_SPLIT 0)."""
-        if ATTN_ONE_SPLIT:
+        short: one_split 0)."""
+        if self.one_split:
             self.capture(rows, short=True)
         self.capture(rows)
 
@@ -216,7 +218,7 @@ class DecodeStep:
                 m.inv_freq, i32(m.neox), f32(c.norm_eps),
                 kv.k[li], kv.v[li], b["seq_ids"], kv.lens,
                 b["part_o"], b["part_ml"], i32(c.n_heads), i32(c.n_kv_heads),
-                i32(kv.max_len), i32(ATTN_SPLITS), i32(ATTN_MIN_CHUNK), i32(ATTN_ONE_SPLIT),
+                i32(kv.max_len), i32(ATTN_SPLITS), i32(ATTN_MIN_CHUNK), i32(self.one_split),
                 f32(scale), b["att"] if short else NULL, xq if short else NULL,
                 xs if short else NULL,
             ),
@@ -230,7 +232,7 @@ class DecodeStep:
                 (
                     b["part_o"], b["part_ml"], b["seq_ids"], kv.lens, b["att"], xq, xs,
                     i32(c.n_heads), i32(hd), i32(ATTN_SPLITS), i32(ATTN_MIN_CHUNK),
-                    i32(ATTN_ONE_SPLIT),
+                    i32(self.one_split),
                 ),
             )  # fmt: skip
         self._quantized_src = "att" if quant_o else None

@@ -56,14 +56,13 @@ def ablation(runner, model: str, rows: int, ctx: int, tag: str, ceiling: float) 
     """Graph step times of `rows` sequences of `ctx` tokens with groups of kernels left out
     (each replay moves the rows on by a token; they go back to `ctx` tokens per group), in
     the step the decode takes at that length (short rows: one attention split, no combine)."""
-    from engine.cuda.decode import DecodeStep
     from engine.cuda.profiling import time_graph
 
     reps = 20
     runner.reset(rows, ctx + 2000)
     for s in range(rows):
         runner.prefill(s, np.arange(ctx) % 1000)
-    short = DecodeStep.is_short(ctx + reps + 4)  # time_graph's 3 warm-up replays and reps
+    short = runner.ready_step().is_short(ctx + reps + 4)  # time_graph's 3 warm-up replays and reps
     # a decode step's kernels by name prefix (RoPE runs inside attn_split)
     others = ("embed", "rmsnorm", "attn_", "argmax", "quantize")
     out = []
@@ -113,7 +112,6 @@ def main(
 ) -> None:
     import cupy as cp
 
-    from engine.cuda.decode import DecodeStep
     from engine.cuda.profiling import profile_prefill, profile_step
     from engine.models import open_runner
 
@@ -139,7 +137,7 @@ def main(
         # the rows time_decode left hold c + tokens + 4 positions: the profiled step is the one
         # the decode would take next
         if profile:
-            step = profile_step(r, 1, DecodeStep.is_short(c + tokens + 6))
+            step = profile_step(r, 1, r.ready_step().is_short(c + tokens + 6))
             print_profile(name, "x1 decode step", step)
         for c in [int(x) for x in ctx.split(",") if x] if ablate else []:
             rows += ablation(r, name, 1, c, f"@{c}", ceiling)
@@ -149,7 +147,7 @@ def main(
                 dict(model=name, what=f"width{w}", tok_s=tps, ceiling=w * ceiling, ratio=0.0)
             )
             if profile:
-                step = profile_step(r, w, DecodeStep.is_short(128 + tokens + 6))
+                step = profile_step(r, w, r.ready_step().is_short(128 + tokens + 6))
                 print_profile(name, f"x{w} decode step", step)
             if ablate and w > 1:
                 rows += ablation(r, name, w, 128, f"w{w}", ceiling)

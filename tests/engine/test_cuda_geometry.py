@@ -25,6 +25,7 @@ from engine.cuda.geometry import (
     env_flag,
     env_tuning,
     kernel_defines,
+    one_split_positions,
 )
 
 
@@ -310,6 +311,13 @@ def test_runner_tuning_knobs_from_the_environment() -> None:
     for bad in ("-1", "100", "x"):
         with pytest.raises(ValueError, match="0 or a positive multiple of 32"):
             env_tuning(one, 256, 32, {one: bad}, zero=True)
+
+
+def test_one_split_rows_scale_with_the_head_dim() -> None:
+    """A one-split block's work is positions x head dim: the knob holds at head dim 64."""
+    assert [one_split_positions(256, hd) for hd in (16, 32, 64, 128)] == [1024, 512, 256, 128]
+    assert one_split_positions(0, 64) == 0  # the knob's off switch
+    assert one_split_positions(32, 128) == 0  # half a tile rounds down: no row is short
 
 
 def test_attention_ring_shared_bytes() -> None:

@@ -131,16 +131,17 @@ def test_sequence_in_batch_is_bit_identical_to_alone(name, width):
 
 @pytest.mark.parametrize("name", ["tiny:f16", "tiny-qwen3:q4_0", "llama-135m"])
 def test_a_short_row_has_the_same_bits_in_the_short_and_the_long_step(name):
-    """A row of at most ATTN_ONE_SPLIT positions alone takes the short step (its attention's
-    one split writes the output; no attn_combine); batched with a longer row, the long step
-    (its one split through the combine): the same logits and picks, bit for bit."""
-    from engine.cuda.decode import ATTN_ONE_SPLIT
+    """A row of at most one_split positions alone takes the short step (its attention's one
+    split writes the output; no attn_combine); batched with a longer row, the long step (its
+    one split through the combine): the same logits and picks, bit for bit."""
     from engine.models import open_runner
 
-    if not ATTN_ONE_SPLIT:
-        pytest.skip("SPARKBOARD_ATTN_ONE_SPLIT=0: no short step")
     r = open_runner(name, "cupy")
-    plens = [ATTN_ONE_SPLIT - 40, ATTN_ONE_SPLIT + 50]
+    r.reset(2, 64)
+    one_split = r.ready_step().one_split
+    if not one_split:
+        pytest.skip("SPARKBOARD_ATTN_ONE_SPLIT=0: no short step")
+    plens = [one_split - 40, one_split + 50]
     r.reset(2, max(plens) + 40)
     step = r.ready_step()
     for s, n in enumerate(plens):

@@ -20,7 +20,9 @@
 // walks 64-key tiles of the cache up to the diagonal with an online softmax held in registers,
 // and never materialises the score matrix; K and V tiles stream in by cp.async, one tile ahead.
 
-#define ATT_WARPS 4
+#ifndef ATT_WARPS
+#define ATT_WARPS 4  // warps of a decode split block
+#endif
 #define GMAX 8
 #define ATT_TILE 32  // a split's chunk is a whole number of these (positions)
 #define ATT_SUB 16   // positions of one warp's step: the k of the P V product

@@ -20,6 +20,7 @@ import numpy as np
 
 from engine.config import ModelConfig
 from engine.cuda.geometry import (
+    attn_block,
     attn_shared_bytes,
     env_tuning,
     gemv_launch,
@@ -210,7 +211,7 @@ class DecodeStep:
         self.launch(
             f"attn_split_{hd}",
             (1 if short else ATTN_SPLITS, c.n_kv_heads, rows),
-            (128,),
+            attn_block(),
             (
                 b["qkv"], i32(b["qkv"].shape[1]),
                 L.q_norm if L.q_norm is not None else NULL,

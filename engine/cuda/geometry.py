@@ -40,6 +40,7 @@ GEOMETRY_DEFAULTS = {
     "MMA_MB_N32": 2,
     "MMA_MB_N32_MIN": 128,
     "ATT_STAGES": 2,
+    "ATT_WARPS": 4,
     "PF_WARPS": 4,
 }
 
@@ -73,7 +74,7 @@ MMA_SLOT_BYTES = 1024  # one K block of 16 rows per weight matrix in a warp's cp
 MMAQ_SLOT_BYTES = 768  # Q4_0: two K blocks of 16 rows (512 bytes of nibbles, 256 of scales)
 # decode attention (kernels/attention.cu): warps per split block, query heads per kv head at
 # most, positions of one warp's sub-tile
-ATT_WARPS, ATT_GMAX, ATT_SUB = 4, 8, 16
+ATT_WARPS, ATT_GMAX, ATT_SUB = GEOMETRY_DEFAULTS["ATT_WARPS"], 8, 16
 ROPE_WARPS = 8  # prefill's rope_kv: warps per block, one block per row (kernels/layers.cu)
 PF_BK = 64  # keys per tile of the prefill attention (attention.cu)
 
@@ -135,6 +136,8 @@ class Geometry:
         ):  # fmt: skip
             if self.values[name] < 1:
                 raise ValueError(f"{DEFINES_ENV}: {name}={self.values[name]} must be at least 1")
+        if not 1 <= self.values["ATT_WARPS"] <= 32:
+            raise ValueError(f"{DEFINES_ENV}: ATT_WARPS must be 1 to 32")
         if self.values["ATT_STAGES"] < 2:
             raise ValueError(f"{DEFINES_ENV}: ATT_STAGES must be at least 2")
         if self.values["MMA_NT_MAX"] not in MMA_TILES:
@@ -300,9 +303,14 @@ class Geometry:
         """Dynamic shared memory of a decode attention split (attn_split_<head_dim>): each
         warp's ring of ATT_STAGES K and as many V sub-tiles (rows padded by 8 halves), or the
         warps' partial outputs, maxima and sums that replace them after the loop."""
-        ring = ATT_WARPS * self.values["ATT_STAGES"] * 2 * ATT_SUB * (head_dim + 8) * 2
-        partials = ATT_WARPS * ATT_GMAX * (head_dim + 2) * 4
+        warps = self.values["ATT_WARPS"]
+        ring = warps * self.values["ATT_STAGES"] * 2 * ATT_SUB * (head_dim + 8) * 2
+        partials = warps * ATT_GMAX * (head_dim + 2) * 4
         return max(ring, partials)
+
+    def attn_block(self) -> tuple[int]:
+        """Threads of a decode attention split block (ATT_WARPS warps)."""
+        return (self.values["ATT_WARPS"] * 32,)
 
     def prefill_attention(self, head_dim: int, n: int, n_heads: int) -> tuple[tuple, tuple, int]:
         """(grid, block, dynamic shared bytes) of attn_prefill_<head_dim> over n queries: a block
@@ -334,5 +342,6 @@ gemv_launch = GEOMETRY.launch
 quantizes_in_mv = GEOMETRY.quantizes_in_mv
 gemv_shared_bytes = GEOMETRY.shared_bytes
 attn_shared_bytes = GEOMETRY.attn_shared_bytes
+attn_block = GEOMETRY.attn_block
 prefill_attention = GEOMETRY.prefill_attention
 prefill_shared_bytes = GEOMETRY.prefill_shared_bytes

@@ -453,7 +453,7 @@ def run_one_split(cp, k, pre, kc, vc, seq_ids, lens, n_heads, hd, scale, one_spl
         xs = nan_buffer(cp, (1, n_heads * hd // 32 * 4))
         k[f"attn_split_{hd}"](
             (1, n_kv, 1),
-            (128,),
+            GEOMETRY.attn_block(),
             (
                 pre[0][r : r + 1], *pre[1:], kc.copy(), vc.copy(),  # row r's q|k|v at row 0
                 cp.asarray(seq_ids[r : r + 1]), cp.asarray(lens),
@@ -511,7 +511,7 @@ def test_decode_attention_split_and_combine(
     )  # fmt: skip
     k[f"attn_split_{hd}"](
         (splits, n_kv, rows),
-        (128,),
+        GEOMETRY.attn_block(),
         (
             *pre, kcd, vcd, sd, ld,
             part_o, part_ml, np.int32(n_heads), np.int32(n_kv), np.int32(max_len),

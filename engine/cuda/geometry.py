@@ -40,7 +40,7 @@ GEOMETRY_DEFAULTS = {
     "MMA_MB_N32": 2,
     "MMA_MB_N32_MIN": 128,
     "ATT_STAGES": 2,
-    "ATT_WARPS": 4,
+    "ATT_WARPS": 8,
     "PF_WARPS": 4,
 }
 

@@ -321,16 +321,26 @@ def test_one_split_rows_scale_with_the_head_dim() -> None:
 
 
 def test_attention_ring_shared_bytes() -> None:
-    """A decode attention split's dynamic shared memory: per warp (4), ATT_STAGES K and V
-    sub-tiles of 16 positions, rows padded by 8 halves, which the warps' partials (8 heads
-    at most) reuse; a ring needs two stages at least."""
-    assert Geometry({}).attn_shared_bytes(128) == 4 * 2 * 2 * 16 * 136 * 2
-    assert Geometry({"ATT_STAGES": 2}).attn_shared_bytes(64) == 4 * 2 * 2 * 16 * 72 * 2
-    for hd in (16, 32, 64, 128):  # the partials fit where the rings were
-        assert Geometry({"ATT_STAGES": 2}).attn_shared_bytes(hd) >= 4 * 8 * (hd + 2) * 4
-    assert Geometry({"ATT_STAGES": 4}).attn_shared_bytes(128) <= 227 * 1024
+    """A decode attention split's dynamic shared memory: per warp (ATT_WARPS, 8 by default),
+    ATT_STAGES K and V sub-tiles of 16 positions, rows padded by 8 halves, which the warps'
+    partials (8 heads at most) reuse; a ring needs two stages at least, and a block that would
+    need more shared memory than the card grants is refused."""
+    assert Geometry({}).attn_shared_bytes(128) == 8 * 2 * 2 * 16 * 136 * 2
+    assert Geometry({}).attn_block() == (8 * 32,)
+    assert Geometry({"ATT_WARPS": 4}).attn_shared_bytes(64) == 4 * 2 * 2 * 16 * 72 * 2
+    assert Geometry({"ATT_WARPS": 4}).attn_block() == (128,)
+    for warps in (1, 4, 8):
+        for hd in (16, 32, 64, 128):  # the partials fit where the rings were
+            g = Geometry({"ATT_WARPS": warps})
+            assert g.attn_shared_bytes(hd) >= warps * 8 * (hd + 2) * 4
+    assert Geometry({"ATT_WARPS": 4, "ATT_STAGES": 4}).attn_shared_bytes(128) <= 227 * 1024
+    with pytest.raises(ValueError, match="attn_split_128 would need"):
+        Geometry({"ATT_STAGES": 4})  # 8 warps of 4 stages at head dim 128: 272 KiB
     with pytest.raises(ValueError, match="ATT_STAGES"):
         Geometry({"ATT_STAGES": 1})
+    for warps in (0, 33):
+        with pytest.raises(ValueError, match="ATT_WARPS"):
+            Geometry({"ATT_WARPS": warps})
 
 
 def test_attention_constants_match_the_kernel_source() -> None:

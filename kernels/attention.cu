@@ -21,7 +21,7 @@
 // and never materialises the score matrix; K and V tiles stream in by cp.async, one tile ahead.
 
 #ifndef ATT_WARPS
-#define ATT_WARPS 8  // warps of a decode split block (4: engine/PERF.md)
+#define ATT_WARPS 8  // warps of a decode split block (against 4: engine/PERF.md, issue 31)
 #endif
 #define GMAX 8
 #define ATT_TILE 32  // a split's chunk is a whole number of these (positions)

@@ -95,8 +95,8 @@ def one_split_positions(one_split: int, head_dim: int) -> int:
     0: none), from SPARKBOARD_ATTN_ONE_SPLIT's positions at head dim 64.
 
     A one-split block's work is positions x head dim, so the limit halves at head dim 128:
-    llama-8b's hd-128 rows as one block per kv head lost 0.8% at 133-196 positions where the
-    hd-64 models gained 1.3% (engine/PERF.md)."""
+    llama-8b's hd-128 rows of 133-196 positions as one block per kv head lost 0.8% (4 warps a
+    block), and at head dim 64 such a block gains only with 8 warps (engine/PERF.md)."""
     return one_split * 64 // head_dim // 32 * 32
 
 

@@ -25,10 +25,12 @@ def _kernel_times(launch: Any, issue: Callable[[], None]) -> dict[str, float]:
     return out
 
 
-def profile_step(runner: Any, rows: int = 1, short: bool = False) -> dict[str, float]:
-    """Microseconds per kernel name for one eager decode step (advances the rows by one);
-    short: the step of rows that are all one attention split (DecodeStep.is_short)."""
+def profile_step(runner: Any, rows: int = 1) -> dict[str, float]:
+    """Microseconds per kernel name for one eager decode step (advances the rows by one): the
+    step a decode of rows 0..rows-1 would take at their lengths (the short one where all are
+    one attention split, DecodeStep.is_short)."""
     step, launch = runner.ready_step(), runner.launcher
+    short = step.is_short(max(runner.seq_len(s) for s in range(rows)) + 1)
 
     def issue() -> None:
         with launch.stream:

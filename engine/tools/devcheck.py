@@ -134,11 +134,8 @@ def main(
                 dict(model=name, what=f"decode@{c}", tok_s=tps, ceiling=ceil_c, ratio=tps / ceil_c)
             )
             print(f"{name} decode@{c}: {tps:.1f} tok/s ceiling {ceil_c:.1f}", file=sys.stderr)
-        # the rows time_decode left hold c + tokens + 4 positions: the profiled step is the one
-        # the decode would take next
         if profile:
-            step = profile_step(r, 1, r.ready_step().is_short(c + tokens + 6))
-            print_profile(name, "x1 decode step", step)
+            print_profile(name, "x1 decode step", profile_step(r, 1))
         for c in [int(x) for x in ctx.split(",") if x] if ablate else []:
             rows += ablation(r, name, 1, c, f"@{c}", ceiling)
         for w in [int(x) for x in widths.split(",") if x]:
@@ -147,8 +144,7 @@ def main(
                 dict(model=name, what=f"width{w}", tok_s=tps, ceiling=w * ceiling, ratio=0.0)
             )
             if profile:
-                step = profile_step(r, w, r.ready_step().is_short(128 + tokens + 6))
-                print_profile(name, f"x{w} decode step", step)
+                print_profile(name, f"x{w} decode step", profile_step(r, w))
             if ablate and w > 1:
                 rows += ablation(r, name, w, 128, f"w{w}", ceiling)
         if prefill_n:

@@ -94,9 +94,9 @@ def one_split_positions(one_split: int, head_dim: int) -> int:
     """The longest row that is one decode-attention split at this head dim (whole tiles of 32;
     0: none), from SPARKBOARD_ATTN_ONE_SPLIT's positions at head dim 64.
 
-    A one-split block's work is positions x head dim, so the limit halves at head dim 128:
-    llama-8b's hd-128 rows of 133-196 positions as one block per kv head lost 0.8% (4 warps a
-    block), and at head dim 64 such a block gains only with 8 warps (engine/PERF.md)."""
+    A one-split block's work is positions x head dim, so the limit halves at head dim 128.
+    With 8 warps a block, llama-8b's hd-128 rows of up to 256 positions gain as one block per
+    kv head (+1.0-1.3%), up to 512 lose 0.8% (engine/PERF.md)."""
     return one_split * 64 // head_dim // 32 * 32
 
 

@@ -45,8 +45,8 @@ ATTN_MIN_CHUNK = env_tuning("SPARKBOARD_ATTN_MIN_CHUNK", 32, multiple_of=32)
 # a row of at most this many positions at head dim 64 (one_split_positions scales it: 256 at
 # head dim 128) is one split (split_chunk, kernels/attention.cu), and a step whose rows all are
 # launches one split block per (kv head, row) that writes the output itself: no attn_combine
-# (0: every row splits by ATTN_MIN_CHUNK). 512 beat 256 by 1.0-1.3% on llama-8b, 1,024 lost
-# 0.8% (engine/PERF.md)
+# (0: every row splits by ATTN_MIN_CHUNK). 512 beat 256 by 0.5-1.2% on llama-8b, 1,024 lost
+# 0.5-0.8% (engine/PERF.md)
 ATTN_ONE_SPLIT = env_tuning("SPARKBOARD_ATTN_ONE_SPLIT", 512, multiple_of=32, zero=True)
 ARGMAX_BLOCKS = 64  # blocks scanning one row of logits in the greedy pick
 

@@ -96,7 +96,7 @@ def one_split_positions(one_split: int, head_dim: int) -> int:
 
     A one-split block's work is positions x head dim, so the limit halves at head dim 128.
     With 8 warps a block, llama-8b's hd-128 rows of up to 256 positions gain as one block per
-    kv head (+1.0-1.3%), up to 512 lose 0.8% (engine/PERF.md)."""
+    kv head (+0.5-1.2%), up to 512 lose 0.5-0.8% (engine/PERF.md)."""
     return one_split * 64 // head_dim // 32 * 32
 
 

@@ -72,9 +72,9 @@ MMA_NAMES = (
 MMA_M, MMA_N = 16, 8  # output rows x activation rows of one tensor-core n-tile
 MMA_SLOT_BYTES = 1024  # one K block of 16 rows per weight matrix in a warp's cp.async ring
 MMAQ_SLOT_BYTES = 768  # Q4_0: two K blocks of 16 rows (512 bytes of nibbles, 256 of scales)
-# decode attention (kernels/attention.cu): warps per split block, query heads per kv head at
-# most, positions of one warp's sub-tile
-ATT_WARPS, ATT_GMAX, ATT_SUB = GEOMETRY_DEFAULTS["ATT_WARPS"], 8, 16
+# decode attention (kernels/attention.cu): query heads per kv head at most, positions of one
+# warp's sub-tile (its warps a block are the ATT_WARPS define: Geometry.attn_block)
+ATT_GMAX, ATT_SUB = 8, 16
 ROPE_WARPS = 8  # prefill's rope_kv: warps per block, one block per row (kernels/layers.cu)
 PF_BK = 64  # keys per tile of the prefill attention (attention.cu)
 

@@ -1,10 +1,13 @@
 """Mat-vec kernel variants timed alone on Llama shapes (developer tool for PERF.md).
 
-    python -m engine.tools.gemvbench [--variants base,w8,nr2,u16] [--shapes 8b|1b]
+    python -m engine.tools.gemvbench [--variants base,w8,GEMV_KSPLIT=4+GEMV_WARPS=8]
+        [--shapes 8b|1b] [--types f16,q4_0]
 
-Each variant compiles the mat-vec sources (kernels/gemv_*.cu) with other -D values; each (type, shape, mode) runs
-as a CUDA graph of back-to-back launches over enough weight copies that the L2 cache
-cannot hold them, and reports microseconds per launch and weight bytes per second.
+A variant is a name of VARIANTS below or defines joined by "+"; naming one twice re-times it
+(drift). Each variant compiles the mat-vec sources (kernels/gemv_*.cu) with its -D values;
+each (type, shape, mode) runs as a CUDA graph of back-to-back launches over enough weight
+copies that the L2 cache cannot hold them, and reports microseconds per launch and weight
+bytes per second.
 """
 
 from __future__ import annotations
@@ -49,6 +52,21 @@ SHAPES = {
 POOL_BYTES = 512 * 1024**2
 
 
+def _defines(variant: str) -> dict[str, int]:
+    """A named variant, or defines written NAME=VALUE+NAME=VALUE."""
+    if variant in VARIANTS:
+        return VARIANTS[variant]
+    out = {}
+    for item in variant.split("+"):
+        name, _, value = item.partition("=")
+        if not name.isidentifier() or not value.isdigit():
+            raise click.BadParameter(
+                f"variant {variant!r}: a name of {sorted(VARIANTS)} or NAME=N+..."
+            )
+        out[name] = int(value)
+    return out
+
+
 def _weights(cp, wt: int, rows: int, cols: int, copies: int):
     from engine.cuda.geometry import WT_F16, WT_Q4_0
 
@@ -71,19 +89,28 @@ def _weights(cp, wt: int, rows: int, cols: int, copies: int):
 @click.option("--variants", default="base,w8,nr2,u16")
 @click.option("--rows", "act_rows", default=1, help="activation rows (decode width)")
 @click.option("--shapes", type=click.Choice(sorted(SHAPES)), default="8b", help="layer shapes")
-def main(variants: str, act_rows: int, shapes: str) -> None:
+@click.option("--types", "types", default="f16,q4_0", help="weight types (f16, q4_0)")
+def main(variants: str, act_rows: int, shapes: str, types: str) -> None:
+    from engine.cuda.geometry import WT_F16, WT_Q4_0, Geometry
+
+    # every argument checked before the first compile (minutes on the device)
+    wts = {"f16": WT_F16, "q4_0": WT_Q4_0}
+    unknown = set(types.split(",")) - set(wts)
+    if unknown:
+        raise click.BadParameter(f"unknown types {sorted(unknown)}; choose from f16, q4_0")
+    chosen = [(v, _defines(v)) for v in variants.split(",") if v]  # a repeat is a drift check
+
     import cupy as cp
 
-    from engine.cuda.geometry import WT_F16, WT_Q4_0, Geometry
     from engine.cuda.kernels import GEMV_SOURCES, source_text
 
     NULL = np.uint64(0)
     stream = cp.cuda.Stream(non_blocking=True)
     table = []
-    for vname in [v for v in variants.split(",") if v]:
-        geo = Geometry(VARIANTS[vname])
+    for vname, defines in chosen:
+        geo = Geometry(defines)
         mod = cp.RawModule(code=source_text(*GEMV_SOURCES), options=geo.nvrtc_options)
-        for wt in (WT_F16, WT_Q4_0):
+        for wt in [wts[t] for t in types.split(",")]:
             for label, rows, cols, mode in SHAPES[shapes]:
                 name, grid, block = geo.launch(wt, rows, cols, act_rows, mode)
                 fn = mod.get_function(name)

@@ -116,6 +116,18 @@ def env_tuning(
     return int(raw)
 
 
+def env_carveout(environ: Mapping[str, str] = os.environ) -> int | None:
+    """SPARKBOARD_SMEM_CARVEOUT: the share of each SM's L1 (percent, 0-100) every kernel
+    prefers as shared memory, a developer's A/B like the knobs above; unset, the driver picks
+    per kernel. An SM runs blocks of one shared-memory configuration at a time."""
+    raw = environ.get("SPARKBOARD_SMEM_CARVEOUT")
+    if raw is None:
+        return None
+    if not raw.strip().isdigit() or int(raw) > 100:
+        raise ValueError(f"SPARKBOARD_SMEM_CARVEOUT={raw!r}: expected a percent, 0 to 100")
+    return int(raw)
+
+
 def env_flag(name: str, default: bool, environ: Mapping[str, str] = os.environ) -> bool:
     """A runner switch from the environment (SPARKBOARD_NORM_IN_MV, ...): 0 or 1."""
     raw = environ.get(name, "1" if default else "0").strip()

@@ -28,6 +28,7 @@ from engine.cuda.geometry import (
     QX_ROW_BLOCKS,
     WT_NAMES,
     attn_shared_bytes,
+    env_carveout,
     gemv_name,
     gemv_shared_bytes,
     prefill_shared_bytes,
@@ -83,6 +84,7 @@ class Kernels:
             cp.RawModule(code=source_text(name), options=NVRTC_OPTIONS) for name in SOURCES
         ]
         self._functions: dict[str, cp.RawKernel] = {}
+        carveout = env_carveout()
         for name in all_kernel_names():
             fn = self._find(name)
             if name.startswith("attn_split_"):
@@ -93,6 +95,8 @@ class Kernels:
                 shared = gemv_shared_bytes(name)
             if shared:  # above 48 KB a kernel must ask for its dynamic shared memory
                 fn.max_dynamic_shared_size_bytes = shared
+            if carveout is not None:
+                fn.preferred_shared_memory_carveout = carveout
             self._functions[name] = fn
 
     def _find(self, name: str) -> cp.RawKernel:

@@ -22,6 +22,7 @@ from engine.cuda.geometry import (
     WT_Q4_1,
     WT_Q8_0,
     Geometry,
+    env_carveout,
     env_flag,
     env_tuning,
     kernel_defines,
@@ -295,6 +296,15 @@ def test_runner_switches_from_the_environment() -> None:
     assert env_flag("X", True, {"X": " 0 "}) is False
     with pytest.raises(ValueError, match="expected 0 or 1"):
         env_flag("SPARKBOARD_NORM_IN_MV", False, {"SPARKBOARD_NORM_IN_MV": "yes"})
+
+
+def test_shared_memory_carveout_from_the_environment() -> None:
+    assert env_carveout({}) is None  # the driver's choice per kernel
+    assert env_carveout({"SPARKBOARD_SMEM_CARVEOUT": "0"}) == 0
+    assert env_carveout({"SPARKBOARD_SMEM_CARVEOUT": " 100 "}) == 100
+    for bad in ("101", "-1", "max", ""):
+        with pytest.raises(ValueError, match="percent"):
+            env_carveout({"SPARKBOARD_SMEM_CARVEOUT": bad})
 
 
 def test_runner_tuning_knobs_from_the_environment() -> None:

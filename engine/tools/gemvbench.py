@@ -53,18 +53,21 @@ POOL_BYTES = 512 * 1024**2
 
 
 def _defines(variant: str) -> dict[str, int]:
-    """A named variant, or defines written NAME=VALUE+NAME=VALUE."""
-    if variant in VARIANTS:
-        return VARIANTS[variant]
-    out = {}
-    for item in variant.split("+"):
-        name, _, value = item.partition("=")
-        if not name.isidentifier() or not value.isdigit():
-            raise click.BadParameter(
-                f"variant {variant!r}: a name of {sorted(VARIANTS)} or NAME=N+..."
-            )
-        out[name] = int(value)
-    return out
+    """A named variant, or defines written NAME=VALUE+NAME=VALUE (SPARKBOARD_KERNEL_DEFINES's
+    items), checked as the geometry checks them."""
+    from engine.cuda.geometry import DEFINES_ENV, Geometry, kernel_defines
+
+    try:
+        if variant in VARIANTS:
+            defines = VARIANTS[variant]
+        else:
+            defines = kernel_defines({DEFINES_ENV: variant.replace("+", " ")})
+        Geometry(defines)
+    except ValueError as exc:
+        raise click.BadParameter(
+            f"variant {variant!r}: a name of {sorted(VARIANTS)} or NAME=N+... ({exc})"
+        ) from exc
+    return defines
 
 
 def _weights(cp, wt: int, rows: int, cols: int, copies: int):

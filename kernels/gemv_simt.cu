@@ -231,19 +231,29 @@ __device__ __forceinline__ void load_chunks(WChunk<WT> (&w)[U][NW], const void* 
     }
 }
 
-// One warp computes NR consecutive output rows for up to RB activation rows.
-template <int WT, int RB, int MODE, int NR, bool NORM, bool QX>
+// How a mat-vec waits for its inputs and lets its successor start: a kernel of its own waits
+// for its predecessor grid (PDL, common.cuh); engine/tools/phasebench.py's persistent kernel
+// passes a grid barrier instead.
+struct PdlSync {
+    __device__ __forceinline__ void wait() const { pdl_wait(); }
+    __device__ __forceinline__ void trigger() const { pdl_trigger(); }
+};
+
+// One warp computes NR consecutive output rows for up to RB activation rows; the block is the
+// launch's block (bx, by) (its blockIdx in a kernel of its own).
+template <int WT, int RB, int MODE, int NR, bool NORM, bool QX, class Sync = PdlSync>
 __device__ __forceinline__ void gemv_body(const void* __restrict__ wq, const void* __restrict__ ws,
                                           const void* __restrict__ wq2, const void* __restrict__ ws2,
                                           const void* __restrict__ x, const float4* __restrict__ xs,
                                           float* __restrict__ out, int N, int K, int nrows, int ldo,
-                                          const float* __restrict__ g, float eps) {
+                                          const float* __restrict__ g, float eps, int bx, int by,
+                                          const Sync& sync = Sync()) {
     constexpr bool QUANT = !(WT == WT_F16 || WT == WT_F32);
     constexpr int NW = MODE == MODE_GLU ? 2 * NR : NR;     // weight rows per warp
     constexpr int U = GEMV_U / NW > 0 ? GEMV_U / NW : 1;  // chunks in flight per lane and row
     constexpr int KS = GEMV_KSPLIT;                       // warps sharing one row group
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, part = warp % KS;
-    const int row0 = (blockIdx.x * (GEMV_WARPS / KS) + warp / KS) * NR;
+    const int row0 = (bx * (GEMV_WARPS / KS) + warp / KS) * NR;
     if (KS == 1 && row0 >= N) return;  // with KS > 1 every warp reaches the block barrier
     const int nchunks = QUANT ? K / 32 : K / 8;
     constexpr int STEP = 32 * KS;  // chunks between a lane's consecutive chunks
@@ -252,10 +262,10 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ wq, const voi
     WChunk<WT> w0[U][NW];  // early: the lane's first chunks
     // weights never depend on the previous kernel: the first chunks may load before the wait
     if (early) load_chunks<WT, U, NR, MODE>(w0, wq, ws, wq2, ws2, row0, N, K, cfirst, STEP, nchunks);
-    pdl_wait();
+    sync.wait();
     constexpr bool early_trigger = GEMV_TRIGGER == 1 || (GEMV_TRIGGER == 2 && QX);
-    if (early_trigger) pdl_trigger();
-    const int r0 = blockIdx.y * RB;
+    if (early_trigger) sync.trigger();
+    const int r0 = by * RB;
     const int nr = min(RB, nrows - r0);
     float acc[RB][NW], ss[RB];
 #pragma unroll
@@ -277,7 +287,7 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ wq, const voi
         load_chunks<WT, U, NR, MODE>(w, wq, ws, wq2, ws2, row0, N, K, c0, STEP, nchunks);
         dot_round(w, c0);
     }
-    if (!early_trigger) pdl_trigger();  // the weights are read: let the next kernel's blocks start
+    if (!early_trigger) sync.trigger();  // the weights are read: let the next kernel's blocks start
 #pragma unroll
     for (int r = 0; r < RB; ++r) {
         if constexpr (NORM) ss[r] = warp_sum(ss[r]);
@@ -340,6 +350,7 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ wq, const voi
 }
 
 #define GEMV_PASS wq, ws, wq2, ws2, x, xs, out, N, K, nrows, ldo
+#define GEMV_AT blockIdx.x, blockIdx.y
 
 // Output rows per warp: more rows share each activation load across weight rows (the L1
 // traffic of RB rows would otherwise outgrow the weights'). For one activation row: 1 for
@@ -348,12 +359,12 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ wq, const voi
 #define GEMV_ONE(TNAME, WT, RB, MNAME, MODE)                                                  \
     extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32)                              \
         gemv_##TNAME##_r##RB##_##MNAME(GEMV_ARGS) {                                            \
-        gemv_body<WT, RB, MODE, GEMV_NR(WT, RB), false, false>(GEMV_PASS, nullptr, 0.f);       \
+        gemv_body<WT, RB, MODE, GEMV_NR(WT, RB), false, false>(GEMV_PASS, nullptr, 0.f, GEMV_AT);       \
     }
 #define GEMV_NORM_ONE(TNAME, WT, RB, MNAME, MODE)                                             \
     extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32)                              \
         gemv_##TNAME##_r##RB##_##MNAME##_norm(GEMV_ARGS, float eps) {                           \
-        gemv_body<WT, RB, MODE, GEMV_NR(WT, RB), true, false>(GEMV_PASS, nullptr, eps);        \
+        gemv_body<WT, RB, MODE, GEMV_NR(WT, RB), true, false>(GEMV_PASS, nullptr, eps, GEMV_AT);        \
     }
 // The `_qx` kernels (float input, quantized in the lanes), for one activation row only: each
 // is 3-4x the compile time of its plain kernel, and wider launches keep quantize_q8
@@ -361,13 +372,13 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ wq, const voi
 #define GEMV_QX_ONE(TNAME, WT, RB, MNAME, MODE)                                               \
     extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32)                              \
         gemv_##TNAME##_r##RB##_##MNAME##_qx(GEMV_ARGS) {                                       \
-        gemv_body<WT, RB, MODE, GEMV_NR(WT, RB), false, true>(GEMV_PASS, nullptr, 0.f);        \
+        gemv_body<WT, RB, MODE, GEMV_NR(WT, RB), false, true>(GEMV_PASS, nullptr, 0.f, GEMV_AT);        \
     }
 #define GEMV_QX_NORM_ONE(TNAME, WT, RB, MNAME, MODE)                                          \
     extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32)                              \
         gemv_##TNAME##_r##RB##_##MNAME##_norm_qx(GEMV_ARGS, const float* __restrict__ g,       \
                                                   float eps) {                                  \
-        gemv_body<WT, RB, MODE, GEMV_NR(WT, RB), true, true>(GEMV_PASS, g, eps);               \
+        gemv_body<WT, RB, MODE, GEMV_NR(WT, RB), true, true>(GEMV_PASS, g, eps, GEMV_AT);               \
     }
 #define GEMV_RBS(ONE, TNAME, WT, MNAME, MODE) \
     ONE(TNAME, WT, 1, MNAME, MODE)            \
@@ -389,8 +400,11 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ wq, const voi
     GEMV_QX_NORM_ONE(TNAME, WT, 1, store, MODE_STORE)    \
     GEMV_QX_NORM_ONE(TNAME, WT, 1, glu, MODE_GLU)
 
+// phasebench compiles the bodies alone (GEMV_BODY_ONLY): its kernels instantiate their own
+#ifndef GEMV_BODY_ONLY
 GEMV_MODES(f32, WT_F32)
 GEMV_MODES(f16, WT_F16)
 GEMV_QUANT_MODES(q8_0, WT_Q8_0)
 GEMV_QUANT_MODES(q4_0, WT_Q4_0)
 GEMV_QUANT_MODES(q4_1, WT_Q4_1)
+#endif  // GEMV_BODY_ONLY

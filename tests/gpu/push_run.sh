@@ -40,6 +40,10 @@
 #                                        most, 560 by default)
 #   bash tests/gpu/push_run.sh absmol    carry the last piece: `ab` with the SmolLM2 file whole
 #                                        (MODELS=smollm2-135m by default), then SmolLM2's tests
+#   bash tests/gpu/push_run.sh phases    carry .whl: the phase boundaries of a launch-bound step
+#                                        (engine.tools.phasebench: PDL launches against one
+#                                        persistent kernel; PHASEBENCH its arguments), then the
+#                                        kernel tests
 #   bash tests/gpu/push_run.sh table     carry the last piece: `numbers` (the issue's table), then
 #                                        SmolLM2's tests
 # Logs and JSON under $OUT; a short table last.
@@ -343,6 +347,18 @@ table() {  # the issue's table in one call (`numbers`: ceilings and decode from 
   smollm2_tests
 }
 
+phases() {  # PHASEBENCH: phasebench's arguments
+  install
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  # shellcheck disable=SC2086
+  timeout 200 python3 -m engine.tools.phasebench ${PHASEBENCH:---reps 20 --rounds 5} \
+    >"$OUT/phasebench.log" 2>&1 || echo "phasebench failed"
+  tail -n 14 "$OUT/phasebench.log"
+  timeout 300 python3 -m pytest -q tests/gpu/test_kernels.py -m gpu -p no:cacheprovider --tb=short \
+    >"$OUT/pytest_kernels.log" 2>&1
+  tail -n 3 "$OUT/pytest_kernels.log"
+}
+
 case "${1:-}" in
   kernels) kernels ;;
   models) models ;;
@@ -356,5 +372,6 @@ case "${1:-}" in
   suite) suite ;;
   table) install && assemble && table ;;
   absmol) install && assemble && MODELS=${MODELS:-smollm2-135m} ab && smollm2_tests ;;
-  *) echo "usage: $0 kernels | models | harness | sessions | ab | profile | prefill | smollm2 | numbers | suite | table | absmol" >&2; exit 2 ;;
+  phases) phases ;;
+  *) echo "usage: $0 kernels | models | harness | sessions | ab | profile | prefill | smollm2 | numbers | suite | table | absmol | phases" >&2; exit 2 ;;
 esac

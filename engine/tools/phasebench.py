@@ -1,0 +1,220 @@
+"""What a persistent decode kernel could save on a launch-bound model (developer tool for
+PERF.md).
+
+    python -m engine.tools.phasebench [--layers 30] [--type q4_1] [--reps 20] [--rounds 5]
+
+SmolLM2-135M's decode step is ~150 short kernels (~3 us each at 2,200 tok/s). This times the
+step's mat-vec phases, four a layer (q|k|v, o, gate|up, down; one activation row, the `_qx`
+kernels' body, the attention left out), two ways over the same weights and buffers
+(phasebench.cu): as PDL launches in one CUDA graph, as the decode step issues them, and as one
+persistent kernel whose blocks walk every phase with a grid barrier between phases. Before
+timing, both run once from the same input and must leave the same bits. Then the same number
+of boundaries with no work (an empty PDL kernel each; a persistent kernel of barriers only).
+Rounds alternate the four graphs; the table gives the median of each over rounds, in us per
+step and per phase boundary. The kernels honour SPARKBOARD_KERNEL_DEFINES (GEMV_KSPLIT >= 2).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import statistics
+from pathlib import Path
+
+import click
+import numpy as np
+
+# SmolLM2-135M: hidden 576, q|k|v 576 + 2 x 192 (9 query heads, 3 KV heads of 64), FFN 1,536
+DIMS = {"D": 576, "QKV": 960, "F": 1536}
+TYPES = {"q4_0": 3, "q4_1": 4, "q8_0": 2}  # engine/cuda/geometry.py's WT_* numbers
+PROBE_SOURCE = Path(__file__).with_name("phasebench.cu")
+EPS = 1e-5
+
+
+def _weight(cp, rng, wt: int, rows: int, cols: int):
+    """Random planes of an [rows, cols] weight of type wt (values of a plausible size)."""
+    blocks = cols // 32
+    if wt == TYPES["q8_0"]:
+        q = cp.asarray(rng.integers(-127, 128, size=(rows, cols), dtype=np.int8))
+        s = (rng.random((rows, blocks)) * 0.01 / 127 + 1e-5).astype(np.float16)
+    else:
+        q = cp.asarray(rng.integers(0, 256, size=(rows, cols // 2), dtype=np.uint8))
+        d = rng.random((rows, blocks)) * 0.01 / 8 + 1e-5
+        s = d if wt == TYPES["q4_0"] else np.stack([d, -8 * d], axis=-1)
+        s = s.astype(np.float16)
+    return q, cp.asarray(s)
+
+
+def _blocks_per_sm(fn, threads: int) -> int:
+    """The driver's count of co-resident blocks of fn an SM (a persistent grid may not exceed
+    it times the SMs, or its barriers never fill)."""
+    from engine.cuda.launch import _function_ptr
+
+    lib = ctypes.CDLL("libcuda.so.1")
+    n = ctypes.c_int()
+    status = lib.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+        ctypes.byref(n), ctypes.c_void_p(_function_ptr(fn)), threads, ctypes.c_size_t(0)
+    )
+    if status != 0:
+        raise RuntimeError(f"cuOccupancyMaxActiveBlocksPerMultiprocessor: CUresult {status}")
+    return n.value
+
+
+@click.command()
+@click.option("--layers", default=30, type=click.IntRange(1, 200), help="decoder layers")
+@click.option("--type", "wtype", type=click.Choice(sorted(TYPES)), default="q4_1")
+@click.option("--reps", default=20, type=click.IntRange(1, 10_000), help="replays a round")
+@click.option("--rounds", default=5, type=click.IntRange(1, 100), help="alternating rounds")
+def main(layers: int, wtype: str, reps: int, rounds: int) -> None:
+    from engine.cuda.geometry import DEFINES_ENV, Geometry, kernel_defines
+
+    geo = Geometry(kernel_defines(os.environ))
+    if geo.values["GEMV_KSPLIT"] < 2:
+        raise click.UsageError(f"{DEFINES_ENV}: the persistent kernel needs GEMV_KSPLIT >= 2")
+
+    import cupy as cp
+
+    from engine.cuda.kernels import source_text
+    from engine.cuda.launch import PdlLauncher, f32, i32
+
+    wt = TYPES[wtype]
+    D, QKV, F = DIMS["D"], DIMS["QKV"], DIMS["F"]
+    options = (
+        *geo.nvrtc_options,
+        "-DGEMV_BODY_ONLY",
+        f"-DPROBE_WT={wt}",
+        f"-DPROBE_D={D}",
+        f"-DPROBE_QKV={QKV}",
+        f"-DPROBE_F={F}",
+    )
+    code = source_text("gemv_simt.cu") + "\n" + PROBE_SOURCE.read_text()
+    mod = cp.RawModule(code=code, options=options)
+    fn_phase = [mod.get_function(f"probe_launch_{p}") for p in range(4)]
+    fn_persistent = mod.get_function("probe_persistent")
+    fn_empty = mod.get_function("probe_empty_launch")
+    fn_empty_p = mod.get_function("probe_empty_persistent")
+    threads = geo.values["GEMV_WARPS"] * 32
+    # output rows a block, as the engine's geometry launches the one-row kernels
+    per_block = geo.values["GEMV_WARPS"] // geo.values["GEMV_KSPLIT"] * geo.rows_per_warp(1, wt)
+    need = [-(-n // per_block) for n in (QKV, D, F, D)]  # blocks of phases 0..3
+
+    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+    resident = _blocks_per_sm(fn_persistent, threads)
+    grid = sms * resident
+    if grid < max(need):
+        raise click.ClickException(
+            f"{resident} persistent blocks an SM x {sms} SMs < the {max(need)} a phase needs"
+        )
+    print(
+        f"{wtype} x {layers} layers, blocks a phase {need}; persistent grid {grid} "
+        f"({resident} an SM, {fn_persistent.num_regs} registers; "
+        f"phase kernels {[k.num_regs for k in fn_phase]})",
+        flush=True,
+    )
+
+    rng = np.random.default_rng(0)
+    keep = []  # the weights, alive as long as the pointer table
+    table = np.zeros((layers, 12), dtype=np.uint64)
+    for li in range(layers):
+        planes = []
+        for rows, cols in ((QKV, D), (D, D), (F, D), (F, D), (D, F)):
+            planes += _weight(cp, rng, wt, rows, cols)
+        norms = [cp.asarray(1 + 0.1 * rng.standard_normal(D), dtype=cp.float32) for _ in range(2)]
+        keep += planes + norms
+        table[li] = [a.data.ptr for a in planes + norms]
+    layers_dev = cp.asarray(table)
+    x0 = cp.asarray(rng.standard_normal(D), dtype=cp.float32)
+    x = cp.empty(D, cp.float32)
+    qkv = cp.zeros(QKV, cp.float32)
+    f = cp.zeros(F, cp.float32)
+    sync = cp.zeros(2, cp.uint32)
+    err = cp.zeros(1, cp.int32)
+    stream = cp.cuda.Stream(non_blocking=True)
+    pdl = PdlLauncher()
+    if not pdl.available():
+        raise click.ClickException("no programmatic dependent launch here (cuLaunchKernelEx)")
+    phases = 4 * layers
+
+    def capture(issue):
+        with stream:
+            stream.begin_capture()
+            try:
+                issue()
+            finally:
+                graph = stream.end_capture()
+        return graph
+
+    def launches():
+        for li in range(layers):
+            for p in range(4):
+                args = (layers_dev, x, qkv, f, i32(li), f32(EPS))
+                pdl.launch(fn_phase[p], (need[p],), (threads,), args, stream)
+
+    def persistent():
+        args = (layers_dev, x, qkv, f, i32(layers), f32(EPS), sync, err)
+        fn_persistent((grid,), (threads,), args)
+
+    def empty_launches():
+        for _ in range(phases):
+            pdl.launch(fn_empty, (max(need),), (threads,), (), stream)
+
+    def empty_persistent():
+        fn_empty_p((grid,), (threads,), (i32(phases), sync, err))
+
+    graphs = {
+        "launches": capture(launches),
+        "persistent": capture(persistent),
+        "empty launches": capture(empty_launches),
+        "empty persistent": capture(empty_persistent),
+    }
+
+    # the same bits both ways, from the same input
+    results = {}
+    for mode in ("launches", "persistent"):
+        with stream:
+            x[...] = x0
+            qkv.fill(0)
+            f.fill(0)
+        graphs[mode].launch(stream)
+        stream.synchronize()
+        results[mode] = (x.get(), qkv.get(), f.get())
+    if int(err.get()[0]):
+        raise click.ClickException("a grid barrier gave up: the persistent grid was not resident")
+    same = all(
+        np.array_equal(a.view(np.uint32), b.view(np.uint32))
+        for a, b in zip(results["launches"], results["persistent"], strict=True)
+    )
+    finite = bool(np.isfinite(results["launches"][0]).all())
+    print(f"bit-identical: {same} (x finite: {finite})", flush=True)
+    if not same:
+        diff = np.abs(results["launches"][0] - results["persistent"][0]).max()
+        raise click.ClickException(f"launches and persistent differ (x: max |diff| {diff:.3g})")
+
+    times: dict[str, list[float]] = {m: [] for m in graphs}
+    for g in graphs.values():  # warm-up
+        g.launch(stream)
+    stream.synchronize()
+    for r in range(rounds):
+        order = list(graphs) if r % 2 == 0 else list(graphs)[::-1]
+        for mode in order:
+            start, end = cp.cuda.Event(), cp.cuda.Event()
+            start.record(stream)
+            for _ in range(reps):
+                graphs[mode].launch(stream)
+            end.record(stream)
+            end.synchronize()
+            times[mode].append(cp.cuda.get_elapsed_time(start, end) * 1e3 / reps)
+    if int(err.get()[0]):
+        raise click.ClickException("a grid barrier gave up while timing")
+
+    print(f"\n| mode | us a step (median of {rounds}) | min | max | us a phase |")
+    print("|---|---|---|---|---|")
+    for mode, ts in times.items():
+        med = statistics.median(ts)
+        print(f"| {mode} | {med:.1f} | {min(ts):.1f} | {max(ts):.1f} | {med / phases:.2f} |")
+    saved = statistics.median(times["launches"]) - statistics.median(times["persistent"])
+    print(f"\npersistent saves {saved:.1f} us a step over {phases} phases")
+
+
+if __name__ == "__main__":
+    main()

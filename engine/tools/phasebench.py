@@ -11,7 +11,8 @@ persistent kernel whose blocks walk every phase with a grid barrier between phas
 timing, both run once from the same input and must leave the same bits. Then the same number
 of boundaries with no work (an empty PDL kernel each; a persistent kernel of barriers only).
 Rounds alternate the four graphs; the table gives the median of each over rounds, in us per
-step and per phase boundary. The kernels honour SPARKBOARD_KERNEL_DEFINES (GEMV_KSPLIT >= 2).
+step and per phase boundary. The kernels honour SPARKBOARD_KERNEL_DEFINES (with GEMV_KSPLIT 1
+only the launches are timed: the persistent kernel needs split K).
 """
 
 from __future__ import annotations
@@ -66,11 +67,14 @@ def _blocks_per_sm(fn, threads: int) -> int:
 @click.option("--reps", default=20, type=click.IntRange(1, 10_000), help="replays a round")
 @click.option("--rounds", default=5, type=click.IntRange(1, 100), help="alternating rounds")
 def main(layers: int, wtype: str, reps: int, rounds: int) -> None:
-    from engine.cuda.geometry import DEFINES_ENV, Geometry, kernel_defines
+    try:  # the geometry module reads SPARKBOARD_KERNEL_DEFINES as it is imported
+        from engine.cuda.geometry import Geometry, kernel_defines
 
-    geo = Geometry(kernel_defines(os.environ))
-    if geo.values["GEMV_KSPLIT"] < 2:
-        raise click.UsageError(f"{DEFINES_ENV}: the persistent kernel needs GEMV_KSPLIT >= 2")
+        geo = Geometry(kernel_defines(os.environ))
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    # the persistent kernel's warps must all reach each phase's block barrier (phasebench.cu)
+    persistent_too = geo.values["GEMV_KSPLIT"] >= 2
 
     import cupy as cp
 
@@ -90,7 +94,7 @@ def main(layers: int, wtype: str, reps: int, rounds: int) -> None:
     code = source_text("gemv_simt.cu") + "\n" + PROBE_SOURCE.read_text()
     mod = cp.RawModule(code=code, options=options)
     fn_phase = [mod.get_function(f"probe_launch_{p}") for p in range(4)]
-    fn_persistent = mod.get_function("probe_persistent")
+    fn_persistent = mod.get_function("probe_persistent") if persistent_too else None
     fn_empty = mod.get_function("probe_empty_launch")
     fn_empty_p = mod.get_function("probe_empty_persistent")
     threads = geo.values["GEMV_WARPS"] * 32
@@ -99,18 +103,20 @@ def main(layers: int, wtype: str, reps: int, rounds: int) -> None:
     need = [-(-n // per_block) for n in (QKV, D, F, D)]  # blocks of phases 0..3
 
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
-    resident = _blocks_per_sm(fn_persistent, threads)
-    grid = sms * resident
-    if grid < max(need):
-        raise click.ClickException(
-            f"{resident} persistent blocks an SM x {sms} SMs < the {max(need)} a phase needs"
-        )
-    print(
-        f"{wtype} x {layers} layers, blocks a phase {need}; persistent grid {grid} "
-        f"({resident} an SM, {fn_persistent.num_regs} registers; "
-        f"phase kernels {[k.num_regs for k in fn_phase]})",
-        flush=True,
-    )
+    line = f"{wtype} x {layers} layers, blocks a phase {need}, phase kernels' registers "
+    line += f"{[k.num_regs for k in fn_phase]}"
+    if persistent_too:
+        resident = _blocks_per_sm(fn_persistent, threads)
+        grid = sms * resident
+        if grid < max(need):
+            raise click.ClickException(
+                f"{resident} persistent blocks an SM x {sms} SMs < the {max(need)} a phase needs"
+            )
+        line += f"; persistent grid {grid} ({resident} an SM, {fn_persistent.num_regs} registers)"
+    else:
+        grid = sms
+        line += "; GEMV_KSPLIT 1: the launches alone"
+    print(line, flush=True)
 
     rng = np.random.default_rng(0)
     keep = []  # the weights, alive as long as the pointer table
@@ -158,19 +164,19 @@ def main(layers: int, wtype: str, reps: int, rounds: int) -> None:
         for _ in range(phases):
             pdl.launch(fn_empty, (max(need),), (threads,), (), stream)
 
-    def empty_persistent():
-        fn_empty_p((grid,), (threads,), (i32(phases), sync, err))
+    def empty_persistent(blocks: int = grid):
+        fn_empty_p((blocks,), (threads,), (i32(phases), sync, err))
 
-    graphs = {
-        "launches": capture(launches),
-        "persistent": capture(persistent),
-        "empty launches": capture(empty_launches),
-        "empty persistent": capture(empty_persistent),
-    }
+    graphs = {"launches": capture(launches), "empty launches": capture(empty_launches)}
+    if persistent_too:
+        graphs["persistent"] = capture(persistent)
+        graphs["empty persistent"] = capture(empty_persistent)
+        # fewer arrivals a barrier: how much of its cost is the count's contention
+        graphs["empty persistent, 1 block an SM"] = capture(lambda: empty_persistent(sms))
 
-    # the same bits both ways, from the same input
+    # the same bits both ways, from the same input (and a finite x: a plausible run)
     results = {}
-    for mode in ("launches", "persistent"):
+    for mode in ("launches", "persistent") if persistent_too else ("launches",):
         with stream:
             x[...] = x0
             qkv.fill(0)
@@ -182,10 +188,12 @@ def main(layers: int, wtype: str, reps: int, rounds: int) -> None:
         raise click.ClickException("a grid barrier gave up: the persistent grid was not resident")
     same = all(
         np.array_equal(a.view(np.uint32), b.view(np.uint32))
-        for a, b in zip(results["launches"], results["persistent"], strict=True)
+        for a, b in zip(
+            results["launches"], results.get("persistent", results["launches"]), strict=True
+        )
     )
     finite = bool(np.isfinite(results["launches"][0]).all())
-    print(f"bit-identical: {same} (x finite: {finite})", flush=True)
+    print(f"bit-identical: {same if persistent_too else 'n/a'} (x finite: {finite})", flush=True)
     if not same:
         diff = np.abs(results["launches"][0] - results["persistent"][0]).max()
         raise click.ClickException(f"launches and persistent differ (x: max |diff| {diff:.3g})")
@@ -212,8 +220,9 @@ def main(layers: int, wtype: str, reps: int, rounds: int) -> None:
     for mode, ts in times.items():
         med = statistics.median(ts)
         print(f"| {mode} | {med:.1f} | {min(ts):.1f} | {max(ts):.1f} | {med / phases:.2f} |")
-    saved = statistics.median(times["launches"]) - statistics.median(times["persistent"])
-    print(f"\npersistent saves {saved:.1f} us a step over {phases} phases")
+    if persistent_too:
+        saved = statistics.median(times["launches"]) - statistics.median(times["persistent"])
+        print(f"\npersistent saves {saved:.1f} us a step over {phases} phases")
 
 
 if __name__ == "__main__":

@@ -42,8 +42,9 @@
 #                                        (MODELS=smollm2-135m by default), then SmolLM2's tests
 #   bash tests/gpu/push_run.sh phases    carry .whl: the phase boundaries of a launch-bound step
 #                                        (engine.tools.phasebench: PDL launches against one
-#                                        persistent kernel; PHASEBENCH its arguments), then the
-#                                        kernel tests
+#                                        persistent kernel; PHASEBENCH its arguments) per VARIANTS
+#                                        (kernel defines), the kernel tests under KDEFS, then
+#                                        `ab` over VARIANTS where MODELS is set
 #   bash tests/gpu/push_run.sh table     carry the last piece: `numbers` (the issue's table), then
 #                                        SmolLM2's tests
 # Logs and JSON under $OUT; a short table last.
@@ -347,16 +348,23 @@ table() {  # the issue's table in one call (`numbers`: ceilings and decode from 
   smollm2_tests
 }
 
-phases() {  # PHASEBENCH: phasebench's arguments
+phases() {  # VARIANTS: kernel defines a phasebench run (";"-separated, "default": none),
+  # PHASEBENCH its arguments; the kernel tests under KDEFS; then `ab` over VARIANTS where MODELS
   install
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-  # shellcheck disable=SC2086
-  timeout 200 python3 -m engine.tools.phasebench ${PHASEBENCH:---reps 20 --rounds 5} \
-    >"$OUT/phasebench.log" 2>&1 || echo "phasebench failed"
-  tail -n 14 "$OUT/phasebench.log"
-  timeout 300 python3 -m pytest -q tests/gpu/test_kernels.py -m gpu -p no:cacheprovider --tb=short \
-    >"$OUT/pytest_kernels.log" 2>&1
-  tail -n 3 "$OUT/pytest_kernels.log"
+  local v
+  IFS=';' read -r -a vs <<<"${VARIANTS:-default}"
+  for v in "${vs[@]}"; do
+    echo "== phasebench $v"
+    # shellcheck disable=SC2086
+    SPARKBOARD_KERNEL_DEFINES="${v/default/}" timeout 200 python3 -m engine.tools.phasebench \
+      ${PHASEBENCH:---reps 20 --rounds 5} >>"$OUT/phasebench.log" 2>&1 || echo "phasebench failed"
+    tail -n 10 "$OUT/phasebench.log" | grep -E "^\| [a-z]|bit-identical"
+  done
+  SPARKBOARD_KERNEL_DEFINES="${KDEFS:-}" timeout 300 python3 -m pytest -q tests/gpu/test_kernels.py -m gpu \
+    -p no:cacheprovider --tb=short >"$OUT/pytest_kernels.log" 2>&1
+  echo "kernel tests (${KDEFS:-default}): $(tail -n 1 "$OUT/pytest_kernels.log")"
+  if [ -n "${MODELS:-}" ]; then ab; fi
 }
 
 case "${1:-}" in

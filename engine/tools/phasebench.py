@@ -10,7 +10,7 @@ kernels' body, the attention left out), two ways over the same weights and buffe
 persistent kernel whose blocks walk every phase with a grid barrier between phases. Before
 timing, both run once from the same input and must leave the same bits. Then the same number
 of boundaries with no work (an empty PDL kernel each; a persistent kernel of barriers only).
-Rounds alternate the four graphs; the table gives the median of each over rounds, in us per
+Rounds alternate the graphs' order; the table gives the median of each over rounds, in us per
 step and per phase boundary. The kernels honour SPARKBOARD_KERNEL_DEFINES (with GEMV_KSPLIT 1
 only the launches are timed: the persistent kernel needs split K).
 """
@@ -114,7 +114,6 @@ def main(layers: int, wtype: str, reps: int, rounds: int) -> None:
             )
         line += f"; persistent grid {grid} ({resident} an SM, {fn_persistent.num_regs} registers)"
     else:
-        grid = sms
         line += "; GEMV_KSPLIT 1: the launches alone"
     print(line, flush=True)
 
@@ -164,13 +163,13 @@ def main(layers: int, wtype: str, reps: int, rounds: int) -> None:
         for _ in range(phases):
             pdl.launch(fn_empty, (max(need),), (threads,), (), stream)
 
-    def empty_persistent(blocks: int = grid):
+    def empty_persistent(blocks: int):
         fn_empty_p((blocks,), (threads,), (i32(phases), sync, err))
 
     graphs = {"launches": capture(launches), "empty launches": capture(empty_launches)}
     if persistent_too:
         graphs["persistent"] = capture(persistent)
-        graphs["empty persistent"] = capture(empty_persistent)
+        graphs["empty persistent"] = capture(lambda: empty_persistent(grid))
         # fewer arrivals a barrier: how much of its cost is the count's contention
         graphs["empty persistent, 1 block an SM"] = capture(lambda: empty_persistent(sms))
 

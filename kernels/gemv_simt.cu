@@ -359,12 +359,12 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ wq, const voi
 #define GEMV_ONE(TNAME, WT, RB, MNAME, MODE)                                                  \
     extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32)                              \
         gemv_##TNAME##_r##RB##_##MNAME(GEMV_ARGS) {                                            \
-        gemv_body<WT, RB, MODE, GEMV_NR(WT, RB), false, false>(GEMV_PASS, nullptr, 0.f, GEMV_AT);       \
+        gemv_body<WT, RB, MODE, GEMV_NR(WT, RB), false, false>(GEMV_PASS, nullptr, 0.f, GEMV_AT); \
     }
 #define GEMV_NORM_ONE(TNAME, WT, RB, MNAME, MODE)                                             \
     extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32)                              \
         gemv_##TNAME##_r##RB##_##MNAME##_norm(GEMV_ARGS, float eps) {                           \
-        gemv_body<WT, RB, MODE, GEMV_NR(WT, RB), true, false>(GEMV_PASS, nullptr, eps, GEMV_AT);        \
+        gemv_body<WT, RB, MODE, GEMV_NR(WT, RB), true, false>(GEMV_PASS, nullptr, eps, GEMV_AT); \
     }
 // The `_qx` kernels (float input, quantized in the lanes), for one activation row only: each
 // is 3-4x the compile time of its plain kernel, and wider launches keep quantize_q8
@@ -372,13 +372,13 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ wq, const voi
 #define GEMV_QX_ONE(TNAME, WT, RB, MNAME, MODE)                                               \
     extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32)                              \
         gemv_##TNAME##_r##RB##_##MNAME##_qx(GEMV_ARGS) {                                       \
-        gemv_body<WT, RB, MODE, GEMV_NR(WT, RB), false, true>(GEMV_PASS, nullptr, 0.f, GEMV_AT);        \
+        gemv_body<WT, RB, MODE, GEMV_NR(WT, RB), false, true>(GEMV_PASS, nullptr, 0.f, GEMV_AT); \
     }
 #define GEMV_QX_NORM_ONE(TNAME, WT, RB, MNAME, MODE)                                          \
     extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32)                              \
         gemv_##TNAME##_r##RB##_##MNAME##_norm_qx(GEMV_ARGS, const float* __restrict__ g,       \
                                                   float eps) {                                  \
-        gemv_body<WT, RB, MODE, GEMV_NR(WT, RB), true, true>(GEMV_PASS, g, eps, GEMV_AT);               \
+        gemv_body<WT, RB, MODE, GEMV_NR(WT, RB), true, true>(GEMV_PASS, g, eps, GEMV_AT); \
     }
 #define GEMV_RBS(ONE, TNAME, WT, MNAME, MODE) \
     ONE(TNAME, WT, 1, MNAME, MODE)            \

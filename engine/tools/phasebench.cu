@@ -24,7 +24,9 @@ struct ProbeBuffers {
     float *x, *qkv, *f;
 };
 
-// Phase p of layer l (p = 0..3) for the launch's block bx, waiting through sync.
+// Phase p (0..3) of layer L for the launch's block bx, waiting through sync. Unlike the
+// engine's kernels, which take their weights as arguments, both ways read L from a table first
+// (one load from L2 before the weights').
 template <class Sync>
 __device__ __forceinline__ void probe_phase(const ProbeLayer& L, const ProbeBuffers& b, int p, int bx,
                                             float eps, const Sync& sync) {

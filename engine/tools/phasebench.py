@@ -27,6 +27,13 @@ import numpy as np
 
 # SmolLM2-135M: hidden 576, q|k|v 576 + 2 x 192 (9 query heads, 3 KV heads of 64), FFN 1,536
 DIMS = {"D": 576, "QKV": 960, "F": 1536}
+# (output rows, columns, mode, norm) of a layer's phases 0..3, as phasebench.cu runs them
+PHASES = [
+    (DIMS["QKV"], DIMS["D"], "store", True),
+    (DIMS["D"], DIMS["D"], "add", False),
+    (DIMS["F"], DIMS["D"], "glu", True),
+    (DIMS["D"], DIMS["F"], "add", False),
+]
 TYPES = {"q4_0": 3, "q4_1": 4, "q8_0": 2}  # engine/cuda/geometry.py's WT_* numbers
 PROBE_SOURCE = Path(__file__).with_name("phasebench.cu")
 EPS = 1e-5
@@ -76,12 +83,20 @@ def main(layers: int, wtype: str, reps: int, rounds: int) -> None:
     # the persistent kernel's warps must all reach each phase's block barrier (phasebench.cu)
     persistent_too = geo.values["GEMV_KSPLIT"] >= 2
 
+    wt = TYPES[wtype]
+    # each phase's grid and block as the engine launches its `_qx` kernel (phasebench.cu's
+    # kernels are that kernel's body at the same shape)
+    launches_of = [
+        geo.launch(wt, n_out, cols, 1, mode, norm, qx=True) for n_out, cols, mode, norm in PHASES
+    ]
+    need = [grid[0] for _, grid, _ in launches_of]  # blocks of phases 0..3
+    threads = launches_of[0][2][0]
+
     import cupy as cp
 
     from engine.cuda.kernels import source_text
     from engine.cuda.launch import PdlLauncher, f32, i32
 
-    wt = TYPES[wtype]
     D, QKV, F = DIMS["D"], DIMS["QKV"], DIMS["F"]
     options = (
         *geo.nvrtc_options,
@@ -97,10 +112,6 @@ def main(layers: int, wtype: str, reps: int, rounds: int) -> None:
     fn_persistent = mod.get_function("probe_persistent") if persistent_too else None
     fn_empty = mod.get_function("probe_empty_launch")
     fn_empty_p = mod.get_function("probe_empty_persistent")
-    threads = geo.values["GEMV_WARPS"] * 32
-    # output rows a block, as the engine's geometry launches the one-row kernels
-    per_block = geo.values["GEMV_WARPS"] // geo.values["GEMV_KSPLIT"] * geo.rows_per_warp(1, wt)
-    need = [-(-n // per_block) for n in (QKV, D, F, D)]  # blocks of phases 0..3
 
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
     line = f"{wtype} x {layers} layers, blocks a phase {need}, phase kernels' registers "

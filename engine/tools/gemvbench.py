@@ -70,24 +70,6 @@ def _defines(variant: str) -> dict[str, int]:
     return defines
 
 
-def _weights(cp, wt: int, rows: int, cols: int, copies: int):
-    from engine.cuda.geometry import WT_F16, WT_Q4_0
-
-    rng = cp.random.default_rng(0)
-    out = []
-    for _ in range(copies):
-        if wt == WT_F16:
-            q = (rng.standard_normal((rows, cols), dtype=cp.float32) * 0.02).astype(cp.float16)
-            s = None
-        else:
-            q = cp.random.randint(0, 256, size=(rows, cols // 2)).astype(cp.uint8)
-            s = (rng.random((rows, cols // 32), dtype=cp.float32) * 0.01 + 0.001).astype(cp.float16)
-            if wt != WT_Q4_0:
-                raise ValueError("bench covers f16 and q4_0")
-        out.append((q, s))
-    return out
-
-
 @click.command()
 @click.option("--variants", default="base,w8,nr2,u16")
 @click.option("--rows", "act_rows", default=1, help="activation rows (decode width)")
@@ -106,6 +88,7 @@ def main(variants: str, act_rows: int, shapes: str, types: str) -> None:
     import cupy as cp
 
     from engine.cuda.kernels import GEMV_SOURCES, source_text
+    from engine.tools.planes import random_weight
 
     NULL = np.uint64(0)
     stream = cp.cuda.Stream(non_blocking=True)
@@ -127,7 +110,8 @@ def main(variants: str, act_rows: int, shapes: str, types: str) -> None:
                 bpw = 2.0 if wt == WT_F16 else 18 / 32
                 nbytes = int(rows * cols * bpw * mats)
                 copies = max(2, math.ceil(POOL_BYTES / nbytes))
-                ws = _weights(cp, wt, rows * mats, cols, copies)
+                rs = cp.random.RandomState(0)
+                ws = [random_weight(cp, rs, wt, rows * mats, cols) for _ in range(copies)]
                 if wt == WT_F16:
                     x = cp.random.standard_normal((act_rows, cols), dtype=cp.float32)
                     xs = NULL

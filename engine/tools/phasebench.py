@@ -39,20 +39,6 @@ PROBE_SOURCE = Path(__file__).with_name("phasebench.cu")
 EPS = 1e-5
 
 
-def _weight(cp, rng, wt: int, rows: int, cols: int):
-    """Random planes of an [rows, cols] weight of type wt (values of a plausible size)."""
-    blocks = cols // 32
-    if wt == TYPES["q8_0"]:
-        q = cp.asarray(rng.integers(-127, 128, size=(rows, cols), dtype=np.int8))
-        s = (rng.random((rows, blocks)) * 0.01 / 127 + 1e-5).astype(np.float16)
-    else:
-        q = cp.asarray(rng.integers(0, 256, size=(rows, cols // 2), dtype=np.uint8))
-        d = rng.random((rows, blocks)) * 0.01 / 8 + 1e-5
-        s = d if wt == TYPES["q4_0"] else np.stack([d, -8 * d], axis=-1)
-        s = s.astype(np.float16)
-    return q, cp.asarray(s)
-
-
 def _blocks_per_sm(fn, threads: int) -> int:
     """The driver's count of co-resident blocks of fn an SM (a persistent grid may not exceed
     it times the SMs, or its barriers never fill)."""
@@ -96,6 +82,7 @@ def main(layers: int, wtype: str, reps: int, rounds: int) -> None:
 
     from engine.cuda.kernels import source_text
     from engine.cuda.launch import PdlLauncher, f32, i32
+    from engine.tools.planes import random_weight
 
     D, QKV, F = DIMS["D"], DIMS["QKV"], DIMS["F"]
     options = (
@@ -129,12 +116,13 @@ def main(layers: int, wtype: str, reps: int, rounds: int) -> None:
     print(line, flush=True)
 
     rng = np.random.default_rng(0)
+    rs = cp.random.RandomState(0)
     keep = []  # the weights, alive as long as the pointer table
     table = np.zeros((layers, 12), dtype=np.uint64)
     for li in range(layers):
         planes = []
         for rows, cols in ((QKV, D), (D, D), (F, D), (F, D), (D, F)):
-            planes += _weight(cp, rng, wt, rows, cols)
+            planes += random_weight(cp, rs, wt, rows, cols)
         norms = [cp.asarray(1 + 0.1 * rng.standard_normal(D), dtype=cp.float32) for _ in range(2)]
         keep += planes + norms
         table[li] = [a.data.ptr for a in planes + norms]

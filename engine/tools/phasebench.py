@@ -34,7 +34,7 @@ PHASES = [
     (DIMS["F"], DIMS["D"], "glu", True),
     (DIMS["D"], DIMS["F"], "add", False),
 ]
-TYPES = {"q4_0": 3, "q4_1": 4, "q8_0": 2}  # engine/cuda/geometry.py's WT_* numbers
+TYPES = ("q4_0", "q4_1", "q8_0")  # names of engine/cuda/geometry.py's WT_NAMES with `_qx` kernels
 PROBE_SOURCE = Path(__file__).with_name("phasebench.cu")
 EPS = 1e-5
 
@@ -61,7 +61,7 @@ def _blocks_per_sm(fn, threads: int) -> int:
 @click.option("--rounds", default=5, type=click.IntRange(1, 100), help="alternating rounds")
 def main(layers: int, wtype: str, reps: int, rounds: int) -> None:
     try:  # the geometry module reads SPARKBOARD_KERNEL_DEFINES as it is imported
-        from engine.cuda.geometry import Geometry, kernel_defines
+        from engine.cuda.geometry import WT_NAMES, Geometry, kernel_defines
 
         geo = Geometry(kernel_defines(os.environ))
     except ValueError as exc:
@@ -69,7 +69,7 @@ def main(layers: int, wtype: str, reps: int, rounds: int) -> None:
     # the persistent kernel's warps must all reach each phase's block barrier (phasebench.cu)
     persistent_too = geo.values["GEMV_KSPLIT"] >= 2
 
-    wt = TYPES[wtype]
+    wt = next(n for n, name in WT_NAMES.items() if name == wtype)
     # each phase's grid and block as the engine launches its `_qx` kernel (phasebench.cu's
     # kernels are that kernel's body at the same shape)
     launches_of = [
